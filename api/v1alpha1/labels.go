@@ -1,0 +1,37 @@
+package v1alpha1
+
+// The labels and annotations users put on their own objects. They are the
+// contract of ../shared/design/architecture.md: renaming one breaks users.
+const (
+	// LabelProtection marks an object whose DELETE Rampart judges.
+	// Values: ProtectionAlways or ProtectionCascading.
+	LabelProtection = "rampart.io/protection"
+
+	// LabelExplicitReplicas ("true") makes a change of spec.replicas need
+	// AnnotationConfirmReplicas in the same request.
+	LabelExplicitReplicas = "rampart.io/explicit-replicas"
+
+	// AnnotationConfirmReplicas carries the new replica count, written in
+	// the same request as the new spec.replicas.
+	AnnotationConfirmReplicas = "rampart.io/confirm-replicas"
+
+	// LabelExplicitDeletion ("true", on pods): only an explicit API delete may
+	// end this pod.
+	LabelExplicitDeletion = "rampart.io/explicit-deletion"
+
+	// AnnotationGeneratePUB ("true", on a workload) asks for a generated
+	// PodUnavailableBudget.
+	AnnotationGeneratePUB = "rampart.io/generate-pub"
+)
+
+// ProtectionLevel is the value of LabelProtection or a policy's protection.
+// +kubebuilder:validation:Enum=Always;Cascading
+type ProtectionLevel string
+
+const (
+	// ProtectionAlways denies every DELETE of the object.
+	ProtectionAlways ProtectionLevel = "Always"
+	// ProtectionCascading denies a DELETE while it would cascade to live
+	// dependents.
+	ProtectionCascading ProtectionLevel = "Cascading"
+)

@@ -1,0 +1,11 @@
+// Package config holds the manifests controller-gen generates from the API
+// types and RBAC markers (crd/, rbac/), embedded so that `rampart up` installs
+// exactly what the Helm chart ships.
+package config
+
+import "embed"
+
+// Manifests are the CRDs and the manager's RBAC.
+//
+//go:embed crd/*.yaml rbac/*.yaml
+var Manifests embed.FS

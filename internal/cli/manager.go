@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/rampart-io/rampart/internal/manager"
+)
+
+func newManagerCommand() *cobra.Command {
+	o := manager.Options{}
+	var kubeconfig string
+	zapOpts := zap.Options{}
+	cmd := &cobra.Command{
+		Use:   "manager",
+		Short: "Run the admission webhooks and controllers (the in-cluster server)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := zap.New(zap.UseFlagOptions(&zapOpts))
+			ctrl.SetLogger(log)
+			o.Log = log
+			cfg, err := restConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			return manager.Run(cmd.Context(), cfg, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig; empty means $KUBECONFIG or the in-cluster service account")
+	f.StringVar(&o.Namespace, "namespace", "rampart-system", "the manager's own namespace (leases, never judged)")
+	f.StringVar(&o.WebhookHost, "webhook-bind-host", "", "address the webhook server listens on (empty: all)")
+	f.IntVar(&o.WebhookPort, "webhook-port", 9443, "webhook server port")
+	f.StringVar(&o.WebhookURLHost, "webhook-url-host", "", "register webhooks by URL https://HOST:PORT (local clusters)")
+	f.StringVar(&o.WebhookService, "webhook-service", "", "register webhooks by this Service in --namespace (in a cluster)")
+	f.StringVar(&o.CertDir, "cert-dir", "/tmp/rampart-webhook-certs", "directory with tls.crt and tls.key")
+	f.BoolVar(&o.GenerateCerts, "generate-certs", true, "make and renew a CA and serving certificate in --cert-dir and register that CA")
+	f.DurationVar(&o.CertValidity, "cert-validity", 30*24*time.Hour, "lifetime of generated serving certificates; renewed after two thirds")
+	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address ('0' disables)")
+	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
+	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader for controllers (webhooks serve on every replica)")
+	return cmd
+}

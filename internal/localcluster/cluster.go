@@ -1,0 +1,259 @@
+// Package localcluster runs a real Kubernetes control plane on this machine:
+// etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok's
+// simulated nodes, all built from their Go modules into bin/k8s by
+// `make assets`, plus Rampart's manager. `rampart up`, `rampart down`, the
+// integration tests and the drills all start clusters through this package.
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Options say what cluster to start.
+type Options struct {
+	// Dir holds the cluster's state: PKI, kubeconfigs, etcd data, logs.
+	Dir string
+	// Assets is the directory with the Kubernetes binaries (bin/k8s).
+	Assets string
+	// Rampart is the rampart binary that runs the manager.
+	Rampart string
+	// Nodes is the number of simulated nodes.
+	Nodes int
+	// Unprotected starts no Rampart manager: a plain cluster.
+	Unprotected bool
+	// Detached leaves the processes running after this process exits;
+	// otherwise they die with it.
+	Detached bool
+	// Progress receives one line per step; nil discards them.
+	Progress io.Writer
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	Dir string
+	// Kubeconfig is the admin kubeconfig's path.
+	Kubeconfig string
+	// Config is the admin client configuration.
+	Config *rest.Config
+
+	opts  Options
+	ports ports
+	procs []*Process
+}
+
+// Binaries the cluster needs from Options.Assets.
+var requiredAssets = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "kwok-stages.yaml"}
+
+// CheckAssets says, in one line, which binaries are missing.
+func CheckAssets(assets string) error {
+	for _, name := range requiredAssets {
+		if _, err := os.Stat(filepath.Join(assets, name)); err != nil {
+			return fmt.Errorf("%s is missing: run `make assets` to build the local control plane", filepath.Join(assets, name))
+		}
+	}
+	return nil
+}
+
+type ports struct {
+	etcdClient, etcdPeer, apiserver, kcm, scheduler, kwok int
+	webhook, metrics, health                               int
+}
+
+// freePorts asks the kernel for distinct unused loopback ports. Another
+// process may take one before we bind it; the window is small and a
+// component that fails to bind fails Start with its log named.
+func freePorts(n int) ([]int, error) {
+	out := make([]int, 0, n)
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}
+
+func (c *Cluster) path(elem ...string) string {
+	return filepath.Join(append([]string{c.Dir}, elem...)...)
+}
+
+// APIServerURL is the API server's address.
+func (c *Cluster) APIServerURL() string {
+	return "https://127.0.0.1:" + strconv.Itoa(c.ports.apiserver)
+}
+
+func (c *Cluster) progress(format string, args ...any) {
+	if c.opts.Progress != nil {
+		fmt.Fprintf(c.opts.Progress, format+"\n", args...)
+	}
+}
+
+// Start starts a cluster in opts.Dir and returns once every component is
+// ready: the API server answers /readyz, the nodes are Ready, the default
+// service account exists, and (unless unprotected) the API server calls
+// Rampart's webhook and honours its answer. On error, whatever started is
+// stopped again.
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	if err := CheckAssets(opts.Assets); err != nil {
+		return nil, err
+	}
+	if !opts.Unprotected {
+		if _, err := os.Stat(opts.Rampart); err != nil {
+			return nil, fmt.Errorf("rampart binary %s is missing: run `make build`", opts.Rampart)
+		}
+	}
+	if opts.Nodes < 0 {
+		return nil, errors.New("--nodes must be 0 or more")
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if running, _ := Running(dir); len(running) > 0 {
+		return nil, fmt.Errorf("a cluster already runs in %s (%v): run `rampart down --dir %s` first", dir, running, dir)
+	}
+	// A fresh start: state of a previous cluster in dir would not match the
+	// new PKI.
+	for _, sub := range []string{"pki", "kubeconfigs", "etcd", "manager", "kcm", "scheduler"} {
+		if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o700); err != nil {
+		return nil, err
+	}
+	p, err := freePorts(9)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{
+		Dir:        dir,
+		Kubeconfig: filepath.Join(dir, adminID.file),
+		opts:       opts,
+		ports: ports{etcdClient: p[0], etcdPeer: p[1], apiserver: p[2], kcm: p[3], scheduler: p[4],
+			kwok: p[5], webhook: p[6], metrics: p[7], health: p[8]},
+	}
+	defer func() {
+		if err != nil {
+			_ = c.Stop()
+		}
+	}()
+	if err := c.makePKI(time.Now()); err != nil {
+		return nil, fmt.Errorf("pki: %w", err)
+	}
+	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+		return nil, err
+	}
+	c.Config.QPS, c.Config.Burst = 200, 400
+	for _, step := range c.steps() {
+		start := time.Now()
+		if err := step.run(ctx); err != nil {
+			return nil, fmt.Errorf("%s: %w", step.name, err)
+		}
+		c.progress("  %-40s %5.1fs", step.name, time.Since(start).Seconds())
+	}
+	return c, nil
+}
+
+type step struct {
+	name string
+	run  func(context.Context) error
+}
+
+func (c *Cluster) steps() []step {
+	s := []step{
+		{"etcd", c.startEtcd},
+		{"kube-apiserver", c.startAPIServer},
+		{"kube-controller-manager", c.startControllerManager},
+		{"kube-scheduler", c.startScheduler},
+		{"kwok", c.startKwok},
+		{fmt.Sprintf("%d simulated nodes Ready", c.opts.Nodes), func(ctx context.Context) error { return c.AddNodes(ctx, c.opts.Nodes) }},
+		{"default service account", c.waitDefaultServiceAccount},
+	}
+	if !c.opts.Unprotected {
+		s = append(s,
+			step{"rampart CRDs and RBAC", c.installRampart},
+			step{"rampart manager", c.startManager},
+			step{"webhook answers the API server", c.waitWebhookEnforced},
+		)
+	}
+	return s
+}
+
+// Stop stops every process of the cluster and removes its record. Data and
+// logs stay in Dir for a post-mortem.
+func (c *Cluster) Stop() error {
+	err := stopAll(c.procs)
+	c.procs = nil
+	if rmErr := os.Remove(c.path(stateFile)); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) && err == nil {
+		err = rmErr
+	}
+	return err
+}
+
+// Wait blocks until ctx ends or a component exits; it names the component.
+func (c *Cluster) Wait(ctx context.Context) error {
+	cases := make(chan *Process, len(c.procs))
+	for _, p := range c.procs {
+		go func() {
+			select {
+			case <-p.exited:
+				cases <- p
+			case <-ctx.Done():
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case p := <-cases:
+		return fmt.Errorf("%s exited; see %s", p.Name, c.path("logs", p.Name+".log"))
+	}
+}
+
+// Clientset is a typed admin client.
+func (c *Cluster) Clientset() (*kubernetes.Clientset, error) {
+	return kubernetes.NewForConfig(c.Config)
+}
+
+// KubectlPath is the kubectl built with the cluster's binaries.
+func (c *Cluster) KubectlPath() string { return filepath.Join(c.opts.Assets, "kubectl") }
+
+func (c *Cluster) run(name, binary string, args ...string) error {
+	p, err := spawn(c.Dir, c.opts.Detached, name, binary, args...)
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	return writeState(c.Dir, c.procs)
+}
+
+// exitedEarly turns a component's early exit into an error naming its log.
+func (c *Cluster) exitedEarly(name string) error {
+	for _, p := range c.procs {
+		if p.Name == name && !p.alive() {
+			return fmt.Errorf("%s exited during start-up; see %s", name, c.path("logs", name+".log"))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package localcluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+const (
+	// serviceCIDR is the local cluster's service range; its first address is
+	// the kubernetes Service, in the API server's certificate.
+	serviceCIDR = "10.0.0.0/24"
+	// podCIDR is where kwok hands out pod IPs: room for 65k pods.
+	podCIDR = "10.128.0.0/16"
+	// startTimeout bounds each component's start-up.
+	startTimeout = 90 * time.Second
+)
+
+func (c *Cluster) asset(name string) string { return filepath.Join(c.opts.Assets, name) }
+
+func (c *Cluster) pkiFile(name string) string { return c.path("pki", name) }
+
+func (c *Cluster) startEtcd(ctx context.Context) error {
+	client := "https://127.0.0.1:" + strconv.Itoa(c.ports.etcdClient)
+	peer := "https://127.0.0.1:" + strconv.Itoa(c.ports.etcdPeer)
+	err := c.run("etcd", c.asset("etcd"),
+		"--name=rampart-local",
+		"--data-dir="+c.path("etcd"),
+		"--listen-client-urls="+client, "--advertise-client-urls="+client,
+		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer,
+		"--initial-cluster=rampart-local="+peer,
+		"--cert-file="+c.pkiFile("etcd-server.crt"), "--key-file="+c.pkiFile("etcd-server.key"),
+		"--client-cert-auth", "--trusted-ca-file="+c.pkiFile("etcd-ca.crt"),
+		"--peer-cert-file="+c.pkiFile("etcd-server.crt"), "--peer-key-file="+c.pkiFile("etcd-server.key"),
+		"--peer-client-cert-auth", "--peer-trusted-ca-file="+c.pkiFile("etcd-ca.crt"),
+		// Drills write thousands of objects; the default 2 GiB quota and
+		// per-write fsync are production settings, not a laptop's.
+		"--quota-backend-bytes=8589934592", "--unsafe-no-fsync",
+		"--log-level=warn",
+	)
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := c.tlsConfig("etcd-ca.crt", "etcd-client")
+	if err != nil {
+		return err
+	}
+	return c.waitHealthy(ctx, "etcd", client+"/health", tlsCfg)
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context) error {
+	policy := c.path("audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		return err
+	}
+	err := c.run("kube-apiserver", c.asset("kube-apiserver"),
+		"--etcd-servers=https://127.0.0.1:"+strconv.Itoa(c.ports.etcdClient),
+		"--etcd-cafile="+c.pkiFile("etcd-ca.crt"),
+		"--etcd-certfile="+c.pkiFile("etcd-client.crt"), "--etcd-keyfile="+c.pkiFile("etcd-client.key"),
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(c.ports.apiserver),
+		"--tls-cert-file="+c.pkiFile("apiserver.crt"), "--tls-private-key-file="+c.pkiFile("apiserver.key"),
+		"--client-ca-file="+c.pkiFile("ca.crt"),
+		"--authorization-mode=Node,RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file="+c.pkiFile("sa.key"),
+		"--service-account-signing-key-file="+c.pkiFile("sa.key"),
+		"--service-cluster-ip-range="+serviceCIDR,
+		"--allow-privileged=true",
+		"--audit-policy-file="+policy,
+		"--audit-log-path="+c.path("audit.log"),
+		"--audit-log-maxsize=200", "--audit-log-maxbackup=3",
+		// Webhooks and aggregated APIs referenced by Service are reached at
+		// their endpoints: there is no kube-proxy on this machine.
+		"--enable-aggregator-routing=true",
+		// A loopback advertise address cannot be an Endpoints address.
+		"--endpoint-reconciler-type=none",
+		"--profiling=false",
+	)
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := c.tlsConfig("ca.crt", "")
+	if err != nil {
+		return err
+	}
+	return c.waitHealthy(ctx, "kube-apiserver", c.APIServerURL()+"/readyz", tlsCfg, adminCert(c))
+}
+
+// auditPolicy records every request's metadata except the lease heartbeats
+// of nodes and controllers, which would drown the rest.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: None
+  resources:
+  - group: coordination.k8s.io
+    resources: ["leases"]
+- level: None
+  nonResourceURLs: ["/healthz*", "/readyz*", "/livez*"]
+- level: Metadata
+`
+
+func (c *Cluster) startControllerManager(ctx context.Context) error {
+	kc := c.path(kcmID.file)
+	err := c.run("kube-controller-manager", c.asset("kube-controller-manager"),
+		"--kubeconfig="+kc, "--authentication-kubeconfig="+kc, "--authorization-kubeconfig="+kc,
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(c.ports.kcm),
+		"--cert-dir="+c.path("kcm"),
+		// Every controller, garbage collector and namespace controller
+		// included, each with its own service account.
+		"--controllers=*,bootstrapsigner,tokencleaner",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file="+c.pkiFile("sa.key"),
+		"--root-ca-file="+c.pkiFile("ca.crt"),
+		"--cluster-signing-cert-file="+c.pkiFile("ca.crt"), "--cluster-signing-key-file="+c.pkiFile("ca.key"),
+		"--service-cluster-ip-range="+serviceCIDR,
+		"--leader-elect=false",
+		"--kube-api-qps=200", "--kube-api-burst=400",
+	)
+	if err != nil {
+		return err
+	}
+	return c.waitHealthy(ctx, "kube-controller-manager", "https://127.0.0.1:"+strconv.Itoa(c.ports.kcm)+"/healthz", selfSigned())
+}
+
+func (c *Cluster) startScheduler(ctx context.Context) error {
+	kc := c.path(schedulerID.file)
+	err := c.run("kube-scheduler", c.asset("kube-scheduler"),
+		"--kubeconfig="+kc, "--authentication-kubeconfig="+kc, "--authorization-kubeconfig="+kc,
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(c.ports.scheduler),
+		"--cert-dir="+c.path("scheduler"),
+		"--leader-elect=false",
+		"--kube-api-qps=200", "--kube-api-burst=400",
+	)
+	if err != nil {
+		return err
+	}
+	return c.waitHealthy(ctx, "kube-scheduler", "https://127.0.0.1:"+strconv.Itoa(c.ports.scheduler)+"/healthz", selfSigned())
+}
+
+func (c *Cluster) startKwok(ctx context.Context) error {
+	err := c.run("kwok", c.asset("kwok"),
+		"--kubeconfig="+c.path(kwokID.file),
+		"--config="+c.asset("kwok-stages.yaml"),
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake",
+		"--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",
+		"--cidr="+podCIDR, "--node-ip=10.255.0.1",
+		"--server-address=127.0.0.1:"+strconv.Itoa(c.ports.kwok),
+	)
+	if err != nil {
+		return err
+	}
+	return c.waitHealthy(ctx, "kwok", "http://127.0.0.1:"+strconv.Itoa(c.ports.kwok)+"/healthz", nil)
+}
+
+// tlsConfig trusts the named CA and, if client is set, presents that pair.
+func (c *Cluster) tlsConfig(caFile, client string) (*tls.Config, error) {
+	caPEM, err := os.ReadFile(c.pkiFile(caFile))
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if client != "" {
+		pair, err := tls.LoadX509KeyPair(c.pkiFile(client+".crt"), c.pkiFile(client+".key"))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+func adminCert(c *Cluster) func(*tls.Config) error {
+	return func(cfg *tls.Config) error {
+		pair, err := tls.X509KeyPair(c.Config.CertData, c.Config.KeyData)
+		if err != nil {
+			return err
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+		return nil
+	}
+}
+
+// selfSigned is for the health endpoints of controller-manager and
+// scheduler, which serve a certificate they made themselves on loopback.
+func selfSigned() *tls.Config {
+	return &tls.Config{InsecureSkipVerify: true} //nolint:gosec // loopback health probe of a child process
+}
+
+// waitHealthy polls url until it answers 200, the component exits, or the
+// start-up timeout passes.
+func (c *Cluster) waitHealthy(ctx context.Context, name, url string, tlsCfg *tls.Config, mods ...func(*tls.Config) error) error {
+	if tlsCfg != nil {
+		for _, m := range mods {
+			if err := m(tlsCfg); err != nil {
+				return err
+			}
+		}
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, startTimeout, true, func(ctx context.Context) (bool, error) {
+		if err := c.exitedEarly(name); err != nil {
+			return false, err
+		}
+		resp, err := client.Get(url)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		last = resp.Status
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil && c.exitedEarly(name) == nil {
+		return fmt.Errorf("%s not healthy at %s (last: %s); see %s: %w", name, url, last, c.path("logs", name+".log"), err)
+	}
+	return err
+}

@@ -1,0 +1,100 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// kwokNodeAnnotation marks the nodes kwok manages in the local cluster.
+const kwokNodeAnnotation = "kwok.x-k8s.io/node"
+
+// NodeLabel is set on every simulated node.
+const NodeLabel = "rampart.io/simulated-node"
+
+// AddNodes creates n more simulated nodes and waits until kwok has made them
+// Ready. Nodes are named kwok-node-N, numbered after the existing ones.
+func (c *Cluster) AddNodes(ctx context.Context, n int) error {
+	if n == 0 {
+		return nil
+	}
+	cs, err := c.Clientset()
+	if err != nil {
+		return err
+	}
+	existing, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: NodeLabel})
+	if err != nil {
+		return err
+	}
+	first := len(existing.Items)
+	names := make([]string, 0, n)
+	for i := first; i < first+n; i++ {
+		node := simulatedNode(fmt.Sprintf("kwok-node-%d", i))
+		if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		names = append(names, node.Name)
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, startTimeout, true, func(ctx context.Context) (bool, error) {
+		if err := c.exitedEarly("kwok"); err != nil {
+			return false, err
+		}
+		for _, name := range names {
+			node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil || !nodeReady(node) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func simulatedNode(name string) *corev1.Node {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("32"),
+		corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods:   resource.MustParse("250"),
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Annotations: map[string]string{kwokNodeAnnotation: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+			Labels: map[string]string{
+				NodeLabel:                "true",
+				"kubernetes.io/hostname": name,
+				"kubernetes.io/os":       "linux",
+				"kubernetes.io/arch":     "amd64",
+				"type":                   "kwok",
+			},
+		},
+		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
+	}
+}
+
+// waitDefaultServiceAccount waits for the service-account controller: until
+// it has made "default" in the default namespace, pods cannot be created.
+func (c *Cluster) waitDefaultServiceAccount(ctx context.Context) error {
+	cs, err := c.Clientset()
+	if err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, startTimeout, true, func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+}

@@ -1,0 +1,133 @@
+package localcluster
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/rampart-io/rampart/internal/pki"
+)
+
+// A local cluster lives for days at most; a year leaves no expiry to manage.
+const certValidity = 365 * 24 * time.Hour
+
+// identity is a client of the API server: a kubeconfig with a client
+// certificate whose CN is the user and O the groups.
+type identity struct {
+	file   string
+	user   string
+	groups []string
+}
+
+// The component identities. Controller-manager and scheduler use the users
+// the API server's bootstrap RBAC policy grants exactly their rights; the
+// manager gets only the ClusterRole Rampart ships.
+var (
+	adminID      = identity{"kubeconfig", "rampart-admin", []string{"system:masters"}}
+	kcmID        = identity{"kubeconfigs/kube-controller-manager.kubeconfig", "system:kube-controller-manager", nil}
+	schedulerID  = identity{"kubeconfigs/kube-scheduler.kubeconfig", "system:kube-scheduler", nil}
+	kwokID       = identity{"kubeconfigs/kwok.kubeconfig", "kwok", []string{"system:masters"}}
+	managerID    = identity{"kubeconfigs/rampart-manager.kubeconfig", ManagerUser, nil}
+	apiserverEtc = identity{"", "kube-apiserver-etcd-client", nil}
+)
+
+// ManagerUser is the user name of the local manager's client certificate,
+// bound to the manager's ClusterRole.
+const ManagerUser = "rampart-manager"
+
+// makePKI writes the cluster CA, the etcd CA, serving certificates, the
+// service-account signing key and one kubeconfig per identity.
+func (c *Cluster) makePKI(now time.Time) error {
+	p := c.path("pki")
+	ca, err := pki.NewCA("rampart-local-ca", now, certValidity)
+	if err != nil {
+		return err
+	}
+	if err := ca.Write(filepath.Join(p, "ca")); err != nil {
+		return err
+	}
+	etcdCA, err := pki.NewCA("rampart-local-etcd-ca", now, certValidity)
+	if err != nil {
+		return err
+	}
+	if err := etcdCA.Write(filepath.Join(p, "etcd-ca")); err != nil {
+		return err
+	}
+	issue := []struct {
+		by   *pki.KeyPair
+		base string
+		req  pki.Request
+	}{
+		{etcdCA, "etcd-server", pki.Request{CommonName: "etcd", Hosts: []string{"127.0.0.1", "localhost"}, Client: true}},
+		{etcdCA, "etcd-client", pki.Request{CommonName: apiserverEtc.user, Client: true}},
+		{ca, "apiserver", pki.Request{CommonName: "kube-apiserver", Hosts: []string{
+			"127.0.0.1", "localhost", "10.0.0.1", "kubernetes", "kubernetes.default",
+			"kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}}},
+	}
+	for _, i := range issue {
+		i.req.Now, i.req.Validity = now, certValidity
+		kp, err := i.by.Issue(i.req)
+		if err != nil {
+			return err
+		}
+		if err := kp.Write(filepath.Join(p, i.base)); err != nil {
+			return err
+		}
+	}
+	if err := writeServiceAccountKey(filepath.Join(p, "sa.key")); err != nil {
+		return err
+	}
+	for _, id := range []identity{adminID, kcmID, schedulerID, kwokID, managerID} {
+		kp, err := ca.Issue(pki.Request{CommonName: id.user, Organization: id.groups, Client: true, Now: now, Validity: certValidity})
+		if err != nil {
+			return err
+		}
+		if err := c.writeKubeconfig(id.file, ca, kp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeServiceAccountKey(path string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
+}
+
+func (c *Cluster) writeKubeconfig(file string, ca, client *pki.KeyPair) error {
+	keyPEM, err := client.KeyPEM()
+	if err != nil {
+		return err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["rampart-local"] = &clientcmdapi.Cluster{
+		Server:                   c.APIServerURL(),
+		CertificateAuthorityData: ca.CertPEM(),
+	}
+	cfg.AuthInfos[client.Cert.Subject.CommonName] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: client.CertPEM(),
+		ClientKeyData:         keyPEM,
+	}
+	cfg.Contexts["rampart-local"] = &clientcmdapi.Context{Cluster: "rampart-local", AuthInfo: client.Cert.Subject.CommonName}
+	cfg.CurrentContext = "rampart-local"
+	path := c.path(file)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return clientcmd.WriteToFile(*cfg, path)
+}

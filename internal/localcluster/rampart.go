@@ -1,0 +1,188 @@
+package localcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/config"
+)
+
+// ManagerNamespace is where the local manager keeps its leases and events.
+const ManagerNamespace = "rampart-system"
+
+// installRampart does what the Helm chart does in a real cluster: the
+// namespace, the CRDs, and the manager's RBAC bound to its user.
+func (c *Cluster) installRampart(ctx context.Context) error {
+	objs, err := manifests()
+	if err != nil {
+		return err
+	}
+	objs = append(objs, localBindings()...)
+	cl, err := client.New(c.Config, client.Options{})
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("rampart-up"), client.ForceOwnership); err != nil {
+			return fmt.Errorf("apply %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	// CRDs serve only once Established.
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, startTimeout, true, func(ctx context.Context) (bool, error) {
+		for _, o := range objs {
+			if o.GetKind() != "CustomResourceDefinition" {
+				continue
+			}
+			crd := &unstructured.Unstructured{}
+			crd.SetGroupVersionKind(o.GroupVersionKind())
+			if err := cl.Get(ctx, client.ObjectKey{Name: o.GetName()}, crd); err != nil {
+				return false, nil
+			}
+			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+			if !established(conds) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+func established(conds []any) bool {
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Established" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+// manifests decodes the embedded CRDs and RBAC, the namespace first.
+func manifests() ([]*unstructured.Unstructured, error) {
+	ns := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Namespace",
+		"metadata": map[string]any{"name": ManagerNamespace},
+	}}
+	out := []*unstructured.Unstructured{ns}
+	err := fs.WalkDir(config.Manifests, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
+			return err
+		}
+		data, err := config.Manifests.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+				return nil
+			} else if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			if u.GetNamespace() == "" && u.GetKind() == "Role" {
+				u.SetNamespace(ManagerNamespace)
+			}
+			out = append(out, u)
+		}
+	})
+	return out, err
+}
+
+// localBindings bind the manager's roles to its local user; in a real
+// cluster the chart binds them to the manager's service account.
+func localBindings() []*unstructured.Unstructured {
+	subject := []any{map[string]any{"kind": "User", "name": ManagerUser, "apiGroup": "rbac.authorization.k8s.io"}}
+	bind := func(kind, roleKind, ns string) *unstructured.Unstructured {
+		meta := map[string]any{"name": "rampart-manager"}
+		if ns != "" {
+			meta["namespace"] = ns
+		}
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
+			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": roleKind, "name": "rampart-manager"},
+			"subjects": subject,
+		}}
+	}
+	return []*unstructured.Unstructured{
+		bind("ClusterRoleBinding", "ClusterRole", ""),
+		bind("RoleBinding", "Role", ManagerNamespace),
+	}
+}
+
+func (c *Cluster) startManager(ctx context.Context) error {
+	err := c.run("rampart-manager", c.opts.Rampart, "manager",
+		"--kubeconfig="+c.path(managerID.file),
+		"--namespace="+ManagerNamespace,
+		"--webhook-url-host=127.0.0.1",
+		"--webhook-port="+strconv.Itoa(c.ports.webhook),
+		"--cert-dir="+c.path("manager", "certs"),
+		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(c.ports.metrics),
+		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(c.ports.health),
+	)
+	if err != nil {
+		return err
+	}
+	return c.waitHealthy(ctx, "rampart-manager", "http://127.0.0.1:"+strconv.Itoa(c.ports.health)+"/readyz", nil)
+}
+
+// MetricsURL is the manager's Prometheus endpoint.
+func (c *Cluster) MetricsURL() string {
+	return "http://127.0.0.1:" + strconv.Itoa(c.ports.metrics) + "/metrics"
+}
+
+// waitWebhookEnforced proves the whole admission path: a protected probe
+// object is deleted with dryRun until the API server returns Rampart's
+// denial. Registration propagates to the API server through a watch, so a
+// ready manager alone does not mean enforcement.
+func (c *Cluster) waitWebhookEnforced(ctx context.Context) error {
+	cs, err := c.Clientset()
+	if err != nil {
+		return err
+	}
+	cms := cs.CoreV1().ConfigMaps(metav1.NamespaceDefault)
+	probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Name:   "rampart-readiness-probe",
+		Labels: map[string]string{v1alpha1.LabelProtection: string(v1alpha1.ProtectionAlways)},
+	}}
+	if _, err := cms.Create(ctx, probe, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, startTimeout, true, func(ctx context.Context) (bool, error) {
+		if err := c.exitedEarly("rampart-manager"); err != nil {
+			return false, err
+		}
+		last = cms.Delete(ctx, probe.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(last) && strings.Contains(last.Error(), v1alpha1.LabelProtection), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the API server does not enforce Rampart's webhook (last answer to a protected delete: %v); see %s: %w",
+			last, c.path("logs", "rampart-manager.log"), err)
+	}
+	patch := []byte(`{"metadata":{"labels":{"` + v1alpha1.LabelProtection + `":null}}}`)
+	if _, err := cms.Patch(ctx, probe.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return err
+	}
+	return cms.Delete(ctx, probe.Name, metav1.DeleteOptions{})
+}

@@ -1,0 +1,206 @@
+// Package manager runs `rampart manager`: the controller-runtime manager that
+// serves Rampart's admission webhooks on every replica and runs its
+// controllers on the elected leader.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/servingcert"
+)
+
+// The manager's rights, generated into config/rbac by `make generate`.
+// Webhook configurations: create any, change only Rampart's own.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=create
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;update;patch,resourceNames=rampart-validating;rampart-mutating
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=rampart.io,resources=*,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rampart.io,resources=*/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=rampart-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// Options configure the manager.
+type Options struct {
+	// Namespace holds the leader-election lease; Rampart's webhooks never
+	// judge objects in it.
+	Namespace string
+	// WebhookHost and WebhookPort are where the webhook server listens.
+	WebhookHost string
+	WebhookPort int
+	// WebhookURLHost, when set, registers the webhooks by URL
+	// (https://WebhookURLHost:WebhookPort/...), as in a local cluster.
+	// Otherwise they are registered by Service.
+	WebhookURLHost string
+	// WebhookService is the Service in Namespace fronting the webhook
+	// server in a cluster.
+	WebhookService string
+	// CertDir holds tls.crt and tls.key. When CertDir has no certificate at
+	// start, the manager makes and renews its own (GenerateCerts).
+	CertDir       string
+	GenerateCerts bool
+	// CertValidity is the lifetime of generated serving certificates.
+	CertValidity time.Duration
+	// MetricsAddr and ProbeAddr are the Prometheus and health endpoints.
+	MetricsAddr, ProbeAddr string
+	LeaderElection         bool
+	Log                    logr.Logger
+}
+
+// Scheme has the built-in types and Rampart's.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (o Options) endpoint() rampartadmission.Endpoint {
+	return rampartadmission.Endpoint{URLHost: o.WebhookURLHost, Port: o.WebhookPort, Service: o.WebhookService, Namespace: o.Namespace}
+}
+
+func (o Options) certHosts() []string {
+	if o.WebhookURLHost != "" {
+		return []string{o.WebhookURLHost}
+	}
+	svc := o.WebhookService + "." + o.Namespace + ".svc"
+	return []string{svc, svc + ".cluster.local"}
+}
+
+// Run runs the manager until ctx ends.
+func Run(ctx context.Context, cfg *rest.Config, o Options) error {
+	if o.Namespace == "" {
+		return errors.New("--namespace is required")
+	}
+	if o.WebhookURLHost == "" && o.WebhookService == "" {
+		return errors.New("set --webhook-url-host (local) or --webhook-service (in a cluster)")
+	}
+	scheme, err := Scheme()
+	if err != nil {
+		return err
+	}
+	// The rotator writes the certificate before the webhook server starts,
+	// so the server always finds one.
+	var rotator *servingcert.Rotator
+	var caBundle []byte
+	if o.GenerateCerts {
+		rotator = &servingcert.Rotator{Dir: o.CertDir, Hosts: o.certHosts(), CertValidity: o.CertValidity, Log: o.Log.WithName("servingcert")}
+		if caBundle, _, err = rotator.Ensure(); err != nil {
+			return fmt.Errorf("webhook certificate: %w", err)
+		}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Logger:                  o.Log,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        "rampart-manager",
+		LeaderElectionNamespace: o.Namespace,
+		// Release the lease on shutdown so a rolling restart hands over at
+		// once instead of after the lease duration.
+		LeaderElectionReleaseOnCancel: true,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir,
+		}),
+	})
+	if err != nil {
+		return err
+	}
+	server := mgr.GetWebhookServer()
+	server.Register(rampartadmission.DeletionPath, &webhook.Admission{
+		Handler: &rampartadmission.Deletion{Recorder: mgr.GetEventRecorder("rampart")},
+	})
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	// Ready once the webhook server serves TLS and the configuration is
+	// registered: from then on the API server can call this replica.
+	registered := make(chan struct{})
+	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("registered", func(*http.Request) error {
+		select {
+		case <-registered:
+			return nil
+		default:
+			return errors.New("webhook configuration not registered yet")
+		}
+	}); err != nil {
+		return err
+	}
+	// The manager's cached client serves reads only after start; the
+	// registration uses a direct one.
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	register := func(ctx context.Context, bundle []byte) error {
+		return rampartadmission.Register(ctx, direct, o.endpoint(), bundle, o.Namespace)
+	}
+	if rotator != nil {
+		rotator.OnRotate = register
+		if err := mgr.Add(rotator); err != nil {
+			return err
+		}
+	}
+	if err := mgr.Add(registrar{register: register, bundle: caBundle, done: registered, log: o.Log}); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+// registrar registers the webhook configurations once the manager starts,
+// retrying until it succeeds. Every replica registers: the configuration is
+// the same from each, and a lone replica must not wait for a leader.
+type registrar struct {
+	register func(context.Context, []byte) error
+	bundle   []byte
+	done     chan struct{}
+	log      logr.Logger
+}
+
+func (r registrar) NeedLeaderElection() bool { return false }
+
+func (r registrar) Start(ctx context.Context) error {
+	delay := 100 * time.Millisecond
+	for {
+		err := r.register(ctx, r.bundle)
+		if err == nil {
+			close(r.done)
+			r.log.Info("webhook configuration registered", "name", rampartadmission.ValidatingConfigName)
+			<-ctx.Done()
+			return nil
+		}
+		r.log.Error(err, "registering webhook configuration; retrying", "in", delay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 10*time.Second)
+	}
+}
+
+var _ admission.Handler = (*rampartadmission.Deletion)(nil)

@@ -1,0 +1,102 @@
+package servingcert
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"testing"
+	"time"
+
+	"github.com/rampart-io/rampart/internal/pki"
+)
+
+func TestRotatorRenewsBeforeExpiry(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := &Rotator{
+		Dir: t.TempDir(), Hosts: []string{"127.0.0.1", "rampart-webhook.rampart-system.svc"},
+		CAValidity: 90 * time.Hour, CertValidity: 9 * time.Hour,
+		Now: func() time.Time { return now },
+	}
+	bundle, changed, err := r.Ensure()
+	if err != nil || !changed {
+		t.Fatalf("first Ensure: changed=%v err=%v", changed, err)
+	}
+	first := load(t, r)
+	verify(t, bundle, first, now)
+
+	// Within the first two thirds of its life nothing changes.
+	now = now.Add(5 * time.Hour)
+	if _, changed, err := r.Ensure(); err != nil || changed {
+		t.Fatalf("Ensure at 5h: changed=%v err=%v", changed, err)
+	}
+
+	// Past two thirds the serving certificate is renewed by the same CA.
+	now = now.Add(2 * time.Hour)
+	bundle2, changed, err := r.Ensure()
+	if err != nil || !changed {
+		t.Fatalf("Ensure at 7h: changed=%v err=%v", changed, err)
+	}
+	second := load(t, r)
+	if second.Cert.SerialNumber.Cmp(first.Cert.SerialNumber) == 0 {
+		t.Fatal("serving certificate was not renewed")
+	}
+	verify(t, bundle2, second, now)
+
+	// Past two thirds of the CA's life the CA is replaced; the bundle keeps
+	// the old CA so certificates it signed still verify.
+	now = now.Add(55 * time.Hour)
+	bundle3, changed, err := r.Ensure()
+	if err != nil || !changed {
+		t.Fatalf("Ensure at 62h: changed=%v err=%v", changed, err)
+	}
+	third := load(t, r)
+	verify(t, bundle3, third, now)
+	verify(t, bundle3, second, now.Add(-55*time.Hour+time.Hour))
+}
+
+func TestRotatorReissuesForNewHosts(t *testing.T) {
+	now := time.Now()
+	dir := t.TempDir()
+	r := &Rotator{Dir: dir, Hosts: []string{"127.0.0.1"}, Now: func() time.Time { return now }}
+	if _, _, err := r.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	r.Hosts = []string{"127.0.0.1", "rampart.example"}
+	if _, changed, err := r.Ensure(); err != nil || !changed {
+		t.Fatalf("changed=%v err=%v, want a new certificate for the new host", changed, err)
+	}
+	if err := load(t, r).Cert.VerifyHostname("rampart.example"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func load(t *testing.T, r *Rotator) *pki.KeyPair {
+	t.Helper()
+	kp, err := pki.Load(r.Dir + "/tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+// verify checks the serving certificate against the bundle the API server
+// would be given, at time at.
+func verify(t *testing.T, bundle []byte, serving *pki.KeyPair, at time.Time) {
+	t.Helper()
+	pool := x509.NewCertPool()
+	rest := bundle
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool.AddCert(c)
+	}
+	if _, err := serving.Cert.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: at, DNSName: "127.0.0.1"}); err != nil {
+		t.Fatalf("serving certificate does not verify against the bundle: %v", err)
+	}
+}
