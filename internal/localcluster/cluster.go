@@ -38,6 +38,8 @@ type Options struct {
 	Detached bool
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
+	// ManagerArgs are extra flags for `rampart manager`.
+	ManagerArgs []string
 }
 
 // Cluster is a running local cluster.
@@ -68,7 +70,7 @@ func CheckAssets(assets string) error {
 
 type ports struct {
 	etcdClient, etcdPeer, apiserver, kcm, scheduler, kwok int
-	webhook, metrics, health                               int
+	webhook, metrics, health                              int
 }
 
 // freePorts asks the kernel for distinct unused loopback ports. Another
@@ -229,6 +231,17 @@ func (c *Cluster) Wait(ctx context.Context) error {
 	case p := <-cases:
 		return fmt.Errorf("%s exited; see %s", p.Name, c.path("logs", p.Name+".log"))
 	}
+}
+
+// StopComponent stops one component, e.g. "rampart-manager", to show what
+// its outage does; the rest keeps running.
+func (c *Cluster) StopComponent(name string) error {
+	for _, p := range c.procs {
+		if p.Name == name {
+			return p.stop(15 * time.Second)
+		}
+	}
+	return fmt.Errorf("no component %q", name)
 }
 
 // Clientset is a typed admin client.

@@ -184,16 +184,18 @@ func Stop(dir string) error {
 }
 
 // Running lists the recorded processes of dir that still run.
-func Running(dir string) ([]string, error) {
+func Running(dir string) ([]*Process, error) {
 	s, err := readState(dir)
 	if err != nil {
 		return nil, err
 	}
-	var out []string
+	var out []*Process
 	for _, p := range s.Processes {
 		if p.alive() {
-			out = append(out, p.Name+" (pid "+strconv.Itoa(p.PID)+")")
+			out = append(out, p)
 		}
 	}
 	return out, nil
 }
+
+func (p *Process) String() string { return p.Name + " (pid " + strconv.Itoa(p.PID) + ")" }

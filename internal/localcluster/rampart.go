@@ -14,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -131,19 +131,25 @@ func localBindings() []*unstructured.Unstructured {
 }
 
 func (c *Cluster) startManager(ctx context.Context) error {
-	err := c.run("rampart-manager", c.opts.Rampart, "manager",
-		"--kubeconfig="+c.path(managerID.file),
-		"--namespace="+ManagerNamespace,
+	args := append([]string{"manager",
+		"--kubeconfig=" + c.path(managerID.file),
+		"--namespace=" + ManagerNamespace,
 		"--webhook-url-host=127.0.0.1",
-		"--webhook-port="+strconv.Itoa(c.ports.webhook),
-		"--cert-dir="+c.path("manager", "certs"),
-		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(c.ports.metrics),
-		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(c.ports.health),
-	)
-	if err != nil {
+		"--webhook-bind-host=127.0.0.1",
+		"--webhook-port=" + strconv.Itoa(c.ports.webhook),
+		"--cert-dir=" + c.path("manager", "certs"),
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(c.ports.metrics),
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(c.ports.health),
+	}, c.opts.ManagerArgs...)
+	if err := c.run("rampart-manager", c.opts.Rampart, args...); err != nil {
 		return err
 	}
 	return c.waitHealthy(ctx, "rampart-manager", "http://127.0.0.1:"+strconv.Itoa(c.ports.health)+"/readyz", nil)
+}
+
+// WebhookURL is the manager's webhook server.
+func (c *Cluster) WebhookURL() string {
+	return "https://127.0.0.1:" + strconv.Itoa(c.ports.webhook)
 }
 
 // MetricsURL is the manager's Prometheus endpoint.

@@ -114,8 +114,8 @@ type Request struct {
 	// CA makes it a certificate authority.
 	CA       bool
 	Validity time.Duration
-	// Now is the issue time; the certificate is valid from a minute before
-	// it, to absorb clock skew between processes.
+	// Now is the issue time; the certificate is valid from a little before
+	// it (a minute, or a tenth of a short validity) to absorb clock skew.
 	Now time.Time
 }
 
@@ -147,7 +147,7 @@ func issue(req Request, parent *KeyPair) (*KeyPair, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: req.CommonName, Organization: req.Organization},
-		NotBefore:    req.Now.Add(-time.Minute),
+		NotBefore:    req.Now.Add(-min(time.Minute, req.Validity/10)),
 		NotAfter:     req.Now.Add(req.Validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 	}
