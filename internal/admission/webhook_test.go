@@ -1,0 +1,447 @@
+package admission_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/localcluster"
+	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
+	"github.com/rampart-io/rampart/internal/pki"
+)
+
+// This package's cluster runs the Rampart manager: every test here goes
+// through the real API server, which calls the webhook and honours it.
+func TestMain(m *testing.M) {
+	clustertest.Main(m, localcluster.Options{})
+}
+
+const protectionLabel = "rampart.io/protection"
+
+// object is one protected kind the deletion webhook covers.
+type object struct {
+	kind     string
+	resource string // as in the denial message and kubectl
+	create   func(ctx context.Context, env *clustertest.Env, ns, name string, labels map[string]string) error
+	delete   func(ctx context.Context, env *clustertest.Env, ns, name string, opts metav1.DeleteOptions) error
+	get      func(ctx context.Context, env *clustertest.Env, ns, name string) error
+	unlabel  func(ctx context.Context, env *clustertest.Env, ns, name string) error
+}
+
+var unlabelPatch = []byte(`{"metadata":{"labels":{"` + protectionLabel + `":null}}}`)
+
+var objects = []object{
+	{
+		kind: "Namespace", resource: "namespace",
+		create: func(ctx context.Context, env *clustertest.Env, _, name string, labels map[string]string) error {
+			_, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+			return err
+		},
+		delete: func(ctx context.Context, env *clustertest.Env, _, name string, o metav1.DeleteOptions) error {
+			return env.Client.CoreV1().Namespaces().Delete(ctx, name, o)
+		},
+		get: func(ctx context.Context, env *clustertest.Env, _, name string) error {
+			ns, err := env.Client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+			if err == nil && ns.DeletionTimestamp != nil {
+				return fmt.Errorf("namespace %s is terminating", name)
+			}
+			return err
+		},
+		unlabel: func(ctx context.Context, env *clustertest.Env, _, name string) error {
+			_, err := env.Client.CoreV1().Namespaces().Patch(ctx, name, types.MergePatchType, unlabelPatch, metav1.PatchOptions{})
+			return err
+		},
+	},
+	{
+		kind: "ConfigMap", resource: "configmap",
+		create: func(ctx context.Context, env *clustertest.Env, ns, name string, labels map[string]string) error {
+			_, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+			return err
+		},
+		delete: func(ctx context.Context, env *clustertest.Env, ns, name string, o metav1.DeleteOptions) error {
+			return env.Client.CoreV1().ConfigMaps(ns).Delete(ctx, name, o)
+		},
+		get: func(ctx context.Context, env *clustertest.Env, ns, name string) error {
+			_, err := env.Client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+			return err
+		},
+		unlabel: func(ctx context.Context, env *clustertest.Env, ns, name string) error {
+			_, err := env.Client.CoreV1().ConfigMaps(ns).Patch(ctx, name, types.MergePatchType, unlabelPatch, metav1.PatchOptions{})
+			return err
+		},
+	},
+	{
+		kind: "Deployment", resource: "deployments.apps",
+		create: func(ctx context.Context, env *clustertest.Env, ns, name string, labels map[string]string) error {
+			sel := map[string]string{"app": name}
+			d := &appsv1.Deployment{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+				Spec: appsv1.DeploymentSpec{
+					Replicas: ptr.To(int32(2)),
+					Selector: &metav1.LabelSelector{MatchLabels: sel},
+					Template: corev1.PodTemplateSpec{
+						ObjectMeta: metav1.ObjectMeta{Labels: sel},
+						Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+					},
+				},
+			}
+			_, err := env.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
+			return err
+		},
+		delete: func(ctx context.Context, env *clustertest.Env, ns, name string, o metav1.DeleteOptions) error {
+			return env.Client.AppsV1().Deployments(ns).Delete(ctx, name, o)
+		},
+		get: func(ctx context.Context, env *clustertest.Env, ns, name string) error {
+			_, err := env.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			return err
+		},
+		unlabel: func(ctx context.Context, env *clustertest.Env, ns, name string) error {
+			_, err := env.Client.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType, unlabelPatch, metav1.PatchOptions{})
+			return err
+		},
+	},
+}
+
+// objectNamespace is where a namespaced object goes; "" for a Namespace.
+func objectNamespace(t *testing.T, env *clustertest.Env, o object) string {
+	if o.kind == "Namespace" {
+		return ""
+	}
+	return env.Namespace(t)
+}
+
+func uniqueName(prefix string) string {
+	return fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()%1_000_000_000)
+}
+
+func TestProtectedDeleteIsDeniedWithTheWayOut(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	for _, o := range objects {
+		t.Run(o.kind, func(t *testing.T) {
+			ns := objectNamespace(t, env, o)
+			name := uniqueName("keep")
+			if err := o.create(ctx, env, ns, name, map[string]string{protectionLabel: "Always"}); err != nil {
+				t.Fatal(err)
+			}
+			before := denialCount(t, env, o)
+
+			err := o.delete(ctx, env, ns, name, metav1.DeleteOptions{})
+			if !apierrors.IsForbidden(err) {
+				t.Fatalf("DELETE of a protected %s: err = %v, want Forbidden", o.kind, err)
+			}
+			msg := err.Error()
+			for _, want := range []string{
+				`denied the request`,
+				fmt.Sprintf("%s %q", o.resource, name),
+				"rampart.io/protection=Always",
+				"kubectl label " + nsFlag(ns) + o.resource + "/" + name + " rampart.io/protection-",
+			} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("denial %q lacks %q", msg, want)
+				}
+			}
+			if err := o.get(ctx, env, ns, name); err != nil {
+				t.Fatalf("protected %s is gone after a denied delete: %v", o.kind, err)
+			}
+			if got := denialCount(t, env, o); got != before+1 {
+				t.Errorf("rampart_admission_denials_total for %s went from %v to %v, want +1", o.resource, before, got)
+			}
+			waitDeniedEvent(t, env, ns, name, 1)
+
+			// The way out the message names works: unlabel, then delete.
+			if err := o.unlabel(ctx, env, ns, name); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.delete(ctx, env, ns, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatalf("delete after removing the label: %v", err)
+			}
+		})
+	}
+}
+
+func nsFlag(ns string) string {
+	if ns == "" {
+		return ""
+	}
+	return "-n " + ns + " "
+}
+
+func TestUnprotectedDeletesPass(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	for _, o := range objects {
+		t.Run(o.kind, func(t *testing.T) {
+			ns := objectNamespace(t, env, o)
+			name := uniqueName("plain")
+			// Another value of the label, or none, is not protection.
+			for i, labels := range []map[string]string{nil, {protectionLabel: "never"}} {
+				n := fmt.Sprintf("%s-%d", name, i)
+				if err := o.create(ctx, env, ns, n, labels); err != nil {
+					t.Fatal(err)
+				}
+				if err := o.delete(ctx, env, ns, n, metav1.DeleteOptions{}); err != nil {
+					t.Fatalf("delete of %s labelled %v: %v", o.kind, labels, err)
+				}
+			}
+		})
+	}
+}
+
+func TestDryRunIsJudgedWithoutSideEffects(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	o := objects[1] // ConfigMap
+	ns := env.Namespace(t)
+	if err := o.create(ctx, env, ns, "settings", map[string]string{protectionLabel: "Always"}); err != nil {
+		t.Fatal(err)
+	}
+	err := o.delete(ctx, env, ns, "settings", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("dry-run DELETE of a protected object: err = %v, want the same denial as a real one", err)
+	}
+	// A real denial afterwards writes exactly one Event: the dry run wrote none.
+	if err := o.delete(ctx, env, ns, "settings", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("DELETE: %v", err)
+	}
+	waitDeniedEvent(t, env, ns, "settings", 1)
+	time.Sleep(time.Second) // an Event from the dry run would have landed by now
+	if n := deniedEvents(t, env, ns, "settings"); n != 1 {
+		t.Fatalf("%d DeleteDenied events after one dry run and one real denial, want 1", n)
+	}
+}
+
+func TestKubectlDeleteShowsTheReason(t *testing.T) {
+	env := clustertest.Get(t)
+	name := uniqueName("prod")
+	if out, err := env.Kubectl(t, "create", "namespace", name); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if out, err := env.Kubectl(t, "label", "namespace", name, "rampart.io/protection=Always"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	out, err := env.Kubectl(t, "delete", "namespace", name)
+	if err == nil {
+		t.Fatalf("kubectl delete of a protected namespace succeeded: %s", out)
+	}
+	want := "kubectl label namespace/" + name + " rampart.io/protection-"
+	if !strings.Contains(out, want) {
+		t.Fatalf("kubectl output %q does not tell the user %q", out, want)
+	}
+	// Following the advice works.
+	if out, err := env.Kubectl(t, "label", "namespace/"+name, "rampart.io/protection-"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if out, err := env.Kubectl(t, "delete", "namespace", name, "--wait=false"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+}
+
+func TestMalformedReviewGetsAnErrorAndTheServerKeepsServing(t *testing.T) {
+	env := clustertest.Get(t)
+	client := webhookClient(t, env)
+	for _, body := range []string{"", "{", `{"request":{"uid":"1","operation":"DELETE","oldObject":"not an object"}}`, strings.Repeat("x", 1<<16)} {
+		resp, err := client.Post(env.WebhookURL()+rampartadmission.DeletionPath, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("POST %.20q: %v", body, err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		var review admissionv1.AdmissionReview
+		if resp.StatusCode == http.StatusOK {
+			if err := json.Unmarshal(data, &review); err != nil || review.Response == nil || review.Response.Allowed || review.Response.Result == nil || review.Response.Result.Code != http.StatusBadRequest {
+				t.Errorf("POST %.20q: %s %s, want a 400 result that allows nothing", body, resp.Status, data)
+			}
+		} else if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("POST %.20q: %s, want 400", body, resp.Status)
+		}
+	}
+	// Still judging real requests.
+	ns := env.Namespace(t)
+	o := objects[1]
+	if err := o.create(context.Background(), env, ns, "c", map[string]string{protectionLabel: "Always"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.delete(context.Background(), env, ns, "c", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("after malformed requests: DELETE = %v, want Forbidden", err)
+	}
+}
+
+func TestManagerIsReadyAndServesMetrics(t *testing.T) {
+	env := clustertest.Get(t)
+	body := scrape(t, env)
+	for _, want := range []string{"controller_runtime_webhook_requests_total", "rampart_admission_denials_total"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// webhookClient trusts the CA bundle Rampart registered with the API server.
+func webhookClient(t *testing.T, env *clustertest.Env) *http.Client {
+	t.Helper()
+	cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), rampartadmission.ValidatingConfigName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(cfg.Webhooks[0].ClientConfig.CABundle) {
+		t.Fatal("registered caBundle holds no certificate")
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+}
+
+func scrape(t *testing.T, env *clustertest.Env) string {
+	t.Helper()
+	resp, err := http.Get(env.MetricsURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// denialCount reads rampart_admission_denials_total for the object's
+// resource from the manager's Prometheus endpoint.
+func denialCount(t *testing.T, env *clustertest.Env, o object) float64 {
+	t.Helper()
+	resource := map[string]string{"Namespace": "namespaces", "ConfigMap": "configmaps", "Deployment": "deployments.apps"}[o.kind]
+	re := regexp.MustCompile(`(?m)^rampart_admission_denials_total\{resource="` + regexp.QuoteMeta(resource) + `",rule="protection=Always"\} (\S+)$`)
+	m := re.FindStringSubmatch(scrape(t, env))
+	if m == nil {
+		return 0
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func deniedEvents(t *testing.T, env *clustertest.Env, ns, name string) int {
+	t.Helper()
+	evNS := ns
+	if evNS == "" {
+		evNS = metav1.NamespaceDefault // events about cluster-scoped objects
+	}
+	list, err := env.Client.EventsV1().Events(evNS).List(context.Background(), metav1.ListOptions{
+		FieldSelector: "regarding.name=" + name + ",reason=DeleteDenied",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range list.Items {
+		if e.Series != nil {
+			n += int(e.Series.Count)
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+func waitDeniedEvent(t *testing.T, env *clustertest.Env, ns, name string, want int) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
+		return deniedEvents(t, env, ns, name) >= want, nil
+	})
+	if err != nil {
+		t.Fatalf("no DeleteDenied Event for %s/%s: %v", ns, name, err)
+	}
+}
+
+// Outage: with the manager stopped, nothing unprotected is blocked; what is
+// protected fails closed.
+func TestOutageBlocksOnlyProtectedObjects(t *testing.T) {
+	env := clustertest.Start(t, localcluster.Options{Nodes: 1})
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	cm := objects[1]
+	if err := cm.create(ctx, env, ns, "guarded", map[string]string{protectionLabel: "Always"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.StopComponent("rampart-manager"); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objects {
+		n := uniqueName("plain")
+		ons := ns
+		if o.kind == "Namespace" {
+			ons = ""
+		}
+		if err := o.create(ctx, env, ons, n, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.delete(ctx, env, ons, n, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("with Rampart down, deleting an unprotected %s failed: %v", o.kind, err)
+		}
+	}
+	// kube-system keeps working: a controller's lease can be written.
+	if _, err := env.Client.CoreV1().ConfigMaps("kube-system").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "outage-probe"}}, metav1.CreateOptions{}); err != nil {
+		t.Errorf("kube-system write with Rampart down: %v", err)
+	}
+	err := cm.delete(ctx, env, ns, "guarded", metav1.DeleteOptions{})
+	if err == nil {
+		t.Fatal("with Rampart down, a protected ConfigMap was deleted: the webhook must fail closed")
+	}
+	if !strings.Contains(err.Error(), "deletion.rampart.io") {
+		t.Errorf("fail-closed error %q does not name Rampart's webhook", err)
+	}
+}
+
+// The generated serving certificate is renewed before it expires, and the
+// API server keeps reaching the webhook across renewals.
+func TestServingCertificateIsRenewedWhileServing(t *testing.T) {
+	env := clustertest.Start(t, localcluster.Options{Nodes: 1, ManagerArgs: []string{"--cert-validity=6s"}})
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	cm := objects[1]
+	if err := cm.create(ctx, env, ns, "guarded", map[string]string{protectionLabel: "Always"}); err != nil {
+		t.Fatal(err)
+	}
+	certFile := filepath.Join(env.Dir, "manager", "certs", "tls")
+	serials := map[string]bool{}
+	deadline := time.Now().Add(40 * time.Second)
+	for len(serials) < 3 && time.Now().Before(deadline) {
+		kp, err := pki.Load(certFile)
+		if err == nil {
+			serials[kp.Cert.SerialNumber.String()] = true
+			if time.Now().After(kp.Cert.NotAfter) {
+				t.Fatalf("serving certificate expired at %v without renewal", kp.Cert.NotAfter)
+			}
+		}
+		if err := cm.delete(ctx, env, ns, "guarded", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsForbidden(err) {
+			t.Fatalf("during certificate renewal the webhook answered %v, want its denial", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if len(serials) < 3 {
+		t.Fatalf("saw %d serving certificates in 40s with a 6s validity, want renewals", len(serials))
+	}
+	t.Logf("%d serving certificates seen; every dry-run delete was judged by the webhook", len(serials))
+}
