@@ -2,10 +2,7 @@ package localcluster_test
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -124,7 +121,7 @@ func TestClustersRunSideBySideAndStopCompletely(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, pid := range pids {
-		if processExists(pid) {
+		if clustertest.ProcessAlive(pid) {
 			t.Errorf("pid %d still runs after Stop", pid)
 		}
 	}
@@ -152,14 +149,6 @@ func pidsOf(t *testing.T, dir string) []int {
 		pids = append(pids, p.PID)
 	}
 	return pids
-}
-
-func processExists(pid int) bool {
-	if err := syscall.Kill(pid, 0); err != nil {
-		return false
-	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	return err == nil && !strings.Contains(string(stat), ") Z ")
 }
 
 func waitFor(t *testing.T, what string, cond func(context.Context) bool) {

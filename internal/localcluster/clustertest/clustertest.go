@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,7 +121,7 @@ func keepLogs(t testing.TB, dir string) {
 }
 
 func start1(dir string, opts localcluster.Options) (*Env, error) {
-	assets, rampart, err := binaries()
+	assets, rampart, err := Binaries()
 	if err != nil {
 		return nil, err
 	}
@@ -148,10 +149,10 @@ var (
 	buildErr     error
 )
 
-// binaries finds bin/k8s and bin/rampart: from RAMPART_ASSETS and
+// Binaries finds bin/k8s and bin/rampart: from RAMPART_ASSETS and
 // RAMPART_BIN (what `make test` sets), else in the repository, building
 // bin/rampart when it is missing so that `go test ./...` works alone.
-func binaries() (assets, rampart string, err error) {
+func Binaries() (assets, rampart string, err error) {
 	root, err := repoRoot()
 	if err != nil {
 		return "", "", err
@@ -256,6 +257,15 @@ func (e *Env) WaitPodsRunning(t testing.TB, ns, selector string, n int, timeout 
 		t.Fatalf("waiting for %d running pods %q in %s: %s: %v", n, selector, ns, last, err)
 	}
 	return pods
+}
+
+// ProcessAlive reports whether pid runs (a zombie does not).
+func ProcessAlive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !strings.Contains(string(stat), ") Z ")
 }
 
 // Kubectl runs the cluster's kubectl with the admin kubeconfig and returns
