@@ -16,13 +16,14 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
+	"k8s.io/client-go/dynamic"
 
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/localcluster"
@@ -38,88 +39,69 @@ func TestMain(m *testing.M) {
 
 const protectionLabel = "rampart.io/protection"
 
-// object is one protected kind the deletion webhook covers.
+// object is one kind the deletion webhook covers, handled through the
+// dynamic client so every test treats all kinds alike.
 type object struct {
 	kind     string
 	resource string // as in the denial message and kubectl
-	create   func(ctx context.Context, env *clustertest.Env, ns, name string, labels map[string]string) error
-	delete   func(ctx context.Context, env *clustertest.Env, ns, name string, opts metav1.DeleteOptions) error
-	get      func(ctx context.Context, env *clustertest.Env, ns, name string) error
-	unlabel  func(ctx context.Context, env *clustertest.Env, ns, name string) error
+	gvr      schema.GroupVersionResource
+	spec     map[string]any
 }
 
-var unlabelPatch = []byte(`{"metadata":{"labels":{"` + protectionLabel + `":null}}}`)
-
 var objects = []object{
-	{
-		kind: "Namespace", resource: "namespace",
-		create: func(ctx context.Context, env *clustertest.Env, _, name string, labels map[string]string) error {
-			_, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
-			return err
-		},
-		delete: func(ctx context.Context, env *clustertest.Env, _, name string, o metav1.DeleteOptions) error {
-			return env.Client.CoreV1().Namespaces().Delete(ctx, name, o)
-		},
-		get: func(ctx context.Context, env *clustertest.Env, _, name string) error {
-			ns, err := env.Client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
-			if err == nil && ns.DeletionTimestamp != nil {
-				return fmt.Errorf("namespace %s is terminating", name)
-			}
-			return err
-		},
-		unlabel: func(ctx context.Context, env *clustertest.Env, _, name string) error {
-			_, err := env.Client.CoreV1().Namespaces().Patch(ctx, name, types.MergePatchType, unlabelPatch, metav1.PatchOptions{})
-			return err
-		},
-	},
-	{
-		kind: "ConfigMap", resource: "configmap",
-		create: func(ctx context.Context, env *clustertest.Env, ns, name string, labels map[string]string) error {
-			_, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
-			return err
-		},
-		delete: func(ctx context.Context, env *clustertest.Env, ns, name string, o metav1.DeleteOptions) error {
-			return env.Client.CoreV1().ConfigMaps(ns).Delete(ctx, name, o)
-		},
-		get: func(ctx context.Context, env *clustertest.Env, ns, name string) error {
-			_, err := env.Client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
-			return err
-		},
-		unlabel: func(ctx context.Context, env *clustertest.Env, ns, name string) error {
-			_, err := env.Client.CoreV1().ConfigMaps(ns).Patch(ctx, name, types.MergePatchType, unlabelPatch, metav1.PatchOptions{})
-			return err
-		},
-	},
+	{kind: "Namespace", resource: "namespace", gvr: schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}},
+	{kind: "ConfigMap", resource: "configmap", gvr: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}},
 	{
 		kind: "Deployment", resource: "deployments.apps",
-		create: func(ctx context.Context, env *clustertest.Env, ns, name string, labels map[string]string) error {
-			sel := map[string]string{"app": name}
-			d := &appsv1.Deployment{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-				Spec: appsv1.DeploymentSpec{
-					Replicas: ptr.To(int32(2)),
-					Selector: &metav1.LabelSelector{MatchLabels: sel},
-					Template: corev1.PodTemplateSpec{
-						ObjectMeta: metav1.ObjectMeta{Labels: sel},
-						Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
-					},
-				},
-			}
-			_, err := env.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
-			return err
-		},
-		delete: func(ctx context.Context, env *clustertest.Env, ns, name string, o metav1.DeleteOptions) error {
-			return env.Client.AppsV1().Deployments(ns).Delete(ctx, name, o)
-		},
-		get: func(ctx context.Context, env *clustertest.Env, ns, name string) error {
-			_, err := env.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-			return err
-		},
-		unlabel: func(ctx context.Context, env *clustertest.Env, ns, name string) error {
-			_, err := env.Client.AppsV1().Deployments(ns).Patch(ctx, name, types.MergePatchType, unlabelPatch, metav1.PatchOptions{})
-			return err
+		gvr: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"},
+		spec: map[string]any{
+			"replicas": int64(2),
+			"selector": map[string]any{"matchLabels": map[string]any{"app": "x"}},
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": map[string]any{"app": "x"}},
+				"spec":     map[string]any{"containers": []any{map[string]any{"name": "app", "image": "registry.example/app:1"}}},
+			},
 		},
 	},
+}
+
+func (o object) client(env *clustertest.Env, ns string) dynamic.ResourceInterface {
+	if ns == "" {
+		return env.Dynamic.Resource(o.gvr)
+	}
+	return env.Dynamic.Resource(o.gvr).Namespace(ns)
+}
+
+func (o object) create(ctx context.Context, env *clustertest.Env, ns, name string, labels map[string]string) error {
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetAPIVersion(o.gvr.GroupVersion().String())
+	u.SetKind(o.kind)
+	u.SetName(name)
+	u.SetLabels(labels)
+	if o.spec != nil {
+		u.Object["spec"] = o.spec
+	}
+	_, err := o.client(env, ns).Create(ctx, u, metav1.CreateOptions{})
+	return err
+}
+
+func (o object) delete(ctx context.Context, env *clustertest.Env, ns, name string, opts metav1.DeleteOptions) error {
+	return o.client(env, ns).Delete(ctx, name, opts)
+}
+
+// get fails if the object is gone or being deleted.
+func (o object) get(ctx context.Context, env *clustertest.Env, ns, name string) error {
+	u, err := o.client(env, ns).Get(ctx, name, metav1.GetOptions{})
+	if err == nil && u.GetDeletionTimestamp() != nil {
+		return fmt.Errorf("%s %s is being deleted", o.kind, name)
+	}
+	return err
+}
+
+func (o object) unlabel(ctx context.Context, env *clustertest.Env, ns, name string) error {
+	patch := []byte(`{"metadata":{"labels":{"` + protectionLabel + `":null}}}`)
+	_, err := o.client(env, ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // objectNamespace is where a namespaced object goes; "" for a Namespace.
@@ -287,8 +269,15 @@ func TestMalformedReviewGetsAnErrorAndTheServerKeepsServing(t *testing.T) {
 	}
 }
 
-func TestManagerIsReadyAndServesMetrics(t *testing.T) {
+func TestManagerElectsALeaderAndServesMetrics(t *testing.T) {
 	env := clustertest.Get(t)
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		lease, err := env.Client.CoordinationV1().Leases(localcluster.ManagerNamespace).Get(ctx, "rampart-manager", metav1.GetOptions{})
+		return err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", nil
+	})
+	if err != nil {
+		t.Fatalf("no leader holds the rampart-manager lease: %v", err)
+	}
 	body := scrape(t, env)
 	for _, want := range []string{"controller_runtime_webhook_requests_total", "rampart_admission_denials_total"} {
 		if !strings.Contains(body, want) {

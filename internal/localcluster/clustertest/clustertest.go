@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/rampart-io/rampart/internal/localcluster"
@@ -28,7 +29,8 @@ import (
 // Env is a running cluster with clients for a test.
 type Env struct {
 	*localcluster.Cluster
-	Client kubernetes.Interface
+	Client  kubernetes.Interface
+	Dynamic dynamic.Interface
 }
 
 var (
@@ -140,7 +142,12 @@ func start1(dir string, opts localcluster.Options) (*Env, error) {
 		_ = c.Stop()
 		return nil, err
 	}
-	return &Env{Cluster: c, Client: cs}, nil
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
+	return &Env{Cluster: c, Client: cs, Dynamic: dyn}, nil
 }
 
 var (
