@@ -56,14 +56,12 @@ func ValidatingConfig(ep Endpoint, caBundle []byte, ownNamespace string) *admiss
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 			Name:         "deletion.rampart.io",
 			ClientConfig: ep.clientConfig(DeletionPath, caBundle),
-			Rules: []admissionregistrationv1.RuleWithOperations{
-				deleteRule("", "namespaces", admissionregistrationv1.ClusterScope),
-				deleteRule("", "configmaps", admissionregistrationv1.NamespacedScope),
-				deleteRule("apps", "deployments", admissionregistrationv1.NamespacedScope),
-			},
+			// Any resource may carry the label; the selector lets only
+			// labelled objects through.
+			Rules: []admissionregistrationv1.RuleWithOperations{deleteRule("*", "*", admissionregistrationv1.AllScopes)},
 			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 				Key: v1alpha1.LabelProtection, Operator: metav1.LabelSelectorOpIn,
-				Values: []string{string(v1alpha1.ProtectionAlways)},
+				Values: []string{string(v1alpha1.ProtectionAlways), string(v1alpha1.ProtectionCascading)},
 			}}},
 			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 				Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{ownNamespace},

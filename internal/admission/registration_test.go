@@ -16,10 +16,11 @@ func TestValidatingConfigReachesOnlyProtectedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	for lbls, want := range map[string]bool{
-		"rampart.io/protection=Always": true,
-		"rampart.io/protection=never":  false,
-		"app=web":                      false,
-		"":                             false,
+		"rampart.io/protection=Always":    true,
+		"rampart.io/protection=Cascading": true,
+		"rampart.io/protection=never":     false,
+		"app=web":                         false,
+		"":                                false,
 	} {
 		set, _ := labels.ConvertSelectorToLabelsMap(lbls)
 		if got := sel.Matches(set); got != want {

@@ -19,10 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/clusterview"
 	"github.com/rampart-io/rampart/internal/servingcert"
 )
 
@@ -127,9 +127,24 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
+	view, err := clusterview.New(cfg, o.Log.WithName("clusterview"))
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(view); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("clusterview", func(*http.Request) error {
+		if !view.HasSynced() {
+			return errors.New("cluster view not synced yet")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	server := mgr.GetWebhookServer()
 	server.Register(rampartadmission.DeletionPath, &webhook.Admission{
-		Handler: &rampartadmission.Deletion{Recorder: mgr.GetEventRecorder("rampart")},
+		Handler: &rampartadmission.Deletion{View: view, Recorder: mgr.GetEventRecorder("rampart")},
 	})
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
@@ -202,5 +217,3 @@ func (r registrar) Start(ctx context.Context) error {
 		delay = min(2*delay, 10*time.Second)
 	}
 }
-
-var _ admission.Handler = (*rampartadmission.Deletion)(nil)

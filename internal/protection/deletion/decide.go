@@ -1,12 +1,18 @@
-// Package deletion decides whether a DELETE may go through. The decision is
-// a pure function of the request; the webhook in internal/admission is a thin
-// adapter that builds the Request and reports the Verdict.
+// Package deletion decides whether a DELETE may go through. It is one engine
+// for every kind: the protection level comes from the object's label or a
+// ProtectionPolicy, and what "would cascade" means is a probe chosen by the
+// resource (namespace, CRD, workload, or any owner). The decision is a pure
+// function of the request and a read-only View of the cluster; the webhook
+// in internal/admission builds both and reports the Verdict.
 package deletion
 
 import (
 	"fmt"
+	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 )
@@ -14,18 +20,45 @@ import (
 // Request is what the decision needs to know about one DELETE.
 type Request struct {
 	Resource schema.GroupResource
+	// Kind is the object's kind, e.g. "Deployment"; used in messages.
+	Kind string
 	// Namespace is empty for cluster-scoped objects.
 	Namespace string
 	Name      string
-	// Labels are the labels of the object being deleted.
-	Labels map[string]string
+	UID       types.UID
+	// Level is the protection that applies; empty means none.
+	Level v1alpha1.ProtectionLevel
+	// Source says where Level comes from, and so how to lift it.
+	Source Source
+	// Propagation is the request's DeleteOptions.propagationPolicy.
+	Propagation metav1.DeletionPropagation
+	// Workload is set for kinds that run pods and may have replicas:
+	// Deployment, ReplicaSet, StatefulSet, ReplicationController,
+	// DaemonSet, Job, CronJob, and custom resources with a scale
+	// subresource.
+	Workload bool
+	// Replicas is the workload's desired replica count, nil if it has none.
+	Replicas *int64
+}
+
+// Source is where a protection level comes from.
+type Source struct {
+	// Policy names the ProtectionPolicy; empty means the object's label.
+	Policy string
+}
+
+func (s Source) String() string {
+	if s.Policy == "" {
+		return "label " + v1alpha1.LabelProtection
+	}
+	return fmt.Sprintf("ProtectionPolicy %q", s.Policy)
 }
 
 // Verdict is the decision on one DELETE.
 type Verdict struct {
 	Allowed bool
-	// Rule names the rule that denied, e.g. "protection=Always"; it is a
-	// bounded set, fit for a metric label.
+	// Rule names the rule that denied, e.g. "protection=Always"; a bounded
+	// set, fit for a metric label.
 	Rule string
 	// Message tells the requester what was denied, why, and how to proceed.
 	Message string
@@ -36,22 +69,74 @@ var Allow = Verdict{Allowed: true}
 
 // Rule names used in verdicts, events and metrics.
 const (
-	RuleAlways = "protection=Always"
+	RuleAlways    = "protection=Always"
+	RuleCascading = "protection=Cascading"
 )
 
 // Decide judges one DELETE.
-func Decide(r Request) Verdict {
-	switch v1alpha1.ProtectionLevel(r.Labels[v1alpha1.LabelProtection]) {
+func Decide(r Request, v View) Verdict {
+	switch r.Level {
 	case v1alpha1.ProtectionAlways:
 		return Verdict{
 			Rule: RuleAlways,
-			Message: fmt.Sprintf("%s is protected by label %s=%s, which forbids deleting it. "+
-				"If the deletion is intended, remove the label first: %s",
-				describe(r), v1alpha1.LabelProtection, v1alpha1.ProtectionAlways, unlabelCommand(r)),
+			Message: fmt.Sprintf("%s is protected by %s, which forbids deleting it (%s=%s). %s",
+				describe(r), r.Source, v1alpha1.LabelProtection, v1alpha1.ProtectionAlways, lift(r)),
 		}
+	case v1alpha1.ProtectionCascading:
+		findings := probeFor(r)(r, v)
+		if len(findings) == 0 {
+			return Allow
+		}
+		return Verdict{Rule: RuleCascading, Message: cascadingMessage(r, findings)}
 	default:
 		return Allow
 	}
+}
+
+// Finding is one way a DELETE would cascade.
+type Finding struct {
+	// What is counted, in the plural: "non-terminal pods".
+	What   string
+	Sample Sample
+	// Fix is the step that removes this finding, if there is one to give.
+	Fix string
+}
+
+func (f Finding) String() string {
+	s := fmt.Sprintf("%d %s", f.Sample.Count, f.What)
+	if len(f.Sample.Examples) > 0 {
+		more := ""
+		if f.Sample.Count > len(f.Sample.Examples) {
+			more = ", …"
+		}
+		s += " (" + strings.Join(f.Sample.Examples, ", ") + more + ")"
+	}
+	return s
+}
+
+func cascadingMessage(r Request, findings []Finding) string {
+	parts := make([]string, len(findings))
+	var fixes []string
+	for i, f := range findings {
+		parts[i] = f.String()
+		if f.Fix != "" {
+			fixes = append(fixes, f.Fix)
+		}
+	}
+	msg := fmt.Sprintf("%s is protected by %s (%s=%s) and deleting it would cascade to %s.",
+		describe(r), r.Source, v1alpha1.LabelProtection, v1alpha1.ProtectionCascading, strings.Join(parts, ", "))
+	if len(fixes) > 0 {
+		msg += " " + strings.Join(fixes, " ")
+	}
+	return msg + " " + lift(r)
+}
+
+// lift says how to remove the protection when the deletion is intended.
+func lift(r Request) string {
+	if r.Source.Policy != "" {
+		return fmt.Sprintf("If the deletion is intended, ask for an exemption in the policy or change it: kubectl edit protectionpolicy %s", r.Source.Policy)
+	}
+	return "If the deletion is intended, remove the label first: " + kubectl(r, "label", r.ref()+" "+v1alpha1.LabelProtection+"-")
 }
 
 // describe names the object as kubectl users know it: `namespace "prod"`,
@@ -64,6 +149,18 @@ func describe(r Request) string {
 	return s
 }
 
+// ref is RESOURCE/NAME as kubectl accepts it.
+func (r Request) ref() string { return resourceName(r.Resource) + "/" + r.Name }
+
+// kubectl renders a command against the object's namespace.
+func kubectl(r Request, verb, args string) string {
+	cmd := "kubectl " + verb + " "
+	if r.Namespace != "" {
+		cmd += "-n " + r.Namespace + " "
+	}
+	return cmd + args
+}
+
 func resourceName(gr schema.GroupResource) string {
 	if gr.Group == "" {
 		return singular(gr.Resource)
@@ -71,19 +168,11 @@ func resourceName(gr schema.GroupResource) string {
 	return gr.Resource + "." + gr.Group
 }
 
-// singular turns the core plurals kubectl users type in their singular form
-// ("namespaces" -> "namespace"); kubectl accepts both.
+// singular turns the core plurals kubectl users type into their singular
+// form ("namespaces" -> "namespace"); kubectl accepts both.
 func singular(plural string) string {
 	if n := len(plural); n > 1 && plural[n-1] == 's' {
 		return plural[:n-1]
 	}
 	return plural
-}
-
-func unlabelCommand(r Request) string {
-	cmd := "kubectl label "
-	if r.Namespace != "" {
-		cmd += "-n " + r.Namespace + " "
-	}
-	return cmd + resourceName(r.Resource) + "/" + r.Name + " " + v1alpha1.LabelProtection + "-"
 }

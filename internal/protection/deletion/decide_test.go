@@ -4,63 +4,169 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+)
+
+// fakeView answers from maps; the informer-backed view is tested against a
+// real cluster in internal/clusterview.
+type fakeView struct {
+	pods, claims, workloads, protected map[string]int // by namespace
+	crs                                map[string]int // by CRD name
+	dependents, podsOf                 map[types.UID]int
+}
+
+func sample(n int, kind string) Sample {
+	s := Sample{Count: n}
+	for i := 0; i < n && i < MaxExamples; i++ {
+		s.Examples = append(s.Examples, kind+"/x")
+	}
+	return s
+}
+
+func (f fakeView) LivePods(ns string) Sample         { return sample(f.pods[ns], "pod") }
+func (f fakeView) BoundClaims(ns string) Sample      { return sample(f.claims[ns], "pvc") }
+func (f fakeView) ScaledWorkloads(ns string) Sample  { return sample(f.workloads[ns], "deployment") }
+func (f fakeView) ProtectedObjects(ns string) Sample { return sample(f.protected[ns], "configmap") }
+func (f fakeView) CustomResources(crd string) Sample { return sample(f.crs[crd], "widget") }
+func (f fakeView) Dependents(uid types.UID) Sample   { return sample(f.dependents[uid], "pod") }
+func (f fakeView) LivePodsOf(uid types.UID) Sample   { return sample(f.podsOf[uid], "pod") }
+
+var (
+	nsGR     = schema.GroupResource{Resource: "namespaces"}
+	deployGR = schema.GroupResource{Group: "apps", Resource: "deployments"}
+	cmGR     = schema.GroupResource{Resource: "configmaps"}
+	crdGR    = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
 )
 
 func TestDecide(t *testing.T) {
-	ns := schema.GroupResource{Resource: "namespaces"}
-	deploy := schema.GroupResource{Group: "apps", Resource: "deployments"}
-	cm := schema.GroupResource{Resource: "configmaps"}
+	busy := fakeView{
+		pods:       map[string]int{"shop": 12},
+		claims:     map[string]int{"shop": 2},
+		workloads:  map[string]int{"shop": 3},
+		protected:  map[string]int{"vault": 1},
+		crs:        map[string]int{"widgets.example.com": 1000},
+		dependents: map[types.UID]int{"owner": 2},
+		podsOf:     map[types.UID]int{"web": 3, "drained": 1},
+	}
 	tests := []struct {
 		name    string
 		req     Request
 		allowed bool
-		// wantIn are fragments the denial message must contain: the rule,
-		// the object, and the command that proceeds.
+		rule    string
+		// wantIn are fragments the denial must contain: the rule, the
+		// object, what it would cascade to and the command that proceeds.
 		wantIn []string
 	}{
+		{name: "no protection", req: Request{Resource: nsGR, Name: "shop"}, allowed: true},
 		{
-			name:    "unlabelled namespace is allowed",
-			req:     Request{Resource: ns, Name: "dev"},
+			name: "Always denies even an empty namespace",
+			req:  Request{Resource: nsGR, Name: "prod", Level: v1alpha1.ProtectionAlways},
+			rule: RuleAlways,
+			wantIn: []string{`namespace "prod"`, "rampart.io/protection=Always",
+				"kubectl label namespace/prod rampart.io/protection-"},
+		},
+		{
+			name: "Always names a namespaced object's group, namespace and unlabel command",
+			req:  Request{Resource: deployGR, Namespace: "shop", Name: "web", Level: v1alpha1.ProtectionAlways},
+			rule: RuleAlways,
+			wantIn: []string{`deployments.apps "web" in namespace "shop"`,
+				"kubectl label -n shop deployments.apps/web rampart.io/protection-"},
+		},
+		{
+			name:   "Always from a policy says how to lift it",
+			req:    Request{Resource: cmGR, Namespace: "a", Name: "c", Level: v1alpha1.ProtectionAlways, Source: Source{Policy: "critical"}},
+			rule:   RuleAlways,
+			wantIn: []string{`ProtectionPolicy "critical"`, "kubectl edit protectionpolicy critical"},
+		},
+		{
+			name: "Cascading namespace with workloads, pods and volumes is denied with each listed",
+			req:  Request{Resource: nsGR, Name: "shop", Level: v1alpha1.ProtectionCascading},
+			rule: RuleCascading,
+			wantIn: []string{"3 workloads with replicas > 0", "12 non-terminal pods (pod/x, pod/x, pod/x, …)",
+				"2 bound PersistentVolumeClaims", "kubectl rampart scale -n shop"},
+		},
+		{
+			name: "Cascading namespace holding a protected object is denied",
+			req:  Request{Resource: nsGR, Name: "vault", Level: v1alpha1.ProtectionCascading},
+			rule: RuleCascading, wantIn: []string{"1 protected objects"},
+		},
+		{
+			name:    "Cascading empty namespace is allowed",
+			req:     Request{Resource: nsGR, Name: "empty", Level: v1alpha1.ProtectionCascading},
 			allowed: true,
 		},
 		{
-			name:    "namespace labelled Always is denied with the unlabel command",
-			req:     Request{Resource: ns, Name: "prod", Labels: map[string]string{"rampart.io/protection": "Always"}},
-			allowed: false,
-			wantIn:  []string{`namespace "prod"`, "rampart.io/protection=Always", "kubectl label namespace/prod rampart.io/protection-"},
+			name: "Cascading namespace ignores orphan: the namespace controller deletes everything",
+			req:  Request{Resource: nsGR, Name: "shop", Level: v1alpha1.ProtectionCascading, Propagation: metav1.DeletePropagationOrphan},
+			rule: RuleCascading, wantIn: []string{"non-terminal pods"},
 		},
 		{
-			name:    "deployment labelled Always names its group and namespace",
-			req:     Request{Resource: deploy, Namespace: "shop", Name: "web", Labels: map[string]string{"rampart.io/protection": "Always"}},
-			allowed: false,
-			wantIn:  []string{`deployments.apps "web" in namespace "shop"`, "kubectl label -n shop deployments.apps/web rampart.io/protection-"},
+			name: "Cascading CRD with custom resources left is denied",
+			req:  Request{Resource: crdGR, Name: "widgets.example.com", Level: v1alpha1.ProtectionCascading},
+			rule: RuleCascading,
+			wantIn: []string{`customresourcedefinitions.apiextensions.k8s.io "widgets.example.com"`,
+				"1000 custom resources", "kubectl delete widgets.example.com --all --all-namespaces"},
 		},
 		{
-			name:    "configmap labelled Always",
-			req:     Request{Resource: cm, Namespace: "default", Name: "settings", Labels: map[string]string{"rampart.io/protection": "Always"}},
-			allowed: false,
-			wantIn:  []string{`configmap "settings" in namespace "default"`, "kubectl label -n default configmap/settings rampart.io/protection-"},
-		},
-		{
-			name:    "a value other than Always does not deny (case matters, like every label value)",
-			req:     Request{Resource: ns, Name: "x", Labels: map[string]string{"rampart.io/protection": "always"}},
+			name:    "Cascading CRD without custom resources is allowed",
+			req:     Request{Resource: crdGR, Name: "gadgets.example.com", Level: v1alpha1.ProtectionCascading},
 			allowed: true,
 		},
 		{
-			name:    "other labels are irrelevant",
-			req:     Request{Resource: ns, Name: "x", Labels: map[string]string{"team": "a"}},
+			name: "explicit deletion: a workload with replicas must be scaled to 0 first",
+			req: Request{Resource: deployGR, Namespace: "shop", Name: "web", UID: "web", Level: v1alpha1.ProtectionCascading,
+				Workload: true, Replicas: ptr.To[int64](3)},
+			rule: RuleCascading,
+			wantIn: []string{"3 desired replicas", "3 live pods",
+				"kubectl rampart scale -n shop deployments.apps/web --replicas 0 && kubectl delete -n shop deployments.apps/web"},
+		},
+		{
+			name: "a workload at 0 replicas whose pods still run is denied",
+			req: Request{Resource: deployGR, Namespace: "shop", Name: "web", UID: "drained", Level: v1alpha1.ProtectionCascading,
+				Workload: true, Replicas: ptr.To[int64](0)},
+			rule: RuleCascading, wantIn: []string{"1 live pods"},
+		},
+		{
+			name: "a workload at 0 replicas with no pods is allowed",
+			req: Request{Resource: deployGR, Namespace: "shop", Name: "web", UID: "gone", Level: v1alpha1.ProtectionCascading,
+				Workload: true, Replicas: ptr.To[int64](0)},
+			allowed: true,
+		},
+		{
+			name: "orphan propagation cascades nothing from a workload",
+			req: Request{Resource: deployGR, Namespace: "shop", Name: "web", UID: "web", Level: v1alpha1.ProtectionCascading,
+				Workload: true, Replicas: ptr.To[int64](3), Propagation: metav1.DeletePropagationOrphan},
+			allowed: true,
+		},
+		{
+			name: "an owner with live dependents is denied",
+			req:  Request{Resource: cmGR, Namespace: "a", Name: "c", UID: "owner", Level: v1alpha1.ProtectionCascading},
+			rule: RuleCascading, wantIn: []string{"2 live dependents", "--cascade=orphan"},
+		},
+		{
+			name:    "an owner deleted with orphan propagation is allowed",
+			req:     Request{Resource: cmGR, Namespace: "a", Name: "c", UID: "owner", Level: v1alpha1.ProtectionCascading, Propagation: metav1.DeletePropagationOrphan},
+			allowed: true,
+		},
+		{
+			name:    "an object owning nothing is allowed",
+			req:     Request{Resource: cmGR, Namespace: "a", Name: "c", UID: "lonely", Level: v1alpha1.ProtectionCascading},
 			allowed: true,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := Decide(tt.req)
+			v := Decide(tt.req, busy)
 			if v.Allowed != tt.allowed {
 				t.Fatalf("Allowed = %v, want %v (message %q)", v.Allowed, tt.allowed, v.Message)
 			}
-			if !v.Allowed && v.Rule != RuleAlways {
-				t.Errorf("Rule = %q, want %q", v.Rule, RuleAlways)
+			if v.Rule != tt.rule {
+				t.Errorf("Rule = %q, want %q", v.Rule, tt.rule)
 			}
 			for _, frag := range tt.wantIn {
 				if !strings.Contains(v.Message, frag) {
@@ -72,10 +178,9 @@ func TestDecide(t *testing.T) {
 }
 
 func BenchmarkDecideAlways(b *testing.B) {
-	r := Request{Resource: schema.GroupResource{Resource: "namespaces"}, Name: "prod",
-		Labels: map[string]string{"rampart.io/protection": "Always", "team": "core"}}
+	r := Request{Resource: nsGR, Name: "prod", Level: v1alpha1.ProtectionAlways}
 	for b.Loop() {
-		if Decide(r).Allowed {
+		if Decide(r, fakeView{}).Allowed {
 			b.Fatal("allowed")
 		}
 	}

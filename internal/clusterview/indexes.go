@@ -1,0 +1,162 @@
+package clusterview
+
+import (
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/rampart-io/rampart/internal/protection/deletion"
+)
+
+// slim drops what no decision reads before an object enters a cache: a
+// pod keeps its metadata, node and phase; a workload its replicas; a claim
+// its phase. Managed fields go everywhere. This keeps the manager's memory
+// proportional to the number of objects, not their size.
+func slim(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+		if a := m.GetAnnotations(); len(a) > 0 {
+			delete(a, corev1.LastAppliedConfigAnnotation)
+		}
+	}
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		o.Spec = corev1.PodSpec{NodeName: o.Spec.NodeName}
+		o.Status = corev1.PodStatus{Phase: o.Status.Phase}
+	case *corev1.PersistentVolumeClaim:
+		o.Spec = corev1.PersistentVolumeClaimSpec{}
+		o.Status = corev1.PersistentVolumeClaimStatus{Phase: o.Status.Phase}
+	case *appsv1.Deployment:
+		o.Spec = appsv1.DeploymentSpec{Replicas: o.Spec.Replicas}
+		o.Status = appsv1.DeploymentStatus{}
+	case *appsv1.StatefulSet:
+		o.Spec = appsv1.StatefulSetSpec{Replicas: o.Spec.Replicas}
+		o.Status = appsv1.StatefulSetStatus{}
+	case *appsv1.ReplicaSet:
+		o.Spec = appsv1.ReplicaSetSpec{Replicas: o.Spec.Replicas}
+		o.Status = appsv1.ReplicaSetStatus{}
+	case *corev1.ReplicationController:
+		o.Spec = corev1.ReplicationControllerSpec{Replicas: o.Spec.Replicas}
+		o.Status = corev1.ReplicationControllerStatus{}
+	case *appsv1.DaemonSet:
+		o.Spec, o.Status = appsv1.DaemonSetSpec{}, appsv1.DaemonSetStatus{}
+	case *appsv1.ControllerRevision:
+		o.Data.Raw, o.Data.Object = nil, nil
+	case *corev1.ConfigMap:
+		o.Data, o.BinaryData = nil, nil
+	case *corev1.Service:
+		o.Spec, o.Status = corev1.ServiceSpec{}, corev1.ServiceStatus{}
+	}
+	return obj, nil
+}
+
+func terminal(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// livePodNamespace indexes non-terminal pods by namespace.
+func livePodNamespace(obj any) ([]string, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok || terminal(p) {
+		return nil, nil
+	}
+	return []string{p.Namespace}, nil
+}
+
+// boundClaimNamespace indexes bound claims by namespace.
+func boundClaimNamespace(obj any) ([]string, error) {
+	c, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok || c.Status.Phase != corev1.ClaimBound {
+		return nil, nil
+	}
+	return []string{c.Namespace}, nil
+}
+
+// scaledWorkloadNamespace indexes workloads with replicas > 0 by
+// namespace. An unset replicas field defaults to 1.
+func scaledWorkloadNamespace(obj any) ([]string, error) {
+	var replicas *int32
+	var ns string
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		replicas, ns = o.Spec.Replicas, o.Namespace
+	case *appsv1.StatefulSet:
+		replicas, ns = o.Spec.Replicas, o.Namespace
+	case *appsv1.ReplicaSet:
+		replicas, ns = o.Spec.Replicas, o.Namespace
+	case *corev1.ReplicationController:
+		replicas, ns = o.Spec.Replicas, o.Namespace
+	default:
+		return nil, nil
+	}
+	if replicas != nil && *replicas == 0 {
+		return nil, nil
+	}
+	return []string{ns}, nil
+}
+
+// ownerUIDs indexes an object by the UIDs of its owners, unless it is
+// already being deleted or, for a pod, has terminated: neither is a live
+// dependent.
+func ownerUIDs(obj any) ([]string, error) {
+	if p, ok := obj.(*corev1.Pod); ok && terminal(p) {
+		return nil, nil
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil || m.GetDeletionTimestamp() != nil {
+		return nil, nil
+	}
+	refs := m.GetOwnerReferences()
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	out := make([]string, len(refs))
+	for i, r := range refs {
+		out[i] = string(r.UID)
+	}
+	return out, nil
+}
+
+// sampleOf counts the objects under an index value and names a few.
+func sampleOf(idx cache.Indexer, index, value, kind string, withNamespace bool) deletion.Sample {
+	objs, err := idx.ByIndex(index, value)
+	if err != nil || len(objs) == 0 {
+		return deletion.Sample{}
+	}
+	s := deletion.Sample{Count: len(objs)}
+	for _, o := range objs[:min(len(objs), deletion.MaxExamples)] {
+		m, err := meta.Accessor(o)
+		if err != nil {
+			continue
+		}
+		name := kind + "/" + m.GetName()
+		if withNamespace {
+			name = qualified(m.GetNamespace(), name)
+		}
+		s.Examples = append(s.Examples, name)
+	}
+	slices.Sort(s.Examples)
+	return s
+}
+
+func qualified(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+// merge adds two samples, keeping at most MaxExamples names.
+func merge(a, b deletion.Sample) deletion.Sample {
+	a.Count += b.Count
+	for _, e := range b.Examples {
+		if len(a.Examples) == deletion.MaxExamples {
+			break
+		}
+		a.Examples = append(a.Examples, e)
+	}
+	return a
+}

@@ -1,0 +1,446 @@
+// Package clusterview is the read-only picture of the cluster that Rampart's
+// admission decisions consult. Every answer comes from informer caches and
+// their indexes, kept current by watches: a webhook never sends a LIST to
+// the API server while judging a request. It implements
+// internal/protection/deletion.View.
+package clusterview
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apiextensionsinformers "k8s.io/apiextensions-apiserver/pkg/client/informers/externalversions"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/go-logr/logr"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection/deletion"
+)
+
+// Index names.
+const (
+	// byOwner indexes live objects by the UIDs of their owners.
+	byOwner = "owner"
+	// byNamespaceLive indexes non-terminal pods, bound claims and workloads
+	// with replicas > 0 by namespace.
+	byNamespaceLive = "namespace-live"
+	// byNamespace indexes every object by namespace.
+	byNamespace = cache.NamespaceIndex
+)
+
+// The view watches metadata of any labelled object and the few fields of
+// pods, claims and workloads its decisions read. Listing every resource is
+// what a protection system, like the garbage collector, needs to see what a
+// delete would cascade to; it never reads Secret data (metadata only).
+// +kubebuilder:rbac:groups=*,resources=*,verbs=list;watch
+
+// View is the informer-backed deletion.View.
+type View struct {
+	log      logr.Logger
+	core      informers.SharedInformerFactory
+	crdInfs   apiextensionsinformers.SharedInformerFactory
+	metadata  metadata.Interface
+	discovery discovery.DiscoveryInterface
+
+	pods, claims cache.SharedIndexInformer
+	// workloads have replicas: Deployments, StatefulSets, ReplicaSets,
+	// ReplicationControllers.
+	workloads []cache.SharedIndexInformer
+	// owned are informers whose objects commonly have owners: their
+	// ownerReferences answer Dependents.
+	owned []kindInformer
+	// intermediate owners between a workload and its pods.
+	replicaSets, jobs cache.SharedIndexInformer
+	crds              cache.SharedIndexInformer
+
+	mu sync.RWMutex
+	// protected are metadata informers, one per namespaced resource, of the
+	// objects labelled rampart.io/protection.
+	protected map[schema.GroupVersionResource]cache.SharedIndexInformer
+	// customResources are metadata informers of the custom resources of
+	// CRDs that are themselves protected, by CRD name.
+	customResources map[string]*crInformer
+
+	ctx context.Context
+}
+
+type kindInformer struct {
+	kind string
+	cache.SharedIndexInformer
+}
+
+type crInformer struct {
+	informer cache.SharedIndexInformer
+	cancel   context.CancelFunc
+}
+
+var _ deletion.View = (*View)(nil)
+
+// New builds the view; Start runs it.
+func New(cfg *rest.Config, log logr.Logger) (*View, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ext, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	v := &View{
+		log:             log,
+		core:            informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(slim)),
+		crdInfs:         apiextensionsinformers.NewSharedInformerFactory(ext, 0),
+		metadata:        md,
+		discovery:       cs.Discovery(),
+		protected:       map[schema.GroupVersionResource]cache.SharedIndexInformer{},
+		customResources: map[string]*crInformer{},
+	}
+	v.pods = v.core.Core().V1().Pods().Informer()
+	v.claims = v.core.Core().V1().PersistentVolumeClaims().Informer()
+	v.replicaSets = v.core.Apps().V1().ReplicaSets().Informer()
+	v.workloads = []cache.SharedIndexInformer{
+		v.core.Apps().V1().Deployments().Informer(),
+		v.core.Apps().V1().StatefulSets().Informer(),
+		v.replicaSets,
+		v.core.Core().V1().ReplicationControllers().Informer(),
+	}
+	v.jobs = v.metadataInformer(schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}, "")
+	v.owned = []kindInformer{
+		{"pod", v.pods}, {"persistentvolumeclaim", v.claims}, {"job", v.jobs},
+		{"daemonset", v.core.Apps().V1().DaemonSets().Informer()},
+		{"controllerrevision", v.core.Apps().V1().ControllerRevisions().Informer()},
+		{"configmap", v.core.Core().V1().ConfigMaps().Informer()},
+		{"service", v.core.Core().V1().Services().Informer()},
+	}
+	for i, inf := range v.workloads {
+		v.owned = append(v.owned, kindInformer{workloadKinds[i], inf})
+	}
+	if err := v.pods.AddIndexers(cache.Indexers{byNamespaceLive: livePodNamespace}); err != nil {
+		return nil, err
+	}
+	if err := v.claims.AddIndexers(cache.Indexers{byNamespaceLive: boundClaimNamespace}); err != nil {
+		return nil, err
+	}
+	for _, inf := range v.workloads {
+		if err := inf.AddIndexers(cache.Indexers{byNamespaceLive: scaledWorkloadNamespace}); err != nil {
+			return nil, err
+		}
+	}
+	for _, inf := range v.owned {
+		if _, ok := inf.GetIndexer().GetIndexers()[byOwner]; ok {
+			continue // metadata informers come with it
+		}
+		if err := inf.AddIndexers(cache.Indexers{byOwner: ownerUIDs}); err != nil {
+			return nil, err
+		}
+	}
+	v.crds = v.crdInfs.Apiextensions().V1().CustomResourceDefinitions().Informer()
+	return v, nil
+}
+
+// metadataInformer is a metadata-only informer with the owner index; label
+// selects by label selector ("" for all).
+func (v *View) metadataInformer(gvr schema.GroupVersionResource, label string) cache.SharedIndexInformer {
+	tweak := func(o *metav1.ListOptions) { o.LabelSelector = label }
+	return metadatainformer.NewFilteredMetadataInformer(v.metadata, gvr, metav1.NamespaceAll, 0,
+		cache.Indexers{byNamespace: cache.MetaNamespaceIndexFunc, byOwner: ownerUIDs}, tweak).Informer()
+}
+
+// Start runs the informers until ctx ends; it returns once the fixed ones
+// have synced, so that a replica judges nothing from an empty cache.
+func (v *View) Start(ctx context.Context) error {
+	v.ctx = ctx
+	if _, err := v.crds.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { v.crdChanged(o) },
+		UpdateFunc: func(_, o any) { v.crdChanged(o) },
+		DeleteFunc: v.crdDeleted,
+	}); err != nil {
+		return err
+	}
+	v.core.Start(ctx.Done())
+	v.crdInfs.Start(ctx.Done())
+	go v.jobs.RunWithContext(ctx)
+	if err := v.watchProtectedLabels(ctx); err != nil {
+		return err
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), v.HasSynced) {
+		return errors.New("cluster view: caches did not sync")
+	}
+	v.log.Info("cluster view synced")
+	<-ctx.Done()
+	v.core.Shutdown()
+	v.crdInfs.Shutdown()
+	return nil
+}
+
+// NeedLeaderElection is false: every replica serves webhooks from its own view.
+func (v *View) NeedLeaderElection() bool { return false }
+
+// HasSynced reports whether the fixed informers and every informer of a
+// protected CRD have synced.
+func (v *View) HasSynced() bool {
+	if !v.crds.HasSynced() {
+		return false
+	}
+	for _, inf := range v.owned {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	for _, inf := range v.protectedInformers() {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+func (v *View) protectedInformers() []cache.SharedIndexInformer {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make([]cache.SharedIndexInformer, 0, len(v.protected))
+	for _, inf := range v.protected {
+		out = append(out, inf)
+	}
+	return out
+}
+
+// watchProtectedLabels starts a metadata informer of objects labelled
+// rampart.io/protection for every namespaced, listable resource the API
+// server serves; only labelled objects are transferred and cached.
+func (v *View) watchProtectedLabels(ctx context.Context) error {
+	lists, err := v.discovery.ServerPreferredNamespacedResources()
+	if err != nil && len(lists) == 0 {
+		return fmt.Errorf("discovery: %w", err)
+	}
+	for _, list := range lists {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range list.APIResources {
+			if !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "watch") {
+				continue
+			}
+			v.watchProtected(ctx, gv.WithResource(r.Name))
+		}
+	}
+	return nil
+}
+
+func (v *View) watchProtected(ctx context.Context, gvr schema.GroupVersionResource) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.protected[gvr]; ok {
+		return
+	}
+	inf := v.metadataInformer(gvr, v1alpha1.LabelProtection)
+	v.protected[gvr] = inf
+	go inf.RunWithContext(ctx)
+}
+
+// Settling time for informers the view starts after Start: a request that
+// arrives before they sync is judged on what they hold by then.
+const lateSyncWait = 5 * time.Second
+
+// crdChanged watches the custom resources of a CRD that is protected, and
+// the labelled objects of a new namespaced custom resource type.
+func (v *View) crdChanged(obj any) {
+	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
+	if !ok || v.ctx == nil {
+		return
+	}
+	gvr, ok := servedGVR(crd)
+	if !ok {
+		return
+	}
+	if crd.Spec.Scope == apiextensionsv1.NamespaceScoped {
+		v.watchProtected(v.ctx, gvr)
+	}
+	protected := crd.Labels[v1alpha1.LabelProtection] != ""
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	cur, watching := v.customResources[crd.Name]
+	switch {
+	case protected && !watching:
+		ctx, cancel := context.WithCancel(v.ctx)
+		inf := v.metadataInformer(gvr, "")
+		v.customResources[crd.Name] = &crInformer{informer: inf, cancel: cancel}
+		go inf.RunWithContext(ctx)
+	case !protected && watching:
+		cur.cancel()
+		delete(v.customResources, crd.Name)
+	}
+}
+
+func (v *View) crdDeleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
+	if !ok {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if cur, ok := v.customResources[crd.Name]; ok {
+		cur.cancel()
+		delete(v.customResources, crd.Name)
+	}
+}
+
+// servedGVR is the storage version's resource, which every CRD serves.
+func servedGVR(crd *apiextensionsv1.CustomResourceDefinition) (schema.GroupVersionResource, bool) {
+	for _, ver := range crd.Spec.Versions {
+		if ver.Storage && ver.Served {
+			return schema.GroupVersionResource{Group: crd.Spec.Group, Version: ver.Name, Resource: crd.Spec.Names.Plural}, true
+		}
+	}
+	for _, ver := range crd.Spec.Versions {
+		if ver.Served {
+			return schema.GroupVersionResource{Group: crd.Spec.Group, Version: ver.Name, Resource: crd.Spec.Names.Plural}, true
+		}
+	}
+	return schema.GroupVersionResource{}, false
+}
+
+// ScaleReplicasPath is the JSON path of spec replicas for a custom resource
+// with a scale subresource, e.g. ".spec.replicas"; ok is false otherwise.
+func (v *View) ScaleReplicasPath(gr schema.GroupResource) (string, bool) {
+	obj, ok, err := v.crds.GetStore().GetByKey(gr.Resource + "." + gr.Group)
+	if err != nil || !ok {
+		return "", false
+	}
+	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
+	for _, ver := range crd.Spec.Versions {
+		if ver.Served && ver.Subresources != nil && ver.Subresources.Scale != nil {
+			return ver.Subresources.Scale.SpecReplicasPath, true
+		}
+	}
+	return "", false
+}
+
+// --- deletion.View ---
+
+// LivePods implements deletion.View.
+func (v *View) LivePods(ns string) deletion.Sample {
+	return sampleOf(v.pods.GetIndexer(), byNamespaceLive, ns, "pod", false)
+}
+
+// BoundClaims implements deletion.View.
+func (v *View) BoundClaims(ns string) deletion.Sample {
+	return sampleOf(v.claims.GetIndexer(), byNamespaceLive, ns, "persistentvolumeclaim", false)
+}
+
+// ScaledWorkloads implements deletion.View.
+func (v *View) ScaledWorkloads(ns string) deletion.Sample {
+	var s deletion.Sample
+	for i, inf := range v.workloads {
+		s = merge(s, sampleOf(inf.GetIndexer(), byNamespaceLive, ns, workloadKinds[i], false))
+	}
+	return s
+}
+
+var workloadKinds = []string{"deployment", "statefulset", "replicaset", "replicationcontroller"}
+
+// ProtectedObjects implements deletion.View.
+func (v *View) ProtectedObjects(ns string) deletion.Sample {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var s deletion.Sample
+	for gvr, inf := range v.protected {
+		s = merge(s, sampleOf(inf.GetIndexer(), byNamespace, ns, gvr.GroupResource().String(), false))
+	}
+	return s
+}
+
+// CustomResources implements deletion.View.
+func (v *View) CustomResources(crd string) deletion.Sample {
+	v.mu.RLock()
+	cur, ok := v.customResources[crd]
+	v.mu.RUnlock()
+	if !ok {
+		return deletion.Sample{}
+	}
+	if !cur.informer.HasSynced() {
+		// Judge on a synced cache only: wait a little for a CRD that has
+		// just been protected.
+		ctx, cancel := context.WithTimeout(v.ctx, lateSyncWait)
+		defer cancel()
+		cache.WaitForCacheSync(ctx.Done(), cur.informer.HasSynced)
+	}
+	items := cur.informer.GetStore().List()
+	s := deletion.Sample{Count: len(items)}
+	for _, o := range items {
+		if len(s.Examples) == deletion.MaxExamples {
+			break
+		}
+		if m, err := meta.Accessor(o); err == nil {
+			s.Examples = append(s.Examples, qualified(m.GetNamespace(), m.GetName()))
+		}
+	}
+	slices.Sort(s.Examples)
+	return s
+}
+
+// Dependents implements deletion.View.
+func (v *View) Dependents(uid types.UID) deletion.Sample {
+	var s deletion.Sample
+	for _, inf := range v.owned {
+		s = merge(s, sampleOf(inf.GetIndexer(), byOwner, string(uid), inf.kind, true))
+	}
+	return s
+}
+
+// LivePodsOf implements deletion.View.
+func (v *View) LivePodsOf(uid types.UID) deletion.Sample {
+	pods := v.pods.GetIndexer()
+	s := livePods(pods, string(uid))
+	for _, mid := range []cache.SharedIndexInformer{v.replicaSets, v.jobs} {
+		owned, _ := mid.GetIndexer().ByIndex(byOwner, string(uid))
+		for _, o := range owned {
+			if m, err := meta.Accessor(o); err == nil {
+				s = merge(s, livePods(pods, string(m.GetUID())))
+			}
+		}
+	}
+	return s
+}
+
+func livePods(pods cache.Indexer, owner string) deletion.Sample {
+	objs, _ := pods.ByIndex(byOwner, owner)
+	var s deletion.Sample
+	for _, o := range objs {
+		p := o.(*corev1.Pod)
+		if terminal(p) {
+			continue
+		}
+		s.Count++
+		if len(s.Examples) < deletion.MaxExamples {
+			s.Examples = append(s.Examples, "pod/"+p.Name)
+		}
+	}
+	return s
+}
