@@ -77,9 +77,9 @@ func (h *Deletion) Handle(_ context.Context, req admission.Request) admission.Re
 		Kind:      req.Kind.Kind,
 		Namespace: old.GetNamespace(),
 		// The request names no object for the items of a DeleteCollection.
-		Name:      old.GetName(),
-		UID:       old.GetUID(),
-		Level:     v1alpha1.ProtectionLevel(old.GetLabels()[v1alpha1.LabelProtection]),
+		Name:  old.GetName(),
+		UID:   old.GetUID(),
+		Level: v1alpha1.ProtectionLevel(old.GetLabels()[v1alpha1.LabelProtection]),
 	}
 	if r.Level == "" {
 		return admission.Allowed("")

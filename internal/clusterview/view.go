@@ -54,7 +54,7 @@ const (
 
 // View is the informer-backed deletion.View.
 type View struct {
-	log      logr.Logger
+	log       logr.Logger
 	core      informers.SharedInformerFactory
 	crdInfs   apiextensionsinformers.SharedInformerFactory
 	metadata  metadata.Interface
