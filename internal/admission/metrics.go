@@ -10,7 +10,7 @@ import (
 // webhook configurations name.
 var denials = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "rampart_admission_denials_total",
-	Help: "Requests denied by Rampart's admission webhooks, by rule and resource.",
+	Help: "Admission reviews denied by Rampart's webhooks, by rule and resource. The API server may ask more than once for one request (it re-validates on a conflict retry).",
 }, []string{"rule", "resource"})
 
 func init() {

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apiextensionsinformers "k8s.io/apiextensions-apiserver/pkg/client/informers/externalversions"
@@ -39,9 +38,6 @@ import (
 const (
 	// byOwner indexes live objects by the UIDs of their owners.
 	byOwner = "owner"
-	// byNamespaceLive indexes non-terminal pods, bound claims and workloads
-	// with replicas > 0 by namespace.
-	byNamespaceLive = "namespace-live"
 	// byNamespace indexes every object by namespace.
 	byNamespace = cache.NamespaceIndex
 )
@@ -70,6 +66,14 @@ type View struct {
 	// intermediate owners between a workload and its pods.
 	replicaSets, jobs cache.SharedIndexInformer
 	crds              cache.SharedIndexInformer
+
+	// counters answer counts in constant time (see counter); each belongs
+	// to one informer and is fed by its events.
+	livePods, boundClaims *counter
+	scaled                []*counter // per workload informer
+	podsByOwner           *counter
+	ownedBy               []*counter // per owned informer
+	counters              map[cache.SharedIndexInformer][]*counter
 
 	mu sync.RWMutex
 	// protected are metadata informers, one per namespaced resource, of the
@@ -108,6 +112,10 @@ func New(cfg *rest.Config, log logr.Logger) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newView(cs, md, ext, log)
+}
+
+func newView(cs kubernetes.Interface, md metadata.Interface, ext apiextensionsclient.Interface, log logr.Logger) (*View, error) {
 	v := &View{
 		log:             log,
 		core:            informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(slim)),
@@ -137,27 +145,40 @@ func New(cfg *rest.Config, log logr.Logger) (*View, error) {
 	for i, inf := range v.workloads {
 		v.owned = append(v.owned, kindInformer{workloadKinds[i], inf})
 	}
-	if err := v.pods.AddIndexers(cache.Indexers{byNamespaceLive: livePodNamespace}); err != nil {
-		return nil, err
-	}
-	if err := v.claims.AddIndexers(cache.Indexers{byNamespaceLive: boundClaimNamespace}); err != nil {
-		return nil, err
-	}
-	for _, inf := range v.workloads {
-		if err := inf.AddIndexers(cache.Indexers{byNamespaceLive: scaledWorkloadNamespace}); err != nil {
-			return nil, err
-		}
+	v.counters = map[cache.SharedIndexInformer][]*counter{}
+	v.livePods = v.count(v.pods, livePodNamespace, named("pod"))
+	v.boundClaims = v.count(v.claims, boundClaimNamespace, named("persistentvolumeclaim"))
+	for i, inf := range v.workloads {
+		v.scaled = append(v.scaled, v.count(inf, scaledWorkloadNamespace, named(workloadKinds[i])))
 	}
 	for _, inf := range v.owned {
-		if _, ok := inf.GetIndexer().GetIndexers()[byOwner]; ok {
-			continue // metadata informers come with it
+		c := v.count(inf.SharedIndexInformer, ownerUIDs, namespaced(inf.kind))
+		v.ownedBy = append(v.ownedBy, c)
+		if inf.SharedIndexInformer == v.pods {
+			v.podsByOwner = c
 		}
-		if err := inf.AddIndexers(cache.Indexers{byOwner: ownerUIDs}); err != nil {
-			return nil, err
-		}
+	}
+	// ReplicaSets and Jobs are looked up by owner to reach their pods.
+	if err := v.replicaSets.AddIndexers(cache.Indexers{byOwner: ownerUIDs}); err != nil {
+		return nil, err
 	}
 	v.crds = v.crdInfs.Apiextensions().V1().CustomResourceDefinitions().Informer()
 	return v, nil
+}
+
+// count attaches a counter to an informer.
+func (v *View) count(inf cache.SharedIndexInformer, keys func(any) ([]string, error), name func(metav1.Object) string) *counter {
+	c := newCounter(keys, name)
+	v.counters[inf] = append(v.counters[inf], c)
+	return c
+}
+
+func named(kind string) func(metav1.Object) string {
+	return func(m metav1.Object) string { return kind + "/" + m.GetName() }
+}
+
+func namespaced(kind string) func(metav1.Object) string {
+	return func(m metav1.Object) string { return qualified(m.GetNamespace(), kind+"/"+m.GetName()) }
 }
 
 // metadataInformer is a metadata-only informer with the owner index; label
@@ -172,6 +193,13 @@ func (v *View) metadataInformer(gvr schema.GroupVersionResource, label string) c
 // have synced, so that a replica judges nothing from an empty cache.
 func (v *View) Start(ctx context.Context) error {
 	v.ctx = ctx
+	for inf, cs := range v.counters {
+		for _, c := range cs {
+			if _, err := inf.AddEventHandler(c.Handler()); err != nil {
+				return err
+			}
+		}
+	}
 	if _, err := v.crds.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { v.crdChanged(o) },
 		UpdateFunc: func(_, o any) { v.crdChanged(o) },
@@ -345,20 +373,16 @@ func (v *View) ScaleReplicasPath(gr schema.GroupResource) (string, bool) {
 // --- deletion.View ---
 
 // LivePods implements deletion.View.
-func (v *View) LivePods(ns string) deletion.Sample {
-	return sampleOf(v.pods.GetIndexer(), byNamespaceLive, ns, "pod", false)
-}
+func (v *View) LivePods(ns string) deletion.Sample { return v.livePods.Sample(ns) }
 
 // BoundClaims implements deletion.View.
-func (v *View) BoundClaims(ns string) deletion.Sample {
-	return sampleOf(v.claims.GetIndexer(), byNamespaceLive, ns, "persistentvolumeclaim", false)
-}
+func (v *View) BoundClaims(ns string) deletion.Sample { return v.boundClaims.Sample(ns) }
 
 // ScaledWorkloads implements deletion.View.
 func (v *View) ScaledWorkloads(ns string) deletion.Sample {
 	var s deletion.Sample
-	for i, inf := range v.workloads {
-		s = merge(s, sampleOf(inf.GetIndexer(), byNamespaceLive, ns, workloadKinds[i], false))
+	for _, c := range v.scaled {
+		s = merge(s, c.Sample(ns))
 	}
 	return s
 }
@@ -408,38 +432,21 @@ func (v *View) CustomResources(crd string) deletion.Sample {
 // Dependents implements deletion.View.
 func (v *View) Dependents(uid types.UID) deletion.Sample {
 	var s deletion.Sample
-	for _, inf := range v.owned {
-		s = merge(s, sampleOf(inf.GetIndexer(), byOwner, string(uid), inf.kind, true))
+	for _, c := range v.ownedBy {
+		s = merge(s, c.Sample(string(uid)))
 	}
 	return s
 }
 
 // LivePodsOf implements deletion.View.
 func (v *View) LivePodsOf(uid types.UID) deletion.Sample {
-	pods := v.pods.GetIndexer()
-	s := livePods(pods, string(uid))
+	s := v.podsByOwner.Sample(string(uid))
 	for _, mid := range []cache.SharedIndexInformer{v.replicaSets, v.jobs} {
 		owned, _ := mid.GetIndexer().ByIndex(byOwner, string(uid))
 		for _, o := range owned {
 			if m, err := meta.Accessor(o); err == nil {
-				s = merge(s, livePods(pods, string(m.GetUID())))
+				s = merge(s, v.podsByOwner.Sample(string(m.GetUID())))
 			}
-		}
-	}
-	return s
-}
-
-func livePods(pods cache.Indexer, owner string) deletion.Sample {
-	objs, _ := pods.ByIndex(byOwner, owner)
-	var s deletion.Sample
-	for _, o := range objs {
-		p := o.(*corev1.Pod)
-		if terminal(p) {
-			continue
-		}
-		s.Count++
-		if len(s.Examples) < deletion.MaxExamples {
-			s.Examples = append(s.Examples, "pod/"+p.Name)
 		}
 	}
 	return s
