@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
 )
 
@@ -73,11 +74,12 @@ func (h *Deletion) Handle(_ context.Context, req admission.Request) admission.Re
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	r := deletion.Request{
-		Resource:  schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource},
-		Kind:      req.Kind.Kind,
-		Namespace: old.GetNamespace(),
-		// The request names no object for the items of a DeleteCollection.
-		Name:  old.GetName(),
+		Object: protection.Object{
+			Resource:  schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource},
+			Namespace: old.GetNamespace(),
+			// The request names no object for the items of a DeleteCollection.
+			Name: old.GetName(),
+		},
 		UID:   old.GetUID(),
 		Level: v1alpha1.ProtectionLevel(old.GetLabels()[v1alpha1.LabelProtection]),
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
 )
 
@@ -127,7 +128,7 @@ func BenchmarkDecideCascadingNamespace(b *testing.B) {
 				add(b, v, pod("big", fmt.Sprintf("p%d", i), corev1.PodRunning, owner("rs")),
 					pod("other", fmt.Sprintf("p%d", i), corev1.PodRunning, owner("rs2")))
 			}
-			r := deletion.Request{Resource: schema.GroupResource{Resource: "namespaces"}, Name: "big", Level: v1alpha1.ProtectionCascading}
+			r := deletion.Request{Object: protection.Object{Resource: schema.GroupResource{Resource: "namespaces"}, Name: "big"}, Level: v1alpha1.ProtectionCascading}
 			b.ResetTimer()
 			for b.Loop() {
 				if deletion.Decide(r, v).Allowed {
@@ -150,7 +151,7 @@ func BenchmarkDecideCascadingWorkload(b *testing.B) {
 		}
 		add(b, v, pod("big", fmt.Sprintf("p%d", i), corev1.PodRunning, o))
 	}
-	r := deletion.Request{Resource: schema.GroupResource{Group: "apps", Resource: "deployments"}, Namespace: "big", Name: "web",
+	r := deletion.Request{Object: protection.Object{Resource: schema.GroupResource{Group: "apps", Resource: "deployments"}, Namespace: "big", Name: "web"},
 		UID: "deploy", Level: v1alpha1.ProtectionCascading, Workload: true, Replicas: ptr.To[int64](0)}
 	for b.Loop() {
 		if deletion.Decide(r, v).Allowed {

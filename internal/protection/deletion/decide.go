@@ -11,25 +11,20 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection"
 )
 
 // Request is what the decision needs to know about one DELETE.
 type Request struct {
-	Resource schema.GroupResource
-	// Kind is the object's kind, e.g. "Deployment"; used in messages.
-	Kind string
-	// Namespace is empty for cluster-scoped objects.
-	Namespace string
-	Name      string
-	UID       types.UID
+	protection.Object
+	UID types.UID
 	// Level is the protection that applies; empty means none.
 	Level v1alpha1.ProtectionLevel
 	// Source says where Level comes from, and so how to lift it.
-	Source Source
+	Source protection.Source
 	// Propagation is the request's DeleteOptions.propagationPolicy.
 	Propagation metav1.DeletionPropagation
 	// Workload is set for kinds that run pods and may have replicas:
@@ -39,19 +34,6 @@ type Request struct {
 	Workload bool
 	// Replicas is the workload's desired replica count, nil if it has none.
 	Replicas *int64
-}
-
-// Source is where a protection level comes from.
-type Source struct {
-	// Policy names the ProtectionPolicy; empty means the object's label.
-	Policy string
-}
-
-func (s Source) String() string {
-	if s.Policy == "" {
-		return "label " + v1alpha1.LabelProtection
-	}
-	return fmt.Sprintf("ProtectionPolicy %q", s.Policy)
 }
 
 // Verdict is the decision on one DELETE.
@@ -75,12 +57,15 @@ const (
 
 // Decide judges one DELETE.
 func Decide(r Request, v View) Verdict {
+	if r.Source == (protection.Source{}) {
+		r.Source.Label = v1alpha1.LabelProtection
+	}
 	switch r.Level {
 	case v1alpha1.ProtectionAlways:
 		return Verdict{
 			Rule: RuleAlways,
 			Message: fmt.Sprintf("%s is protected by %s, which forbids deleting it (%s=%s). %s",
-				describe(r), r.Source, v1alpha1.LabelProtection, v1alpha1.ProtectionAlways, lift(r)),
+				r.Describe(), r.Source, v1alpha1.LabelProtection, v1alpha1.ProtectionAlways, r.Source.Lift(r.Object)),
 		}
 	case v1alpha1.ProtectionCascading:
 		findings := probeFor(r)(r, v)
@@ -124,55 +109,9 @@ func cascadingMessage(r Request, findings []Finding) string {
 		}
 	}
 	msg := fmt.Sprintf("%s is protected by %s (%s=%s) and deleting it would cascade to %s.",
-		describe(r), r.Source, v1alpha1.LabelProtection, v1alpha1.ProtectionCascading, strings.Join(parts, ", "))
+		r.Describe(), r.Source, v1alpha1.LabelProtection, v1alpha1.ProtectionCascading, strings.Join(parts, ", "))
 	if len(fixes) > 0 {
 		msg += " " + strings.Join(fixes, " ")
 	}
-	return msg + " " + lift(r)
-}
-
-// lift says how to remove the protection when the deletion is intended.
-func lift(r Request) string {
-	if r.Source.Policy != "" {
-		return fmt.Sprintf("If the deletion is intended, ask for an exemption in the policy or change it: kubectl edit protectionpolicy %s", r.Source.Policy)
-	}
-	return "If the deletion is intended, remove the label first: " + kubectl(r, "label", r.ref()+" "+v1alpha1.LabelProtection+"-")
-}
-
-// describe names the object as kubectl users know it: `namespace "prod"`,
-// `deployments.apps "web" in namespace "shop"`.
-func describe(r Request) string {
-	s := fmt.Sprintf("%s %q", resourceName(r.Resource), r.Name)
-	if r.Namespace != "" {
-		s += fmt.Sprintf(" in namespace %q", r.Namespace)
-	}
-	return s
-}
-
-// ref is RESOURCE/NAME as kubectl accepts it.
-func (r Request) ref() string { return resourceName(r.Resource) + "/" + r.Name }
-
-// kubectl renders a command against the object's namespace.
-func kubectl(r Request, verb, args string) string {
-	cmd := "kubectl " + verb + " "
-	if r.Namespace != "" {
-		cmd += "-n " + r.Namespace + " "
-	}
-	return cmd + args
-}
-
-func resourceName(gr schema.GroupResource) string {
-	if gr.Group == "" {
-		return singular(gr.Resource)
-	}
-	return gr.Resource + "." + gr.Group
-}
-
-// singular turns the core plurals kubectl users type into their singular
-// form ("namespaces" -> "namespace"); kubectl accepts both.
-func singular(plural string) string {
-	if n := len(plural); n > 1 && plural[n-1] == 's' {
-		return plural[:n-1]
-	}
-	return plural
+	return msg + " " + r.Source.Lift(r.Object)
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection"
 )
 
 // fakeView answers from maps; the informer-backed view is tested against a
@@ -62,64 +63,64 @@ func TestDecide(t *testing.T) {
 		// object, what it would cascade to and the command that proceeds.
 		wantIn []string
 	}{
-		{name: "no protection", req: Request{Resource: nsGR, Name: "shop"}, allowed: true},
+		{name: "no protection", req: Request{Object: protection.Object{Resource: nsGR, Name: "shop"}}, allowed: true},
 		{
 			name: "Always denies even an empty namespace",
-			req:  Request{Resource: nsGR, Name: "prod", Level: v1alpha1.ProtectionAlways},
+			req:  Request{Object: protection.Object{Resource: nsGR, Name: "prod"}, Level: v1alpha1.ProtectionAlways},
 			rule: RuleAlways,
 			wantIn: []string{`namespace "prod"`, "rampart.io/protection=Always",
 				"kubectl label namespace/prod rampart.io/protection-"},
 		},
 		{
 			name: "Always names a namespaced object's group, namespace and unlabel command",
-			req:  Request{Resource: deployGR, Namespace: "shop", Name: "web", Level: v1alpha1.ProtectionAlways},
+			req:  Request{Object: protection.Object{Resource: deployGR, Namespace: "shop", Name: "web"}, Level: v1alpha1.ProtectionAlways},
 			rule: RuleAlways,
 			wantIn: []string{`deployments.apps "web" in namespace "shop"`,
 				"kubectl label -n shop deployments.apps/web rampart.io/protection-"},
 		},
 		{
 			name:   "Always from a policy says how to lift it",
-			req:    Request{Resource: cmGR, Namespace: "a", Name: "c", Level: v1alpha1.ProtectionAlways, Source: Source{Policy: "critical"}},
+			req:    Request{Object: protection.Object{Resource: cmGR, Namespace: "a", Name: "c"}, Level: v1alpha1.ProtectionAlways, Source: protection.Source{Policy: "critical"}},
 			rule:   RuleAlways,
 			wantIn: []string{`ProtectionPolicy "critical"`, "kubectl edit protectionpolicy critical"},
 		},
 		{
 			name: "Cascading namespace with workloads, pods and volumes is denied with each listed",
-			req:  Request{Resource: nsGR, Name: "shop", Level: v1alpha1.ProtectionCascading},
+			req:  Request{Object: protection.Object{Resource: nsGR, Name: "shop"}, Level: v1alpha1.ProtectionCascading},
 			rule: RuleCascading,
 			wantIn: []string{"3 workloads with replicas > 0", "12 non-terminal pods (pod/x, pod/x, pod/x, …)",
 				"2 bound PersistentVolumeClaims", "kubectl rampart scale -n shop"},
 		},
 		{
 			name: "Cascading namespace holding a protected object is denied",
-			req:  Request{Resource: nsGR, Name: "vault", Level: v1alpha1.ProtectionCascading},
+			req:  Request{Object: protection.Object{Resource: nsGR, Name: "vault"}, Level: v1alpha1.ProtectionCascading},
 			rule: RuleCascading, wantIn: []string{"1 protected objects"},
 		},
 		{
 			name:    "Cascading empty namespace is allowed",
-			req:     Request{Resource: nsGR, Name: "empty", Level: v1alpha1.ProtectionCascading},
+			req:     Request{Object: protection.Object{Resource: nsGR, Name: "empty"}, Level: v1alpha1.ProtectionCascading},
 			allowed: true,
 		},
 		{
 			name: "Cascading namespace ignores orphan: the namespace controller deletes everything",
-			req:  Request{Resource: nsGR, Name: "shop", Level: v1alpha1.ProtectionCascading, Propagation: metav1.DeletePropagationOrphan},
+			req:  Request{Object: protection.Object{Resource: nsGR, Name: "shop"}, Level: v1alpha1.ProtectionCascading, Propagation: metav1.DeletePropagationOrphan},
 			rule: RuleCascading, wantIn: []string{"non-terminal pods"},
 		},
 		{
 			name: "Cascading CRD with custom resources left is denied",
-			req:  Request{Resource: crdGR, Name: "widgets.example.com", Level: v1alpha1.ProtectionCascading},
+			req:  Request{Object: protection.Object{Resource: crdGR, Name: "widgets.example.com"}, Level: v1alpha1.ProtectionCascading},
 			rule: RuleCascading,
 			wantIn: []string{`customresourcedefinitions.apiextensions.k8s.io "widgets.example.com"`,
 				"1000 custom resources", "kubectl delete widgets.example.com --all --all-namespaces"},
 		},
 		{
 			name:    "Cascading CRD without custom resources is allowed",
-			req:     Request{Resource: crdGR, Name: "gadgets.example.com", Level: v1alpha1.ProtectionCascading},
+			req:     Request{Object: protection.Object{Resource: crdGR, Name: "gadgets.example.com"}, Level: v1alpha1.ProtectionCascading},
 			allowed: true,
 		},
 		{
 			name: "explicit deletion: a workload with replicas must be scaled to 0 first",
-			req: Request{Resource: deployGR, Namespace: "shop", Name: "web", UID: "web", Level: v1alpha1.ProtectionCascading,
+			req: Request{Object: protection.Object{Resource: deployGR, Namespace: "shop", Name: "web"}, UID: "web", Level: v1alpha1.ProtectionCascading,
 				Workload: true, Replicas: ptr.To[int64](3)},
 			rule: RuleCascading,
 			wantIn: []string{"3 desired replicas", "3 live pods",
@@ -127,35 +128,35 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "a workload at 0 replicas whose pods still run is denied",
-			req: Request{Resource: deployGR, Namespace: "shop", Name: "web", UID: "drained", Level: v1alpha1.ProtectionCascading,
+			req: Request{Object: protection.Object{Resource: deployGR, Namespace: "shop", Name: "web"}, UID: "drained", Level: v1alpha1.ProtectionCascading,
 				Workload: true, Replicas: ptr.To[int64](0)},
 			rule: RuleCascading, wantIn: []string{"1 live pods"},
 		},
 		{
 			name: "a workload at 0 replicas with no pods is allowed",
-			req: Request{Resource: deployGR, Namespace: "shop", Name: "web", UID: "gone", Level: v1alpha1.ProtectionCascading,
+			req: Request{Object: protection.Object{Resource: deployGR, Namespace: "shop", Name: "web"}, UID: "gone", Level: v1alpha1.ProtectionCascading,
 				Workload: true, Replicas: ptr.To[int64](0)},
 			allowed: true,
 		},
 		{
 			name: "orphan propagation cascades nothing from a workload",
-			req: Request{Resource: deployGR, Namespace: "shop", Name: "web", UID: "web", Level: v1alpha1.ProtectionCascading,
+			req: Request{Object: protection.Object{Resource: deployGR, Namespace: "shop", Name: "web"}, UID: "web", Level: v1alpha1.ProtectionCascading,
 				Workload: true, Replicas: ptr.To[int64](3), Propagation: metav1.DeletePropagationOrphan},
 			allowed: true,
 		},
 		{
 			name: "an owner with live dependents is denied",
-			req:  Request{Resource: cmGR, Namespace: "a", Name: "c", UID: "owner", Level: v1alpha1.ProtectionCascading},
+			req:  Request{Object: protection.Object{Resource: cmGR, Namespace: "a", Name: "c"}, UID: "owner", Level: v1alpha1.ProtectionCascading},
 			rule: RuleCascading, wantIn: []string{"2 live dependents", "--cascade=orphan"},
 		},
 		{
 			name:    "an owner deleted with orphan propagation is allowed",
-			req:     Request{Resource: cmGR, Namespace: "a", Name: "c", UID: "owner", Level: v1alpha1.ProtectionCascading, Propagation: metav1.DeletePropagationOrphan},
+			req:     Request{Object: protection.Object{Resource: cmGR, Namespace: "a", Name: "c"}, UID: "owner", Level: v1alpha1.ProtectionCascading, Propagation: metav1.DeletePropagationOrphan},
 			allowed: true,
 		},
 		{
 			name:    "an object owning nothing is allowed",
-			req:     Request{Resource: cmGR, Namespace: "a", Name: "c", UID: "lonely", Level: v1alpha1.ProtectionCascading},
+			req:     Request{Object: protection.Object{Resource: cmGR, Namespace: "a", Name: "c"}, UID: "lonely", Level: v1alpha1.ProtectionCascading},
 			allowed: true,
 		},
 	}
@@ -178,7 +179,7 @@ func TestDecide(t *testing.T) {
 }
 
 func BenchmarkDecideAlways(b *testing.B) {
-	r := Request{Resource: nsGR, Name: "prod", Level: v1alpha1.ProtectionAlways}
+	r := Request{Object: protection.Object{Resource: nsGR, Name: "prod"}, Level: v1alpha1.ProtectionAlways}
 	for b.Loop() {
 		if Decide(r, fakeView{}).Allowed {
 			b.Fatal("allowed")

@@ -101,7 +101,7 @@ func workloadProbe(r Request, v View) []Finding {
 	}
 	var fs []Finding
 	scale := fmt.Sprintf("Scale it to 0 first, then delete it: %s && %s.",
-		kubectl(r, "rampart scale", r.ref()+" --replicas 0"), kubectl(r, "delete", r.ref()))
+		r.Kubectl("rampart scale", r.Ref()+" --replicas 0"), r.Kubectl("delete", r.Ref()))
 	if r.Replicas != nil && *r.Replicas > 0 {
 		fs = append(fs, Finding{What: "desired replicas", Sample: Sample{Count: int(*r.Replicas)}, Fix: scale})
 		scale = ""
