@@ -12,10 +12,10 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -36,6 +36,11 @@ type ClusterView interface {
 	// ScaleReplicasPath is a custom resource's spec-replicas JSON path when
 	// its CRD has a scale subresource.
 	ScaleReplicasPath(gr schema.GroupResource) (string, bool)
+	// WorkloadLabels are the labels and UID of a built-in workload.
+	WorkloadLabels(gr schema.GroupResource, namespace, name string) (map[string]string, types.UID, bool)
+	// ExplicitReplicaTargets are the workloads labelled
+	// rampart.io/explicit-replicas=true, as "group/resource/namespace/name".
+	ExplicitReplicaTargets() []string
 }
 
 // Deletion judges DELETE requests with internal/protection/deletion.
@@ -47,16 +52,22 @@ type Deletion struct {
 
 var _ admission.Handler = (*Deletion)(nil)
 
-// builtinWorkloads have replicas or run pods; true means spec.replicas
-// exists (defaulting to 1).
-var builtinWorkloads = map[schema.GroupResource]bool{
-	{Group: "apps", Resource: "deployments"}:  true,
-	{Group: "apps", Resource: "replicasets"}:  true,
-	{Group: "apps", Resource: "statefulsets"}: true,
-	{Resource: "replicationcontrollers"}:      true,
-	{Group: "apps", Resource: "daemonsets"}:   false,
-	{Group: "batch", Resource: "jobs"}:        false,
-	{Group: "batch", Resource: "cronjobs"}:    false,
+// workload describes a built-in kind that runs pods.
+type workload struct {
+	kind schema.GroupVersionKind
+	// replicas is set when the kind has spec.replicas (defaulting to 1).
+	replicas bool
+}
+
+// builtinWorkloads are the built-in kinds that run pods.
+var builtinWorkloads = map[schema.GroupResource]workload{
+	{Group: "apps", Resource: "deployments"}:  {schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, true},
+	{Group: "apps", Resource: "replicasets"}:  {schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}, true},
+	{Group: "apps", Resource: "statefulsets"}: {schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}, true},
+	{Resource: "replicationcontrollers"}:      {schema.GroupVersionKind{Version: "v1", Kind: "ReplicationController"}, true},
+	{Group: "apps", Resource: "daemonsets"}:   {schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSet"}, false},
+	{Group: "batch", Resource: "jobs"}:        {schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}, false},
+	{Group: "batch", Resource: "cronjobs"}:    {schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "CronJob"}, false},
 }
 
 // Handle implements admission.Handler.
@@ -108,49 +119,38 @@ func (h *Deletion) Handle(_ context.Context, req admission.Request) admission.Re
 	if v.Allowed {
 		return admission.Allowed("")
 	}
-	h.report(req, r, v)
+	deny(h.Recorder, req, schema.GroupVersionKind(req.Kind), r.Object, r.UID, v.Rule, "Delete", v.Message)
 	return admission.Denied(v.Message)
 }
 
 // replicas says whether the object is a workload and its desired replicas.
 func (h *Deletion) replicas(gr schema.GroupResource, obj *unstructured.Unstructured) (bool, *int64) {
-	hasReplicas, builtin := builtinWorkloads[gr]
-	path := ".spec.replicas"
-	if !builtin {
-		p, ok := h.View.ScaleReplicasPath(gr)
-		if !ok {
-			return false, nil
-		}
-		path, hasReplicas = p, true
+	path, workload, ok := replicasPath(h.View, gr)
+	if !workload || !ok {
+		return workload, nil
 	}
-	if !hasReplicas {
-		return true, nil
-	}
-	n, found, err := unstructured.NestedInt64(obj.Object, strings.Split(strings.TrimPrefix(path, "."), ".")...)
-	if err != nil {
-		return true, nil
-	}
-	if !found {
-		n = 1 // the API default for every built-in replicas field
-	}
+	n := replicasAt(obj, path, 1)
 	return true, &n
 }
 
-// report counts a denial and, unless it is a dry run, records an Event.
-func (h *Deletion) report(req admission.Request, r deletion.Request, v deletion.Verdict) {
-	denials.WithLabelValues(v.Rule, r.Resource.String()).Inc()
-	if h.Recorder == nil || dryRun(req) {
-		return // a dry run has no side effects, and an Event is one
+// replicasPath is the JSON path of a workload's desired replicas: workload
+// says it runs pods, ok that it has a replicas field.
+func replicasPath(v ClusterView, gr schema.GroupResource) (path string, workload, ok bool) {
+	if w, builtin := builtinWorkloads[gr]; builtin {
+		return ".spec.replicas", true, w.replicas
 	}
-	ref := &corev1.ObjectReference{
-		APIVersion: schema.GroupVersion{Group: req.Kind.Group, Version: req.Kind.Version}.String(),
-		Kind:       req.Kind.Kind,
-		Namespace:  r.Namespace,
-		Name:       r.Name,
-		UID:        r.UID,
+	p, ok := v.ScaleReplicasPath(gr)
+	return p, ok, ok
+}
+
+// replicasAt reads the replicas at path, or def when absent: a workload's
+// replicas default to 1, while a Scale omits a count of 0.
+func replicasAt(obj *unstructured.Unstructured, path string, def int64) int64 {
+	n, found, err := unstructured.NestedInt64(obj.Object, strings.Split(strings.TrimPrefix(path, "."), ".")...)
+	if err != nil || !found {
+		return def
 	}
-	h.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, "DeleteDenied", "Delete",
-		"%s denied DELETE by %s: %s", v.Rule, req.UserInfo.Username, v.Message)
+	return n
 }
 
 func dryRun(req admission.Request) bool { return req.DryRun != nil && *req.DryRun }

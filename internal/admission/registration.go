@@ -3,6 +3,8 @@ package admission
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -45,48 +47,99 @@ func (e Endpoint) clientConfig(path string, caBundle []byte) admissionregistrati
 	}
 }
 
-// ValidatingConfig is the webhook configuration Rampart registers. It reaches
-// only what a rule can apply to: DELETE of objects that carry the protection
-// label, outside Rampart's own namespace. An outage of Rampart therefore
-// blocks nothing unprotected, and fails closed for what is protected.
-func ValidatingConfig(ep Endpoint, caBundle []byte, ownNamespace string) *admissionregistrationv1.ValidatingWebhookConfiguration {
-	return &admissionregistrationv1.ValidatingWebhookConfiguration{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
-		ObjectMeta: metav1.ObjectMeta{Name: ValidatingConfigName, Labels: map[string]string{"app.kubernetes.io/managed-by": "rampart"}},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:         "deletion.rampart.io",
-			ClientConfig: ep.clientConfig(DeletionPath, caBundle),
-			// Any resource may carry the label; the selector lets only
-			// labelled objects through.
-			Rules: []admissionregistrationv1.RuleWithOperations{deleteRule("*", "*", admissionregistrationv1.AllScopes)},
-			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: v1alpha1.LabelProtection, Operator: metav1.LabelSelectorOpIn,
-				Values: []string{string(v1alpha1.ProtectionAlways), string(v1alpha1.ProtectionCascading)},
-			}}},
-			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{ownNamespace},
-			}}},
+// Registration is what the webhook configurations are made from.
+type Registration struct {
+	Endpoint Endpoint
+	CABundle []byte
+	// OwnNamespace is Rampart's namespace, never judged.
+	OwnNamespace string
+	// ScaleTargets are the workloads whose scale subresource is guarded,
+	// as "group/resource/namespace/name" (see ClusterView).
+	ScaleTargets []string
+}
+
+// maxScaleTargets bounds the target list written into the scale webhook's
+// match condition. Past it the webhook judges every scale write of a
+// workload, which is correct but lets an outage of Rampart block scaling of
+// unguarded workloads too.
+const maxScaleTargets = 1000
+
+// ValidatingConfig is the webhook configuration Rampart registers. Each
+// webhook reaches only what a rule can apply to: objects carrying Rampart's
+// labels (or, for the scale subresource, whose labels no selector can see,
+// the workloads named in a match condition), outside Rampart's own
+// namespace. An outage of Rampart therefore blocks nothing unprotected, and
+// fails closed for what is protected.
+func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	labelled := func(key string, values ...string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: key, Operator: metav1.LabelSelectorOpIn, Values: values,
+		}}}
+	}
+	notOwn := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{reg.OwnNamespace},
+	}}}
+	webhook := func(name, path string, rules ...admissionregistrationv1.RuleWithOperations) admissionregistrationv1.ValidatingWebhook {
+		return admissionregistrationv1.ValidatingWebhook{
+			Name:                    name,
+			ClientConfig:            reg.Endpoint.clientConfig(path, reg.CABundle),
+			Rules:                   rules,
+			NamespaceSelector:       notOwn,
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
 			TimeoutSeconds:          ptr.To(int32(5)),
 			AdmissionReviewVersions: []string{"v1"},
-		}},
+		}
+	}
+	// Any resource may carry the labels; the selectors let only labelled
+	// objects through.
+	del := webhook("deletion.rampart.io", DeletionPath, rule(admissionregistrationv1.Delete, "*", "*"))
+	del.ObjectSelector = labelled(v1alpha1.LabelProtection, string(v1alpha1.ProtectionAlways), string(v1alpha1.ProtectionCascading))
+	upd := webhook("replicas.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*"))
+	upd.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
+	hooks := []admissionregistrationv1.ValidatingWebhook{del, upd}
+	if len(reg.ScaleTargets) > 0 {
+		scale := webhook("scale.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*/scale"))
+		if len(reg.ScaleTargets) <= maxScaleTargets {
+			scale.MatchConditions = []admissionregistrationv1.MatchCondition{{
+				Name:       "explicit-replicas-workload",
+				Expression: scaleTargetExpression(reg.ScaleTargets),
+			}}
+		}
+		hooks = append(hooks, scale)
+	}
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: ValidatingConfigName, Labels: map[string]string{"app.kubernetes.io/managed-by": "rampart"}},
+		Webhooks:   hooks,
 	}
 }
 
-func deleteRule(group, resource string, scope admissionregistrationv1.ScopeType) admissionregistrationv1.RuleWithOperations {
+// scaleTargetExpression is a CEL condition true for requests about one of
+// the targets.
+func scaleTargetExpression(targets []string) string {
+	quoted := make([]string, len(targets))
+	for i, t := range targets {
+		quoted[i] = strconv.Quote(t)
+	}
+	return "[request.resource.group, request.resource.resource, request.namespace, request.name].join('/') in [" +
+		strings.Join(quoted, ", ") + "]"
+}
+
+func rule(op admissionregistrationv1.OperationType, group, resource string) admissionregistrationv1.RuleWithOperations {
 	return admissionregistrationv1.RuleWithOperations{
-		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+		Operations: []admissionregistrationv1.OperationType{op},
 		Rule: admissionregistrationv1.Rule{
-			APIGroups: []string{group}, APIVersions: []string{"*"}, Resources: []string{resource}, Scope: ptr.To(scope),
+			APIGroups: []string{group}, APIVersions: []string{"*"}, Resources: []string{resource},
+			Scope: ptr.To(admissionregistrationv1.AllScopes),
 		},
 	}
 }
 
 // Register creates or updates Rampart's webhook configurations.
-func Register(ctx context.Context, c client.Client, ep Endpoint, caBundle []byte, ownNamespace string) error {
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ValidatingConfig(ep, caBundle, ownNamespace))
+func Register(ctx context.Context, c client.Client, reg Registration) error {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ValidatingConfig(reg))
 	if err != nil {
 		return err
 	}

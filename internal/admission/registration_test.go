@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -9,7 +11,7 @@ import (
 )
 
 func TestValidatingConfigReachesOnlyProtectedObjects(t *testing.T) {
-	cfg := ValidatingConfig(Endpoint{URLHost: "127.0.0.1", Port: 9443}, []byte("ca"), "rampart-system")
+	cfg := ValidatingConfig(Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 9443}, CABundle: []byte("ca"), OwnNamespace: "rampart-system"})
 	wh := cfg.Webhooks[0]
 	sel, err := metav1.LabelSelectorAsSelector(wh.ObjectSelector)
 	if err != nil {
@@ -42,6 +44,9 @@ func TestValidatingConfigReachesOnlyProtectedObjects(t *testing.T) {
 			t.Errorf("rule %v covers %v, want DELETE only", r.Resources, r.Operations)
 		}
 	}
+	if len(cfg.Webhooks) != 2 {
+		t.Errorf("%d webhooks without scale targets, want deletion and replicas only", len(cfg.Webhooks))
+	}
 	if *wh.FailurePolicy != admissionregistrationv1.Fail {
 		t.Error("protected objects must fail closed")
 	}
@@ -54,12 +59,31 @@ func TestValidatingConfigReachesOnlyProtectedObjects(t *testing.T) {
 }
 
 func TestValidatingConfigInClusterUsesTheService(t *testing.T) {
-	cfg := ValidatingConfig(Endpoint{Service: "rampart-webhook", Namespace: "rampart-system"}, []byte("ca"), "rampart-system")
+	cfg := ValidatingConfig(Registration{Endpoint: Endpoint{Service: "rampart-webhook", Namespace: "rampart-system"}, CABundle: []byte("ca"), OwnNamespace: "rampart-system"})
 	cc := cfg.Webhooks[0].ClientConfig
 	if cc.URL != nil {
 		t.Fatalf("in-cluster registration uses URL %s, want a Service reference", *cc.URL)
 	}
 	if cc.Service == nil || cc.Service.Name != "rampart-webhook" || cc.Service.Namespace != "rampart-system" || *cc.Service.Path != DeletionPath {
 		t.Fatalf("service reference = %+v", cc.Service)
+	}
+}
+
+func TestScaleWebhookNamesItsTargets(t *testing.T) {
+	reg := Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system",
+		ScaleTargets: []string{"apps/deployments/shop/web"}}
+	cfg := ValidatingConfig(reg)
+	if len(cfg.Webhooks) != 3 || cfg.Webhooks[2].Name != "scale.rampart.io" {
+		t.Fatalf("webhooks = %d, want a scale webhook", len(cfg.Webhooks))
+	}
+	mc := cfg.Webhooks[2].MatchConditions
+	if len(mc) != 1 || !strings.Contains(mc[0].Expression, `"apps/deployments/shop/web"`) {
+		t.Fatalf("match conditions = %+v", mc)
+	}
+	for i := range maxScaleTargets {
+		reg.ScaleTargets = append(reg.ScaleTargets, fmt.Sprintf("apps/deployments/ns/w%d", i))
+	}
+	if mc := ValidatingConfig(reg).Webhooks[2].MatchConditions; len(mc) != 0 {
+		t.Fatal("past maxScaleTargets the condition must be dropped, not truncated: truncation would leave workloads unguarded")
 	}
 }

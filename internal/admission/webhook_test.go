@@ -34,7 +34,7 @@ import (
 // This package's cluster runs the Rampart manager: every test here goes
 // through the real API server, which calls the webhook and honours it.
 func TestMain(m *testing.M) {
-	clustertest.Main(m, localcluster.Options{})
+	clustertest.Main(m, localcluster.Options{ManagerArgs: []string{"--replicas-exempt-users=autoscaler-bot"}})
 }
 
 const protectionLabel = "rampart.io/protection"
@@ -377,8 +377,24 @@ func TestOutageBlocksOnlyProtectedObjects(t *testing.T) {
 	if err := cm.create(ctx, env, ns, "guarded", map[string]string{protectionLabel: "Always"}); err != nil {
 		t.Fatal(err)
 	}
+	// With an explicit-replicas workload, the scale webhook is registered.
+	for name, labels := range map[string]map[string]string{"key": explicit, "plain": nil} {
+		if _, err := env.Client.AppsV1().Deployments(ns).Create(ctx, newDeployment(name, 1, labels), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the scale webhook registered", func(ctx context.Context) (bool, error) {
+		cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, rampartadmission.ValidatingConfigName, metav1.GetOptions{})
+		return err == nil && len(cfg.Webhooks) == 3, err
+	})
 	if err := env.StopComponent("rampart-manager"); err != nil {
 		t.Fatal(err)
+	}
+	if out, err := env.Kubectl(t, "scale", "-n", ns, "deployment/plain", "--replicas=3"); err != nil {
+		t.Errorf("with Rampart down, scaling an unguarded deployment failed: %v\n%s", err, out)
+	}
+	if out, err := env.Kubectl(t, "scale", "-n", ns, "deployment/key", "--replicas=3"); err == nil {
+		t.Errorf("with Rampart down, an explicit-replicas deployment was scaled: the scale webhook must fail closed\n%s", out)
 	}
 	for _, o := range objects {
 		n := uniqueName("plain")

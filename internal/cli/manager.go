@@ -1,18 +1,22 @@
 package cli
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/manager"
 )
 
 func newManagerCommand() *cobra.Command {
 	o := manager.Options{}
 	var kubeconfig string
+	var exemptSAs []string
 	zapOpts := zap.Options{}
 	cmd := &cobra.Command{
 		Use:   "manager",
@@ -22,6 +26,13 @@ func newManagerCommand() *cobra.Command {
 			log := zap.New(zap.UseFlagOptions(&zapOpts))
 			ctrl.SetLogger(log)
 			o.Log = log
+			for _, sa := range exemptSAs {
+				ns, name, ok := strings.Cut(sa, ":")
+				if !ok || ns == "" || name == "" {
+					return fmt.Errorf("--replicas-exempt-service-accounts: %q is not NAMESPACE:NAME", sa)
+				}
+				o.ReplicasExempt.ServiceAccounts = append(o.ReplicasExempt.ServiceAccounts, v1alpha1.ServiceAccountRef{Namespace: ns, Name: name})
+			}
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
 				return err
@@ -42,5 +53,9 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address ('0' disables)")
 	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader for controllers (webhooks serve on every replica)")
+	f.StringSliceVar(&o.ReplicasExempt.Users, "replicas-exempt-users", nil, "users the rampart.io/explicit-replicas label never denies")
+	f.StringSliceVar(&o.ReplicasExempt.Groups, "replicas-exempt-groups", nil, "groups the rampart.io/explicit-replicas label never denies")
+	f.StringSliceVar(&exemptSAs, "replicas-exempt-service-accounts", nil,
+		"service accounts (NAMESPACE:NAME) the rampart.io/explicit-replicas label never denies, e.g. kube-system:horizontal-pod-autoscaler")
 	return cmd
 }

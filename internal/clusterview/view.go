@@ -83,6 +83,9 @@ type View struct {
 	// CRDs that are themselves protected, by CRD name.
 	customResources map[string]*crInformer
 
+	// changes signals registration-relevant changes (see Changes).
+	changes chan struct{}
+
 	ctx context.Context
 }
 
@@ -124,6 +127,7 @@ func newView(cs kubernetes.Interface, md metadata.Interface, ext apiextensionscl
 		discovery:       cs.Discovery(),
 		protected:       map[schema.GroupVersionResource]cache.SharedIndexInformer{},
 		customResources: map[string]*crInformer{},
+		changes:         make(chan struct{}, 1),
 	}
 	v.pods = v.core.Core().V1().Pods().Informer()
 	v.claims = v.core.Core().V1().PersistentVolumeClaims().Informer()
@@ -157,6 +161,9 @@ func newView(cs kubernetes.Interface, md metadata.Interface, ext apiextensionscl
 		if inf.SharedIndexInformer == v.pods {
 			v.podsByOwner = c
 		}
+	}
+	if err := v.watchExplicitReplicas(); err != nil {
+		return nil, err
 	}
 	// ReplicaSets and Jobs are looked up by owner to reach their pods.
 	if err := v.replicaSets.AddIndexers(cache.Indexers{byOwner: ownerUIDs}); err != nil {
@@ -198,6 +205,11 @@ func (v *View) Start(ctx context.Context) error {
 			if _, err := inf.AddEventHandler(c.Handler()); err != nil {
 				return err
 			}
+		}
+	}
+	for _, inf := range v.workloads {
+		if _, err := inf.AddEventHandler(v.explicitHandler()); err != nil {
+			return err
 		}
 	}
 	if _, err := v.crds.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -60,7 +63,10 @@ type Options struct {
 	// MetricsAddr and ProbeAddr are the Prometheus and health endpoints.
 	MetricsAddr, ProbeAddr string
 	LeaderElection         bool
-	Log                    logr.Logger
+	// ReplicasExempt are requesters the explicit-replicas label never
+	// denies, e.g. the horizontal-pod-autoscaler's service account.
+	ReplicasExempt v1alpha1.Subjects
+	Log            logr.Logger
 }
 
 // Scheme has the built-in types and Rampart's.
@@ -143,8 +149,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	server := mgr.GetWebhookServer()
+	recorder := mgr.GetEventRecorder("rampart")
 	server.Register(rampartadmission.DeletionPath, &webhook.Admission{
-		Handler: &rampartadmission.Deletion{View: view, Recorder: mgr.GetEventRecorder("rampart")},
+		Handler: &rampartadmission.Deletion{View: view, Recorder: recorder},
+	})
+	server.Register(rampartadmission.ReplicasPath, &webhook.Admission{
+		Handler: &rampartadmission.Replicas{View: view, Exempt: o.ReplicasExempt, Recorder: recorder},
 	})
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
@@ -171,49 +181,91 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
-	register := func(ctx context.Context, bundle []byte) error {
-		return rampartadmission.Register(ctx, direct, o.endpoint(), bundle, o.Namespace)
+	reg := &registrar{
+		client: direct, view: view, done: registered, log: o.Log.WithName("registration"),
+		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace},
+		kick: make(chan struct{}, 1),
 	}
 	if rotator != nil {
-		rotator.OnRotate = register
+		rotator.OnRotate = func(_ context.Context, bundle []byte) error {
+			reg.setBundle(bundle)
+			return nil
+		}
 		if err := mgr.Add(rotator); err != nil {
 			return err
 		}
 	}
-	if err := mgr.Add(registrar{register: register, bundle: caBundle, done: registered, log: o.Log}); err != nil {
+	if err := mgr.Add(reg); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)
 }
 
-// registrar registers the webhook configurations once the manager starts,
-// retrying until it succeeds. Every replica registers: the configuration is
-// the same from each, and a lone replica must not wait for a leader.
+// registrar keeps the webhook configurations in step with what they are
+// made from: the CA bundle and the workloads whose scale subresource is
+// guarded. Every replica registers: the configuration is the same from
+// each, and a lone replica must not wait for a leader.
 type registrar struct {
-	register func(context.Context, []byte) error
-	bundle   []byte
-	done     chan struct{}
-	log      logr.Logger
+	client client.Client
+	view   *clusterview.View
+	log    logr.Logger
+	// done is closed after the first successful registration.
+	done chan struct{}
+	kick chan struct{}
+
+	mu   sync.Mutex
+	base rampartadmission.Registration
 }
 
-func (r registrar) NeedLeaderElection() bool { return false }
+func (r *registrar) NeedLeaderElection() bool { return false }
 
-func (r registrar) Start(ctx context.Context) error {
+func (r *registrar) setBundle(b []byte) {
+	r.mu.Lock()
+	r.base.CABundle = b
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (r *registrar) Start(ctx context.Context) error {
+	var last *admissionregistrationv1.ValidatingWebhookConfiguration
 	delay := 100 * time.Millisecond
 	for {
-		err := r.register(ctx, r.bundle)
-		if err == nil {
-			close(r.done)
-			r.log.Info("webhook configuration registered", "name", rampartadmission.ValidatingConfigName)
-			<-ctx.Done()
-			return nil
+		r.mu.Lock()
+		reg := r.base
+		r.mu.Unlock()
+		reg.ScaleTargets = r.view.ExplicitReplicaTargets()
+		want := rampartadmission.ValidatingConfig(reg)
+		if last == nil || !equality.Semantic.DeepEqual(last.Webhooks, want.Webhooks) {
+			if err := rampartadmission.Register(ctx, r.client, reg); err != nil {
+				r.log.Error(err, "registering webhook configuration; retrying", "in", delay)
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(delay):
+				}
+				delay = min(2*delay, 10*time.Second)
+				continue
+			}
+			if last == nil {
+				close(r.done)
+			}
+			last, delay = want, 100*time.Millisecond
+			r.log.Info("webhook configuration registered", "name", rampartadmission.ValidatingConfigName, "scaleTargets", len(reg.ScaleTargets))
 		}
-		r.log.Error(err, "registering webhook configuration; retrying", "in", delay)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(delay):
+		case <-r.kick:
+		case <-r.view.Changes():
+			// Coalesce a burst of label changes into one update.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(200 * time.Millisecond):
+			}
 		}
-		delay = min(2*delay, 10*time.Second)
 	}
 }

@@ -1,0 +1,134 @@
+package admission_test
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
+)
+
+var explicit = map[string]string{"rampart.io/explicit-replicas": "true"}
+
+func replicasOf(t *testing.T, env *clustertest.Env, ns, name string) int32 {
+	t.Helper()
+	d, err := env.Client.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *d.Spec.Replicas
+}
+
+func TestExplicitReplicas(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	deploys := env.Client.AppsV1().Deployments(ns)
+	if _, err := deploys.Create(ctx, newDeployment("web", 3, explicit), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	patch := func(body string) error {
+		_, err := deploys.Patch(ctx, "web", types.MergePatchType, []byte(body), metav1.PatchOptions{})
+		return err
+	}
+
+	t.Run("a replica change without confirmation is denied", func(t *testing.T) {
+		mustForbid(t, patch(`{"spec":{"replicas":0}}`), "from 3 to 0", `rampart.io/confirm-replicas="0"`,
+			"kubectl rampart scale -n "+ns+" deployments.apps/web --replicas 0")
+		if got := replicasOf(t, env, ns, "web"); got != 3 {
+			t.Fatalf("replicas = %d after a denied change", got)
+		}
+	})
+	t.Run("a wrong confirmation is denied", func(t *testing.T) {
+		mustForbid(t, patch(`{"metadata":{"annotations":{"rampart.io/confirm-replicas":"3"}},"spec":{"replicas":30}}`), "not the new count 30")
+	})
+	t.Run("server-side apply is judged too", func(t *testing.T) {
+		apply := `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"},"spec":{"replicas":1}}`
+		_, err := deploys.Patch(ctx, "web", types.ApplyPatchType, []byte(apply), metav1.PatchOptions{FieldManager: "ci", Force: ptr.To(true)})
+		mustForbid(t, err, "from 3 to 1")
+	})
+	t.Run("removing the label in the same write does not escape it", func(t *testing.T) {
+		mustForbid(t, patch(`{"metadata":{"labels":{"rampart.io/explicit-replicas":null}},"spec":{"replicas":0}}`), "from 3 to 0")
+	})
+	t.Run("other changes pass", func(t *testing.T) {
+		if err := patch(`{"metadata":{"labels":{"team":"shop"}}}`); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("kubectl scale goes through the scale subresource and is denied", func(t *testing.T) {
+		// The scale webhook names its targets; it follows the label within
+		// a moment of the workload's creation.
+		eventually(t, "kubectl scale to be denied", func(context.Context) (bool, error) {
+			out, err := env.Kubectl(t, "scale", "-n", ns, "deployment/web", "--replicas=0")
+			return err != nil && strings.Contains(out, "scale subresource"), nil
+		})
+		out, _ := env.Kubectl(t, "scale", "-n", ns, "deployment/web", "--replicas=0")
+		if !strings.Contains(out, "kubectl rampart scale -n "+ns+" deployments.apps/web --replicas 0") {
+			t.Errorf("kubectl scale denial does not give the command that works:\n%s", out)
+		}
+		if got := replicasOf(t, env, ns, "web"); got != 3 {
+			t.Fatalf("replicas = %d after a denied kubectl scale", got)
+		}
+	})
+	t.Run("rampart scale makes the confirmed change", func(t *testing.T) {
+		_, rampart, err := clustertest.Binaries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(rampart, "scale", "--kubeconfig", env.Kubeconfig, "-n", ns, "deployments.apps/web", "--replicas", "1").CombinedOutput()
+		if err != nil {
+			t.Fatalf("rampart scale: %v\n%s", err, out)
+		}
+		if got := replicasOf(t, env, ns, "web"); got != 1 {
+			t.Fatalf("replicas = %d after rampart scale --replicas 1", got)
+		}
+		// The short kind works as with kubectl, and --dry-run changes nothing.
+		out, err = exec.Command(rampart, "scale", "--kubeconfig", env.Kubeconfig, "-n", ns, "deploy/web", "--replicas", "4", "--dry-run").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "dry run") {
+			t.Fatalf("rampart scale --dry-run: %v\n%s", err, out)
+		}
+		if got := replicasOf(t, env, ns, "web"); got != 1 {
+			t.Fatalf("replicas = %d after a dry run", got)
+		}
+	})
+	t.Run("an exempt requester scales freely", func(t *testing.T) {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "autoscaler-bot", Groups: []string{"system:masters"}}
+		bot := kubernetes.NewForConfigOrDie(cfg)
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			scale, err := bot.AppsV1().Deployments(ns).GetScale(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			scale.Spec.Replicas = 5
+			_, err = bot.AppsV1().Deployments(ns).UpdateScale(ctx, "web", scale, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatalf("exempt autoscaler-bot was denied: %v", err)
+		}
+	})
+}
+
+func TestUnlabelledWorkloadsScaleFreely(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	if _, err := env.Client.AppsV1().Deployments(ns).Create(ctx, newDeployment("plain", 2, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := env.Kubectl(t, "scale", "-n", ns, "deployment/plain", "--replicas=0"); err != nil {
+		t.Fatalf("kubectl scale of an unlabelled deployment: %v\n%s", err, out)
+	}
+	if _, err := env.Client.AppsV1().Deployments(ns).Patch(ctx, "plain", types.MergePatchType, []byte(`{"spec":{"replicas":7}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,79 @@
+package replicas
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection"
+)
+
+func TestDecide(t *testing.T) {
+	web := protection.Object{Resource: schema.GroupResource{Group: "apps", Resource: "deployments"}, Namespace: "shop", Name: "web"}
+	all, dec, zero := v1alpha1.GuardAll, v1alpha1.GuardDecrease, v1alpha1.GuardToZero
+	tests := []struct {
+		name    string
+		req     Request
+		allowed bool
+		wantIn  []string
+	}{
+		{name: "unguarded object", req: Request{Object: web, Old: 3, New: 0}, allowed: true},
+		{name: "no change of replicas", req: Request{Object: web, Guard: all, Old: 3, New: 3}, allowed: true},
+		{
+			name: "a change without confirmation is denied with the command that works",
+			req:  Request{Object: web, Guard: all, Old: 3, New: 0},
+			wantIn: []string{`deployments.apps "web" in namespace "shop"`, "from 3 to 0",
+				`rampart.io/confirm-replicas="0"`, "kubectl rampart scale -n shop deployments.apps/web --replicas 0",
+				"kubectl label -n shop deployments.apps/web rampart.io/explicit-replicas-"},
+		},
+		{name: "a confirmed change passes", req: Request{Object: web, Guard: all, Old: 3, New: 5, Confirm: "5"}, allowed: true},
+		{
+			name:   "a confirmation of another count is denied",
+			req:    Request{Object: web, Guard: all, Old: 3, New: 30, Confirm: "3"},
+			wantIn: []string{`confirms rampart.io/confirm-replicas="3"`, "not the new count 30"},
+		},
+		{
+			name:   "the scale subresource is denied even when the object carries a stale confirmation",
+			req:    Request{Object: web, Guard: all, Old: 3, New: 0, Confirm: "0", Scale: true},
+			wantIn: []string{"scale subresource", "kubectl rampart scale -n shop deployments.apps/web --replicas 0"},
+		},
+		{name: "an exempt requester passes through the scale subresource", req: Request{Object: web, Guard: all, Old: 3, New: 10, Scale: true, Exempt: true}, allowed: true},
+		{name: "Decrease lets increases through", req: Request{Object: web, Guard: dec, Old: 3, New: 6, Scale: true}, allowed: true},
+		{name: "Decrease guards decreases", req: Request{Object: web, Guard: dec, Old: 3, New: 2, Scale: true}, wantIn: []string{"guard Decrease"}},
+		{name: "ToZero lets 3 -> 1 through", req: Request{Object: web, Guard: zero, Old: 3, New: 1}, allowed: true},
+		{name: "ToZero guards 3 -> 0", req: Request{Object: web, Guard: zero, Old: 3, New: 0}, wantIn: []string{"guard ToZero"}},
+		{
+			name:   "a policy source says how to lift it",
+			req:    Request{Object: web, Guard: all, Old: 3, New: 0, Source: protection.Source{Policy: "critical"}},
+			wantIn: []string{`ProtectionPolicy "critical"`, "kubectl edit protectionpolicy critical"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Decide(tt.req)
+			if v.Allowed != tt.allowed {
+				t.Fatalf("Allowed = %v, want %v (%q)", v.Allowed, tt.allowed, v.Message)
+			}
+			if !v.Allowed && v.Rule != RuleExplicitReplicas {
+				t.Errorf("Rule = %q", v.Rule)
+			}
+			for _, w := range tt.wantIn {
+				if !strings.Contains(v.Message, w) {
+					t.Errorf("message %q lacks %q", v.Message, w)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkDecideDenied(b *testing.B) {
+	r := Request{Object: protection.Object{Resource: schema.GroupResource{Group: "apps", Resource: "deployments"}, Namespace: "shop", Name: "web"},
+		Guard: v1alpha1.GuardAll, Old: 3, New: 0}
+	for b.Loop() {
+		if Decide(r).Allowed {
+			b.Fatal("allowed")
+		}
+	}
+}
