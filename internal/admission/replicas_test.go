@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
+	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
 )
 
@@ -66,11 +67,17 @@ func TestExplicitReplicas(t *testing.T) {
 	t.Run("kubectl scale goes through the scale subresource and is denied", func(t *testing.T) {
 		// The scale webhook names its targets; it follows the label within
 		// a moment of the workload's creation.
+		eventually(t, "the scale webhook to name the workload", func(ctx context.Context) (bool, error) {
+			cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, rampartadmission.ValidatingConfigName, metav1.GetOptions{})
+			return err == nil && len(cfg.Webhooks) == 3 && strings.Contains(cfg.Webhooks[2].MatchConditions[0].Expression, ns+"/web"), err
+		})
+		// The API server picks the configuration up through a watch.
+		var out string
 		eventually(t, "kubectl scale to be denied", func(context.Context) (bool, error) {
-			out, err := env.Kubectl(t, "scale", "-n", ns, "deployment/web", "--replicas=0")
+			var err error
+			out, err = env.Kubectl(t, "scale", "-n", ns, "deployment/web", "--replicas=0")
 			return err != nil && strings.Contains(out, "scale subresource"), nil
 		})
-		out, _ := env.Kubectl(t, "scale", "-n", ns, "deployment/web", "--replicas=0")
 		if !strings.Contains(out, "kubectl rampart scale -n "+ns+" deployments.apps/web --replicas 0") {
 			t.Errorf("kubectl scale denial does not give the command that works:\n%s", out)
 		}

@@ -78,7 +78,7 @@ type View struct {
 	mu sync.RWMutex
 	// protected are metadata informers, one per namespaced resource, of the
 	// objects labelled rampart.io/protection.
-	protected map[schema.GroupVersionResource]cache.SharedIndexInformer
+	protected map[schema.GroupVersionResource]*crInformer
 	// customResources are metadata informers of the custom resources of
 	// CRDs that are themselves protected, by CRD name.
 	customResources map[string]*crInformer
@@ -94,6 +94,7 @@ type kindInformer struct {
 	cache.SharedIndexInformer
 }
 
+// crInformer is an informer the view starts and stops on its own.
 type crInformer struct {
 	informer cache.SharedIndexInformer
 	cancel   context.CancelFunc
@@ -125,7 +126,7 @@ func newView(cs kubernetes.Interface, md metadata.Interface, ext apiextensionscl
 		crdInfs:         apiextensionsinformers.NewSharedInformerFactory(ext, 0),
 		metadata:        md,
 		discovery:       cs.Discovery(),
-		protected:       map[schema.GroupVersionResource]cache.SharedIndexInformer{},
+		protected:       map[schema.GroupVersionResource]*crInformer{},
 		customResources: map[string]*crInformer{},
 		changes:         make(chan struct{}, 1),
 	}
@@ -262,7 +263,7 @@ func (v *View) protectedInformers() []cache.SharedIndexInformer {
 	defer v.mu.RUnlock()
 	out := make([]cache.SharedIndexInformer, 0, len(v.protected))
 	for _, inf := range v.protected {
-		out = append(out, inf)
+		out = append(out, inf.informer)
 	}
 	return out
 }
@@ -296,8 +297,9 @@ func (v *View) watchProtected(ctx context.Context, gvr schema.GroupVersionResour
 	if _, ok := v.protected[gvr]; ok {
 		return
 	}
+	ctx, cancel := context.WithCancel(ctx)
 	inf := v.metadataInformer(gvr, v1alpha1.LabelProtection)
-	v.protected[gvr] = inf
+	v.protected[gvr] = &crInformer{informer: inf, cancel: cancel}
 	go inf.RunWithContext(ctx)
 }
 
@@ -348,6 +350,13 @@ func (v *View) crdDeleted(obj any) {
 	if cur, ok := v.customResources[crd.Name]; ok {
 		cur.cancel()
 		delete(v.customResources, crd.Name)
+	}
+	// Its resource is gone: stop watching it for labelled objects.
+	if gvr, ok := servedGVR(crd); ok {
+		if cur, ok := v.protected[gvr]; ok {
+			cur.cancel()
+			delete(v.protected, gvr)
+		}
 	}
 }
 
@@ -407,7 +416,7 @@ func (v *View) ProtectedObjects(ns string) deletion.Sample {
 	defer v.mu.RUnlock()
 	var s deletion.Sample
 	for gvr, inf := range v.protected {
-		s = merge(s, sampleOf(inf.GetIndexer(), byNamespace, ns, gvr.GroupResource().String(), false))
+		s = merge(s, sampleOf(inf.informer.GetIndexer(), byNamespace, ns, gvr.GroupResource().String(), false))
 	}
 	return s
 }
