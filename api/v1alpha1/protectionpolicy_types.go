@@ -19,11 +19,13 @@ type ProtectionPolicySpec struct {
 
 	// NamespaceSelector chooses the namespaces whose objects are covered
 	// (for cluster-scoped objects it is ignored). Empty or absent: all.
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn'] && has(e.values) && size(e.values) > 0) || (e.operator in ['Exists', 'DoesNotExist'] && (!has(e.values) || size(e.values) == 0)))",message="each matchExpression needs operator In or NotIn with values, or Exists or DoesNotExist without values"
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 
 	// ObjectSelector chooses the covered objects by their own labels.
 	// Empty or absent: all objects of the resources.
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn'] && has(e.values) && size(e.values) > 0) || (e.operator in ['Exists', 'DoesNotExist'] && (!has(e.values) || size(e.values) == 0)))",message="each matchExpression needs operator In or NotIn with values, or Exists or DoesNotExist without values"
 	// +optional
 	ObjectSelector *metav1.LabelSelector `json:"objectSelector,omitempty"`
 
@@ -48,11 +50,13 @@ type ProtectionPolicySpec struct {
 
 // ResourceRule names resources by API group and plural name.
 type ResourceRule struct {
-	// APIGroups of the resources; "" is the core group.
+	// APIGroups of the resources; "" is the core group, "*" every group.
 	// +kubebuilder:validation:MinItems=1
 	// +listType=atomic
+	// +kubebuilder:validation:items:Pattern=`^(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$`
 	APIGroups []string `json:"apiGroups"`
 	// Resources are plural resource names, e.g. "deployments", or "*".
+	// Subresources are not protected objects and are not accepted.
 	// +kubebuilder:validation:MinItems=1
 	// +listType=atomic
 	// +kubebuilder:validation:items:Pattern=`^(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$`
@@ -128,6 +132,7 @@ type ProtectionPolicyStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=pp,categories=rampart
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a policy name is at most 63 characters: it becomes part of its webhook's name"
 // +kubebuilder:printcolumn:name="Protection",type=string,JSONPath=`.spec.protection`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -22,6 +22,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/protection"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
+	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
 // DeletionPath is where the deletion-protection webhook is served.
@@ -41,11 +42,16 @@ type ClusterView interface {
 	// ExplicitReplicaTargets are the workloads labelled
 	// rampart.io/explicit-replicas=true, as "group/resource/namespace/name".
 	ExplicitReplicaTargets() []string
+	// NamespaceLabels are a namespace's labels.
+	NamespaceLabels(ns string) (map[string]string, bool)
 }
 
-// Deletion judges DELETE requests with internal/protection/deletion.
+// Deletion judges DELETE requests with internal/protection/deletion, for
+// the rampart.io/protection label or, when reached through a policy's
+// webhook, for that ProtectionPolicy.
 type Deletion struct {
-	View ClusterView
+	View     ClusterView
+	Policies Policies
 	// Recorder writes an Event on each denied object; nil writes none.
 	Recorder events.EventRecorder
 }
@@ -71,7 +77,7 @@ var builtinWorkloads = map[schema.GroupResource]workload{
 }
 
 // Handle implements admission.Handler.
-func (h *Deletion) Handle(_ context.Context, req admission.Request) admission.Response {
+func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Delete {
 		return admission.Allowed("")
 	}
@@ -93,6 +99,13 @@ func (h *Deletion) Handle(_ context.Context, req admission.Request) admission.Re
 		},
 		UID:   old.GetUID(),
 		Level: v1alpha1.ProtectionLevel(old.GetLabels()[v1alpha1.LabelProtection]),
+	}
+	pol, resp := findPolicy(ctx, h.Policies, req, &old)
+	if resp != nil {
+		return *resp
+	}
+	if pol != nil {
+		r.Level, r.Source = pol.Spec.Protection, protection.Source{Policy: pol.Name}
 	}
 	if r.Level == "" {
 		return admission.Allowed("")
@@ -119,8 +132,36 @@ func (h *Deletion) Handle(_ context.Context, req admission.Request) admission.Re
 	if v.Allowed {
 		return admission.Allowed("")
 	}
+	if pol != nil && !policy.Enforced(pol) {
+		return warn(v.Rule, r.Object, v.Message)
+	}
 	deny(h.Recorder, req, schema.GroupVersionKind(req.Kind), r.Object, r.UID, v.Rule, "Delete", v.Message)
 	return admission.Denied(v.Message)
+}
+
+// findPolicy finds the ProtectionPolicy whose webhook the request came
+// through. It returns a response when the request is settled without a
+// decision: the policy is gone, no longer selects the object (the API
+// server may still hold an older configuration), or exempts the requester.
+func findPolicy(ctx context.Context, policies Policies, req admission.Request, obj *unstructured.Unstructured) (*v1alpha1.ProtectionPolicy, *admission.Response) {
+	name, ok := policyName(ctx)
+	if !ok {
+		return nil, nil
+	}
+	allowed := admission.Allowed("")
+	if policies == nil {
+		return nil, &allowed
+	}
+	pol, found, err := policies.Policy(ctx, name)
+	if err != nil {
+		errored := admission.Errored(http.StatusServiceUnavailable, err)
+		return nil, &errored
+	}
+	gr := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
+	if !found || !policy.Covers(pol, gr, nil, obj.GetLabels()) || protection.Names(pol.Spec.Exempt, req.UserInfo) {
+		return nil, &allowed
+	}
+	return pol, nil
 }
 
 // replicas says whether the object is a workload and its desired replicas.

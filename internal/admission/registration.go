@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
 // ValidatingConfigName is the name of Rampart's ValidatingWebhookConfiguration.
@@ -56,6 +58,9 @@ type Registration struct {
 	// ScaleTargets are the workloads whose scale subresource is guarded,
 	// as "group/resource/namespace/name" (see ClusterView).
 	ScaleTargets []string
+	// Policies get webhooks of their own, scoped by their resources and
+	// selectors.
+	Policies []v1alpha1.ProtectionPolicy
 }
 
 // maxScaleTargets bounds the target list written into the scale webhook's
@@ -99,6 +104,25 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 	upd := webhook("replicas.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*"))
 	upd.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
 	hooks := []admissionregistrationv1.ValidatingWebhook{del, upd}
+	for _, p := range reg.Policies {
+		scoped := func(h admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.ValidatingWebhook {
+			h.NamespaceSelector = withNotOwn(p.Spec.NamespaceSelector, notOwn)
+			h.ObjectSelector = p.Spec.ObjectSelector
+			if !policy.Enforced(&p) {
+				// A policy that only warns must never block anything.
+				h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+			}
+			return h
+		}
+		if p.Spec.Protection != "" {
+			hooks = append(hooks, scoped(webhook(p.Name+".deletion.policy.rampart.io", PolicyDeletionPrefix+p.Name,
+				policyRules(admissionregistrationv1.Delete, p)...)))
+		}
+		if policy.Guard(&p) != "" {
+			hooks = append(hooks, scoped(webhook(p.Name+".replicas.policy.rampart.io", PolicyReplicasPrefix+p.Name,
+				policyRules(admissionregistrationv1.Update, p)...)))
+		}
+	}
 	if len(reg.ScaleTargets) > 0 {
 		scale := webhook("scale.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*/scale"))
 		if len(reg.ScaleTargets) <= maxScaleTargets {
@@ -125,6 +149,27 @@ func scaleTargetExpression(targets []string) string {
 	}
 	return "[request.resource.group, request.resource.resource, request.namespace, request.name].join('/') in [" +
 		strings.Join(quoted, ", ") + "]"
+}
+
+// policyRules are the rules of a policy's webhook: its resources.
+func policyRules(op admissionregistrationv1.OperationType, p v1alpha1.ProtectionPolicy) []admissionregistrationv1.RuleWithOperations {
+	out := make([]admissionregistrationv1.RuleWithOperations, 0, len(p.Spec.Resources))
+	for _, r := range p.Spec.Resources {
+		rule := rule(op, "", "")
+		rule.APIGroups, rule.Resources = r.APIGroups, r.Resources
+		out = append(out, rule)
+	}
+	return out
+}
+
+// withNotOwn adds the exclusion of Rampart's namespace to a selector.
+func withNotOwn(sel, notOwn *metav1.LabelSelector) *metav1.LabelSelector {
+	out := notOwn.DeepCopy()
+	if sel != nil {
+		out.MatchLabels = sel.MatchLabels
+		out.MatchExpressions = append(slices.Clone(sel.MatchExpressions), out.MatchExpressions...)
+	}
+	return out
 }
 
 func rule(op admissionregistrationv1.OperationType, group, resource string) admissionregistrationv1.RuleWithOperations {

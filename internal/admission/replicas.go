@@ -14,17 +14,20 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/protection"
+	"github.com/rampart-io/rampart/internal/protection/policy"
 	"github.com/rampart-io/rampart/internal/protection/replicas"
 )
 
-// ReplicasPath is where the explicit-replicas webhook is served, for
-// writes of workloads and of their scale subresource.
+// ReplicasPath is where the explicit-replicas webhooks for the label and
+// for the scale subresource are served.
 const ReplicasPath = "/validate/replicas"
 
 // Replicas judges writes that change spec.replicas with
-// internal/protection/replicas.
+// internal/protection/replicas, for the rampart.io/explicit-replicas label
+// and for ProtectionPolicies with explicitReplicas.
 type Replicas struct {
-	View ClusterView
+	View     ClusterView
+	Policies Policies
 	// Exempt are requesters the label rule never denies (e.g. the
 	// horizontal-pod-autoscaler's service account); policies carry their own.
 	Exempt   v1alpha1.Subjects
@@ -33,8 +36,17 @@ type Replicas struct {
 
 var _ admission.Handler = (*Replicas)(nil)
 
+// guardSource is one rule that may guard a write: the label or a policy.
+type guardSource struct {
+	guard  v1alpha1.ReplicaGuard
+	source protection.Source
+	exempt bool
+	// enforce is false for a Warn-mode policy.
+	enforce bool
+}
+
 // Handle implements admission.Handler.
-func (h *Replicas) Handle(_ context.Context, req admission.Request) admission.Response {
+func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
@@ -46,12 +58,18 @@ func (h *Replicas) Handle(_ context.Context, req admission.Request) admission.Re
 	if err := cur.UnmarshalJSON(req.Object.Raw); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	r := replicas.Request{Object: protection.Object{Resource: gr, Namespace: req.Namespace, Name: req.Name}}
+	base := replicas.Request{Object: protection.Object{Resource: gr, Namespace: req.Namespace, Name: req.Name}}
 	var uid types.UID
+	var sources []guardSource
 	kind := schema.GroupVersionKind(req.Kind)
+	labelRule := func(labels ...map[string]string) guardSource {
+		return guardSource{guard: labelGuard(labels...), source: protection.Source{Label: v1alpha1.LabelExplicitReplicas},
+			exempt: protection.Names(h.Exempt, req.UserInfo), enforce: true}
+	}
 	switch req.SubResource {
 	case "scale":
-		// A Scale carries no labels: the workload's come from the view.
+		// A Scale carries no labels: the workload's, and its namespace's,
+		// come from the view, and every rule that may guard it is judged.
 		labels, u, ok := h.View.WorkloadLabels(gr, req.Namespace, req.Name)
 		if !ok {
 			if !h.View.HasSynced() {
@@ -60,11 +78,19 @@ func (h *Replicas) Handle(_ context.Context, req admission.Request) admission.Re
 			}
 			return admission.Allowed("")
 		}
-		uid, r.Scale = u, true
-		r.Guard = labelGuard(labels, nil)
-		r.Old, r.New = replicasAt(&old, ".spec.replicas", 0), replicasAt(&cur, ".spec.replicas", 0)
+		uid, base.Scale = u, true
+		base.Old, base.New = replicasAt(&old, ".spec.replicas", 0), replicasAt(&cur, ".spec.replicas", 0)
 		if w, ok := builtinWorkloads[gr]; ok {
 			kind = w.kind
+		}
+		sources = append(sources, labelRule(labels))
+		ps, err := h.scalePolicies(ctx, gr, req.Namespace, labels)
+		if err != nil {
+			return admission.Errored(http.StatusServiceUnavailable, err)
+		}
+		for _, p := range ps {
+			sources = append(sources, guardSource{guard: policy.Guard(&p), source: protection.Source{Policy: p.Name},
+				exempt: protection.Names(p.Spec.Exempt, req.UserInfo), enforce: policy.Enforced(&p)})
 		}
 	case "":
 		path, _, ok := replicasPath(h.View, gr)
@@ -72,27 +98,68 @@ func (h *Replicas) Handle(_ context.Context, req admission.Request) admission.Re
 			return admission.Allowed("") // not a kind with replicas
 		}
 		uid = old.GetUID()
-		// Judged by the labels before and after: removing the label in the
-		// same write does not escape it.
-		r.Guard = labelGuard(old.GetLabels(), cur.GetLabels())
-		r.Old, r.New = replicasAt(&old, path, 1), replicasAt(&cur, path, 1)
-		r.Confirm = cur.GetAnnotations()[v1alpha1.AnnotationConfirmReplicas]
+		base.Old, base.New = replicasAt(&old, path, 1), replicasAt(&cur, path, 1)
+		base.Confirm = cur.GetAnnotations()[v1alpha1.AnnotationConfirmReplicas]
+		pol, resp := findPolicy(ctx, h.Policies, req, &old)
+		switch {
+		case resp != nil:
+			return *resp
+		case pol != nil:
+			sources = append(sources, guardSource{guard: policy.Guard(pol), source: protection.Source{Policy: pol.Name}, enforce: policy.Enforced(pol)})
+		default:
+			// Judged by the labels before and after: removing the label in
+			// the same write does not escape it.
+			sources = append(sources, labelRule(old.GetLabels(), cur.GetLabels()))
+		}
 	default:
 		return admission.Allowed("")
 	}
-	r.Exempt = protection.Names(h.Exempt, req.UserInfo)
-	v := replicas.Decide(r)
-	if v.Allowed {
-		return admission.Allowed("")
+	var warnings []string
+	for _, s := range sources {
+		r := base
+		r.Guard, r.Source, r.Exempt = s.guard, s.source, s.exempt
+		v := replicas.Decide(r)
+		switch {
+		case v.Allowed:
+		case !s.enforce:
+			warnings = append(warnings, warn(v.Rule, r.Object, v.Message).Warnings...)
+		default:
+			deny(h.Recorder, req, kind, r.Object, uid, v.Rule, "Scale", v.Message)
+			return admission.Denied(v.Message)
+		}
 	}
-	deny(h.Recorder, req, kind, r.Object, uid, v.Rule, "Scale", v.Message)
-	return admission.Denied(v.Message)
+	return admission.Allowed("").WithWarnings(warnings...)
 }
 
-// labelGuard is GuardAll when either label set asks for explicit replicas.
-func labelGuard(a, b map[string]string) v1alpha1.ReplicaGuard {
-	if a[v1alpha1.LabelExplicitReplicas] == "true" || b[v1alpha1.LabelExplicitReplicas] == "true" {
-		return v1alpha1.GuardAll
+// scalePolicies are the policies guarding the replicas of a workload.
+func (h *Replicas) scalePolicies(ctx context.Context, gr schema.GroupResource, ns string, labels map[string]string) ([]v1alpha1.ProtectionPolicy, error) {
+	if h.Policies == nil {
+		return nil, nil
+	}
+	all, err := h.Policies.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nsLabels, _ := h.View.NamespaceLabels(ns)
+	if nsLabels == nil {
+		nsLabels = map[string]string{}
+	}
+	var out []v1alpha1.ProtectionPolicy
+	for _, p := range all {
+		if policy.Guard(&p) != "" && policy.Covers(&p, gr, nsLabels, labels) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// labelGuard is GuardAll when any of the label sets asks for explicit
+// replicas.
+func labelGuard(sets ...map[string]string) v1alpha1.ReplicaGuard {
+	for _, s := range sets {
+		if s[v1alpha1.LabelExplicitReplicas] == "true" {
+			return v1alpha1.GuardAll
+		}
 	}
 	return ""
 }

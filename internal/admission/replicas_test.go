@@ -2,6 +2,8 @@ package admission_test
 
 import (
 	"context"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"os/exec"
 	"strings"
 	"testing"
@@ -69,7 +71,11 @@ func TestExplicitReplicas(t *testing.T) {
 		// a moment of the workload's creation.
 		eventually(t, "the scale webhook to name the workload", func(ctx context.Context) (bool, error) {
 			cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, rampartadmission.ValidatingConfigName, metav1.GetOptions{})
-			return err == nil && len(cfg.Webhooks) == 3 && strings.Contains(cfg.Webhooks[2].MatchConditions[0].Expression, ns+"/web"), err
+			if err != nil {
+				return false, err
+			}
+			scale := webhookNamed(cfg, "scale.rampart.io")
+			return scale != nil && len(scale.MatchConditions) == 1 && strings.Contains(scale.MatchConditions[0].Expression, ns+"/web"), nil
 		})
 		// The API server picks the configuration up through a watch.
 		var out string
@@ -138,4 +144,13 @@ func TestUnlabelledWorkloadsScaleFreely(t *testing.T) {
 	if _, err := env.Client.AppsV1().Deployments(ns).Patch(ctx, "plain", types.MergePatchType, []byte(`{"spec":{"replicas":7}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func webhookNamed(cfg *admissionregistrationv1.ValidatingWebhookConfiguration, name string) *admissionregistrationv1.ValidatingWebhook {
+	for i := range cfg.Webhooks {
+		if cfg.Webhooks[i].Name == name {
+			return &cfg.Webhooks[i]
+		}
+	}
+	return nil
 }

@@ -28,3 +28,10 @@ func deny(rec events.EventRecorder, req admission.Request, kind schema.GroupVers
 	rec.Eventf(ref, nil, corev1.EventTypeWarning, action+"Denied", action,
 		"%s denied %s by %s: %s", rule, req.Operation, req.UserInfo.Username, message)
 }
+
+// warn admits a request a Warn-mode policy would have denied, with the
+// denial as an admission warning (kubectl prints it) and a count.
+func warn(rule string, o protection.Object, message string) admission.Response {
+	warnings.WithLabelValues(rule, o.Resource.String()).Inc()
+	return admission.Allowed("").WithWarnings("rampart (Warn mode): " + message)
+}

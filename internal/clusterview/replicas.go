@@ -1,9 +1,11 @@
 package clusterview
 
 import (
+	"maps"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -41,30 +43,20 @@ func (v *View) watchExplicitReplicas() error {
 	return nil
 }
 
-func (v *View) explicitHandler() cache.ResourceEventHandler {
-	labelled := func(obj any) bool {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		keys, _ := explicitReplicas(obj)
-		return len(keys) > 0
-	}
+// labelsHandler signals Changes when an object comes, goes, or changes its
+// labels: what decides whether a workload's scale subresource is guarded
+// (its label, or a policy's selectors over it and its namespace).
+func (v *View) labelsHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if labelled(obj) {
-				v.signal()
-			}
-		},
+		AddFunc: func(any) { v.signal() },
 		UpdateFunc: func(old, obj any) {
-			if labelled(old) != labelled(obj) {
+			o, err1 := meta.Accessor(old)
+			n, err2 := meta.Accessor(obj)
+			if err1 != nil || err2 != nil || !maps.Equal(o.GetLabels(), n.GetLabels()) {
 				v.signal()
 			}
 		},
-		DeleteFunc: func(obj any) {
-			if labelled(obj) {
-				v.signal()
-			}
-		},
+		DeleteFunc: func(any) { v.signal() },
 	}
 }
 
@@ -93,6 +85,39 @@ func (v *View) ExplicitReplicaTargets() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Workloads lists the cached workloads of a built-in resource with
+// replicas (deployments, statefulsets, replicasets, replicationcontrollers).
+func (v *View) Workloads(gr schema.GroupResource) []metav1.Object {
+	i := slices.Index(workloadResources, gr)
+	if i < 0 {
+		return nil
+	}
+	objs := v.workloads[i].GetStore().List()
+	out := make([]metav1.Object, 0, len(objs))
+	for _, o := range objs {
+		if m, err := meta.Accessor(o); err == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// WorkloadResources are the built-in resources Workloads lists.
+func WorkloadResources() []schema.GroupResource { return slices.Clone(workloadResources) }
+
+// NamespaceLabels are a namespace's labels; ok is false if it is unknown.
+func (v *View) NamespaceLabels(ns string) (map[string]string, bool) {
+	obj, ok, err := v.namespaces.GetStore().GetByKey(ns)
+	if err != nil || !ok {
+		return nil, false
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, false
+	}
+	return m.GetLabels(), true
 }
 
 // WorkloadLabels implements admission.ClusterView.

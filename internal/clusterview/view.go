@@ -66,6 +66,7 @@ type View struct {
 	// intermediate owners between a workload and its pods.
 	replicaSets, jobs cache.SharedIndexInformer
 	crds              cache.SharedIndexInformer
+	namespaces        cache.SharedIndexInformer
 
 	// counters answer counts in constant time (see counter); each belongs
 	// to one informer and is fed by its events.
@@ -140,6 +141,7 @@ func newView(cs kubernetes.Interface, md metadata.Interface, ext apiextensionscl
 		v.core.Core().V1().ReplicationControllers().Informer(),
 	}
 	v.jobs = v.metadataInformer(schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}, "")
+	v.namespaces = v.metadataInformer(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "")
 	v.owned = []kindInformer{
 		{"pod", v.pods}, {"persistentvolumeclaim", v.claims}, {"job", v.jobs},
 		{"daemonset", v.core.Apps().V1().DaemonSets().Informer()},
@@ -208,8 +210,8 @@ func (v *View) Start(ctx context.Context) error {
 			}
 		}
 	}
-	for _, inf := range v.workloads {
-		if _, err := inf.AddEventHandler(v.explicitHandler()); err != nil {
+	for _, inf := range append(slices.Clone(v.workloads), v.namespaces) {
+		if _, err := inf.AddEventHandler(v.labelsHandler()); err != nil {
 			return err
 		}
 	}
@@ -223,6 +225,7 @@ func (v *View) Start(ctx context.Context) error {
 	v.core.Start(ctx.Done())
 	v.crdInfs.Start(ctx.Done())
 	go v.jobs.RunWithContext(ctx)
+	go v.namespaces.RunWithContext(ctx)
 	if err := v.watchProtectedLabels(ctx); err != nil {
 		return err
 	}
@@ -242,7 +245,7 @@ func (v *View) NeedLeaderElection() bool { return false }
 // HasSynced reports whether the fixed informers and every informer of a
 // protected CRD have synced.
 func (v *View) HasSynced() bool {
-	if !v.crds.HasSynced() {
+	if !v.crds.HasSynced() || !v.namespaces.HasSynced() {
 		return false
 	}
 	for _, inf := range v.owned {

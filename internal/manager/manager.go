@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -150,12 +151,15 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	server := mgr.GetWebhookServer()
 	recorder := mgr.GetEventRecorder("rampart")
-	server.Register(rampartadmission.DeletionPath, &webhook.Admission{
-		Handler: &rampartadmission.Deletion{View: view, Recorder: recorder},
-	})
-	server.Register(rampartadmission.ReplicasPath, &webhook.Admission{
-		Handler: &rampartadmission.Replicas{View: view, Exempt: o.ReplicasExempt, Recorder: recorder},
-	})
+	policies := cachedPolicies{reader: mgr.GetCache()}
+	deletionHook := &rampartadmission.Deletion{View: view, Policies: policies, Recorder: recorder}
+	replicasHook := &rampartadmission.Replicas{View: view, Policies: policies, Exempt: o.ReplicasExempt, Recorder: recorder}
+	server.Register(rampartadmission.DeletionPath, &webhook.Admission{Handler: deletionHook})
+	server.Register(rampartadmission.ReplicasPath, &webhook.Admission{Handler: replicasHook})
+	server.Register(rampartadmission.PolicyDeletionPrefix, &webhook.Admission{Handler: deletionHook,
+		WithContextFunc: rampartadmission.PolicyFromPath(rampartadmission.PolicyDeletionPrefix)})
+	server.Register(rampartadmission.PolicyReplicasPrefix, &webhook.Admission{Handler: replicasHook,
+		WithContextFunc: rampartadmission.PolicyFromPath(rampartadmission.PolicyReplicasPrefix)})
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
@@ -182,9 +186,25 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	reg := &registrar{
-		client: direct, view: view, done: registered, log: o.Log.WithName("registration"),
+		client: direct, view: view, policies: policies, done: registered, log: o.Log.WithName("registration"),
 		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace},
 		kick: make(chan struct{}, 1),
+	}
+	// Policy changes re-register at once.
+	policyInformer, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.ProtectionPolicy{})
+	if err != nil {
+		return err
+	}
+	if _, err := policyInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { reg.poke() },
+		UpdateFunc: func(any, any) { reg.poke() },
+		DeleteFunc: func(any) { reg.poke() },
+	}); err != nil {
+		return err
+	}
+	status := &policyStatus{client: mgr.GetClient(), reg: reg.registration}
+	if err := status.setup(mgr); err != nil {
+		return err
 	}
 	if rotator != nil {
 		rotator.OnRotate = func(_ context.Context, bundle []byte) error {
@@ -206,9 +226,10 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 // guarded. Every replica registers: the configuration is the same from
 // each, and a lone replica must not wait for a leader.
 type registrar struct {
-	client client.Client
-	view   *clusterview.View
-	log    logr.Logger
+	client   client.Client
+	view     *clusterview.View
+	policies cachedPolicies
+	log      logr.Logger
 	// done is closed after the first successful registration.
 	done chan struct{}
 	kick chan struct{}
@@ -223,20 +244,34 @@ func (r *registrar) setBundle(b []byte) {
 	r.mu.Lock()
 	r.base.CABundle = b
 	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *registrar) poke() {
 	select {
 	case r.kick <- struct{}{}:
 	default:
 	}
 }
 
+// registration is the endpoint and CA part of what is registered.
+func (r *registrar) registration() rampartadmission.Registration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.base
+}
+
 func (r *registrar) Start(ctx context.Context) error {
 	var last *admissionregistrationv1.ValidatingWebhookConfiguration
 	delay := 100 * time.Millisecond
 	for {
-		r.mu.Lock()
-		reg := r.base
-		r.mu.Unlock()
-		reg.ScaleTargets = r.view.ExplicitReplicaTargets()
+		reg := r.registration()
+		policies, err := r.policies.List(ctx)
+		if err != nil {
+			r.log.Error(err, "listing ProtectionPolicies")
+		}
+		reg.Policies = policies
+		reg.ScaleTargets = scaleTargets(r.view, policies)
 		want := rampartadmission.ValidatingConfig(reg)
 		if last == nil || !equality.Semantic.DeepEqual(last.Webhooks, want.Webhooks) {
 			if err := rampartadmission.Register(ctx, r.client, reg); err != nil {
@@ -253,7 +288,8 @@ func (r *registrar) Start(ctx context.Context) error {
 				close(r.done)
 			}
 			last, delay = want, 100*time.Millisecond
-			r.log.Info("webhook configuration registered", "name", rampartadmission.ValidatingConfigName, "scaleTargets", len(reg.ScaleTargets))
+			r.log.Info("webhook configuration registered", "name", rampartadmission.ValidatingConfigName,
+				"policies", len(reg.Policies), "scaleTargets", len(reg.ScaleTargets))
 		}
 		select {
 		case <-ctx.Done():

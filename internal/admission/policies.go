@@ -1,0 +1,44 @@
+package admission
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+)
+
+// Each ProtectionPolicy gets webhooks of its own, scoped by its resources
+// and selectors, served under these prefixes followed by the policy name.
+const (
+	PolicyDeletionPrefix = "/validate/policy/deletion/"
+	PolicyReplicasPrefix = "/validate/policy/replicas/"
+)
+
+// Policies reads ProtectionPolicies, from the manager's cache.
+type Policies interface {
+	// Policy returns the named policy; ok is false if there is none.
+	Policy(ctx context.Context, name string) (p *v1alpha1.ProtectionPolicy, ok bool, err error)
+	// List returns every policy.
+	List(ctx context.Context) ([]v1alpha1.ProtectionPolicy, error)
+}
+
+type policyKey struct{}
+
+// PolicyFromPath is a webhook.Admission WithContextFunc: it passes the
+// policy named by the request path (after prefix) to the handler.
+func PolicyFromPath(prefix string) func(context.Context, *http.Request) context.Context {
+	return func(ctx context.Context, r *http.Request) context.Context {
+		if name, ok := strings.CutPrefix(r.URL.Path, prefix); ok && name != "" {
+			return context.WithValue(ctx, policyKey{}, name)
+		}
+		return ctx
+	}
+}
+
+// policyName is the policy a request is judged for, if it came through a
+// policy's webhook.
+func policyName(ctx context.Context) (string, bool) {
+	name, ok := ctx.Value(policyKey{}).(string)
+	return name, ok
+}

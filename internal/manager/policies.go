@@ -1,0 +1,160 @@
+package manager
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/clusterview"
+	"github.com/rampart-io/rampart/internal/protection/policy"
+)
+
+// cachedPolicies reads ProtectionPolicies from the manager's cache.
+type cachedPolicies struct{ reader client.Reader }
+
+func (c cachedPolicies) Policy(ctx context.Context, name string) (*v1alpha1.ProtectionPolicy, bool, error) {
+	p := &v1alpha1.ProtectionPolicy{}
+	err := c.reader.Get(ctx, client.ObjectKey{Name: name}, p)
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	return p, err == nil, err
+}
+
+func (c cachedPolicies) List(ctx context.Context) ([]v1alpha1.ProtectionPolicy, error) {
+	var list v1alpha1.ProtectionPolicyList
+	if err := c.reader.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(list.Items, func(a, b v1alpha1.ProtectionPolicy) int { return strings.Compare(a.Name, b.Name) })
+	return list.Items, nil
+}
+
+// scaleTargets are the workloads whose scale subresource a rule guards:
+// labelled ones, and those a policy with explicitReplicas selects.
+func scaleTargets(view *clusterview.View, policies []v1alpha1.ProtectionPolicy) []string {
+	targets := view.ExplicitReplicaTargets()
+	for _, gr := range clusterview.WorkloadResources() {
+		var guarding []*v1alpha1.ProtectionPolicy
+		for i := range policies {
+			if policy.Guard(&policies[i]) != "" && policy.CoversResource(&policies[i], gr) {
+				guarding = append(guarding, &policies[i])
+			}
+		}
+		if len(guarding) == 0 {
+			continue
+		}
+		for _, w := range view.Workloads(gr) {
+			nsLabels, _ := view.NamespaceLabels(w.GetNamespace())
+			if nsLabels == nil {
+				nsLabels = map[string]string{}
+			}
+			for _, p := range guarding {
+				if policy.Covers(p, gr, nsLabels, w.GetLabels()) {
+					targets = append(targets, gr.Group+"/"+gr.Resource+"/"+w.GetNamespace()+"/"+w.GetName())
+					break
+				}
+			}
+		}
+	}
+	slices.Sort(targets)
+	return slices.Compact(targets)
+}
+
+// policyStatus sets each policy's Ready condition: True once the webhook
+// configuration registered with the API server holds the policy's webhooks
+// as its current spec makes them.
+type policyStatus struct {
+	client client.Client
+	reg    func() rampartadmission.Registration
+}
+
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch
+
+func (r *policyStatus) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	p := &v1alpha1.ProtectionPolicy{}
+	if err := r.client.Get(ctx, req.NamespacedName, p); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	err := r.client.Get(ctx, client.ObjectKey{Name: rampartadmission.ValidatingConfigName}, cfg)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	reg := r.reg()
+	reg.Policies, reg.ScaleTargets = []v1alpha1.ProtectionPolicy{*p}, nil
+	want := rampartadmission.ValidatingConfig(reg).Webhooks[2:] // the policy's own
+	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Enforced", ObservedGeneration: p.Generation}
+	names := make([]string, len(want))
+	for i, w := range want {
+		names[i] = w.Name
+		if !registered(cfg.Webhooks, w) {
+			cond.Status, cond.Reason = metav1.ConditionFalse, "Registering"
+		}
+	}
+	mode := "enforced"
+	if !policy.Enforced(p) {
+		mode = "warning only"
+	}
+	cond.Message = "webhooks " + strings.Join(names, ", ") + " registered; " + mode
+	if cond.Status == metav1.ConditionFalse {
+		cond.Message = "waiting for the webhook configuration to include " + strings.Join(names, ", ")
+	}
+	before := p.DeepCopy()
+	meta.SetStatusCondition(&p.Status.Conditions, cond)
+	p.Status.ObservedGeneration = p.Generation
+	if !equality.Semantic.DeepEqual(before.Status, p.Status) {
+		if err := r.client.Status().Update(ctx, p); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if cond.Status == metav1.ConditionFalse {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// registered compares what decides the webhook's reach, not its endpoint.
+func registered(have []admissionregistrationv1.ValidatingWebhook, want admissionregistrationv1.ValidatingWebhook) bool {
+	for _, h := range have {
+		if h.Name == want.Name {
+			return equality.Semantic.DeepEqual(h.Rules, want.Rules) &&
+				equality.Semantic.DeepEqual(h.NamespaceSelector, want.NamespaceSelector) &&
+				equality.Semantic.DeepEqual(h.ObjectSelector, want.ObjectSelector) &&
+				equality.Semantic.DeepEqual(h.FailurePolicy, want.FailurePolicy)
+		}
+	}
+	return false
+}
+
+func (r *policyStatus) setup(mgr ctrl.Manager) error {
+	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		var list v1alpha1.ProtectionPolicyList
+		if err := mgr.GetClient().List(ctx, &list); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, len(list.Items))
+		for i, p := range list.Items {
+			out[i].Name = p.Name
+		}
+		return out
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("protectionpolicy-status").
+		For(&v1alpha1.ProtectionPolicy{}).
+		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, all).
+		Complete(r)
+}
