@@ -39,7 +39,7 @@ func NewRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCommand(), newDownCommand(), newManagerCommand(), newScaleCommand(), newVersionCommand())
+	root.AddCommand(newUpCommand(), newDownCommand(), newManagerCommand(), newScaleCommand(), newDrillCommand(), newVersionCommand())
 	return root
 }
 

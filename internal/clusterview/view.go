@@ -84,6 +84,9 @@ type View struct {
 	// CRDs that are themselves protected, by CRD name.
 	customResources map[string]*crInformer
 
+	// crdPolicy says whether a policy protects a CRD (see SetCRDPolicy).
+	crdPolicy func(*apiextensionsv1.CustomResourceDefinition) bool
+
 	// changes signals registration-relevant changes (see Changes).
 	changes chan struct{}
 
@@ -324,7 +327,7 @@ func (v *View) crdChanged(obj any) {
 	if crd.Spec.Scope == apiextensionsv1.NamespaceScoped {
 		v.watchProtected(v.ctx, gvr)
 	}
-	protected := crd.Labels[v1alpha1.LabelProtection] != ""
+	protected := crd.Labels[v1alpha1.LabelProtection] != "" || (v.crdPolicy != nil && v.crdPolicy(crd))
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	cur, watching := v.customResources[crd.Name]
@@ -337,6 +340,20 @@ func (v *View) crdChanged(obj any) {
 	case !protected && watching:
 		cur.cancel()
 		delete(v.customResources, crd.Name)
+	}
+}
+
+// SetCRDPolicy tells the view which CRDs ProtectionPolicies protect, so
+// that it counts their custom resources as it does for labelled ones. Call
+// it before Start, and Resync when policies change.
+func (v *View) SetCRDPolicy(protected func(*apiextensionsv1.CustomResourceDefinition) bool) {
+	v.crdPolicy = protected
+}
+
+// Resync re-evaluates which CRDs are protected.
+func (v *View) Resync() {
+	for _, obj := range v.crds.GetStore().List() {
+		v.crdChanged(obj)
 	}
 }
 

@@ -13,8 +13,10 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -27,6 +29,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
+	"github.com/rampart-io/rampart/internal/protection/policy"
 	"github.com/rampart-io/rampart/internal/servingcert"
 )
 
@@ -195,10 +198,27 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
+	// The view counts the custom resources of CRDs a policy protects.
+	view.SetCRDPolicy(func(crd *apiextensionsv1.CustomResourceDefinition) bool {
+		ps, err := policies.List(context.Background())
+		if err != nil {
+			return true // count when unsure: it costs memory, not safety
+		}
+		for i := range ps {
+			if ps[i].Spec.Protection != "" && policy.Covers(&ps[i], crdResource, nil, crd.Labels) {
+				return true
+			}
+		}
+		return false
+	})
+	policyChanged := func() {
+		reg.poke()
+		view.Resync()
+	}
 	if _, err := policyInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { reg.poke() },
-		UpdateFunc: func(any, any) { reg.poke() },
-		DeleteFunc: func(any) { reg.poke() },
+		AddFunc:    func(any) { policyChanged() },
+		UpdateFunc: func(any, any) { policyChanged() },
+		DeleteFunc: func(any) { policyChanged() },
 	}); err != nil {
 		return err
 	}
@@ -220,6 +240,8 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	return mgr.Start(ctx)
 }
+
+var crdResource = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
 
 // registrar keeps the webhook configurations in step with what they are
 // made from: the CA bundle and the workloads whose scale subresource is

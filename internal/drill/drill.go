@@ -1,0 +1,149 @@
+// Package drill replays the incidents of the seed reports against a real
+// cluster, once without Rampart's protection and once with it, and
+// measures what was lost. `rampart drill` runs them; so does `make test`.
+package drill
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Target is a cluster a drill runs against.
+type Target struct {
+	// Protected says whether Rampart guards this cluster: the drill then
+	// applies Rampart's protection (labels, policies) to what it sets up.
+	Protected bool
+	Config    *rest.Config
+	Client    kubernetes.Interface
+	Dynamic   dynamic.Interface
+	Ext       apiextensionsclient.Interface
+	// Prefix makes the drill's object names unique in a shared cluster.
+	Prefix string
+	// Scale divides the drill's size, for quick runs (1 = as in the report).
+	Scale int
+}
+
+// NewTarget builds the clients of a target.
+func NewTarget(cfg *rest.Config, protected bool, prefix string, scale int) (Target, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 500, 1000
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return Target{}, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return Target{}, err
+	}
+	ext, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return Target{}, err
+	}
+	return Target{Protected: protected, Config: cfg, Client: cs, Dynamic: dyn, Ext: ext, Prefix: prefix, Scale: max(scale, 1)}, nil
+}
+
+// Loss is what an incident destroyed.
+type Loss struct {
+	// Lost of Total units were destroyed.
+	Lost  int    `json:"lost"`
+	Total int    `json:"total"`
+	Unit  string `json:"unit"`
+	// Denied is the error the mistaken request got, if Rampart denied it.
+	Denied string `json:"denied,omitempty"`
+}
+
+func (l Loss) String() string { return fmt.Sprintf("%d/%d %s", l.Lost, l.Total, l.Unit) }
+
+// Drill is one incident.
+type Drill struct {
+	Name string
+	// Incident says what happened, and where it is reported.
+	Incident string
+	Run      func(ctx context.Context, t Target) (Loss, error)
+}
+
+// All are the drills, in the order they run.
+func All() []Drill {
+	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall}
+}
+
+// Select returns the named drills, or all for no names.
+func Select(names []string) ([]Drill, error) {
+	if len(names) == 0 {
+		return All(), nil
+	}
+	var out []Drill
+	for _, n := range names {
+		i := slices.IndexFunc(All(), func(d Drill) bool { return d.Name == n })
+		if i < 0 {
+			var known []string
+			for _, d := range All() {
+				known = append(known, d.Name)
+			}
+			return nil, fmt.Errorf("no drill %q; drills: %s", n, strings.Join(known, ", "))
+		}
+		out = append(out, All()[i])
+	}
+	return out, nil
+}
+
+// Result is one drill's outcome on both targets.
+type Result struct {
+	Drill       string        `json:"drill"`
+	Incident    string        `json:"incident"`
+	Unprotected Loss          `json:"unprotected"`
+	Protected   Loss          `json:"protected"`
+	Duration    time.Duration `json:"durationNanos"`
+}
+
+// Run runs each drill on the unprotected and the protected target.
+func Run(ctx context.Context, drills []Drill, unprotected, protected Target, progress io.Writer) ([]Result, error) {
+	var results []Result
+	for _, d := range drills {
+		start := time.Now()
+		r := Result{Drill: d.Name, Incident: d.Incident}
+		for _, side := range []struct {
+			t    Target
+			loss *Loss
+			name string
+		}{{unprotected, &r.Unprotected, "unprotected"}, {protected, &r.Protected, "protected"}} {
+			fmt.Fprintf(progress, "drill %s (%s)...\n", d.Name, side.name)
+			loss, err := d.Run(ctx, side.t)
+			if err != nil {
+				return results, fmt.Errorf("drill %s (%s): %w", d.Name, side.name, err)
+			}
+			*side.loss = loss
+		}
+		r.Duration = time.Since(start)
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// WriteTable prints the results as a table.
+func WriteTable(w io.Writer, results []Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DRILL\tUNPROTECTED LOSS\tPROTECTED LOSS")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Drill, r.Unprotected, r.Protected)
+	}
+	return tw.Flush()
+}
+
+// WriteJSON writes the results as the JSON report.
+func WriteJSON(w io.Writer, results []Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(map[string]any{"drills": results})
+}
