@@ -1,0 +1,84 @@
+package drill_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/rampart-io/rampart/internal/drill"
+	"github.com/rampart-io/rampart/internal/localcluster"
+	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
+)
+
+// TestDrills replays every incident at the size of the reports on two real
+// local clusters, one without Rampart and one with it: unprotected, the
+// loss is real; protected, nothing is lost and the mistake was denied with
+// the way to proceed.
+func TestDrills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drills start local clusters")
+	}
+	// One simulated node per custom resource of the meta-cluster drill.
+	const nodes = 1000
+	unprotectedEnv := clustertest.Start(t, localcluster.Options{Unprotected: true, Nodes: nodes})
+	protectedEnv := clustertest.Start(t, localcluster.Options{Nodes: nodes})
+	unprotected, err := drill.NewTarget(unprotectedEnv.Config, false, "u", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	protected, err := drill.NewTarget(protectedEnv.Config, true, "p", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress bytes.Buffer
+	results, err := drill.Run(context.Background(), drill.All(), unprotected, protected, &progress)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	if len(results) != len(drill.All()) {
+		t.Fatalf("%d results for %d drills", len(results), len(drill.All()))
+	}
+	for _, r := range results {
+		t.Logf("%-22s unprotected %-45s protected %s", r.Drill, r.Unprotected, r.Protected)
+		if r.Unprotected.Lost == 0 {
+			t.Errorf("%s: nothing lost unprotected: the drill does not reproduce the incident", r.Drill)
+		}
+		if r.Protected.Lost != 0 {
+			t.Errorf("%s: %s lost under protection", r.Drill, r.Protected)
+		}
+		if r.Protected.Denied == "" || !strings.Contains(r.Protected.Denied, "kubectl") {
+			t.Errorf("%s: the protected mistake was not denied with a way to proceed: %q", r.Drill, r.Protected.Denied)
+		}
+		if r.Unprotected.Denied != "" {
+			t.Errorf("%s: something denied the mistake on the unprotected cluster: %s", r.Drill, r.Unprotected.Denied)
+		}
+	}
+	var table, report bytes.Buffer
+	if err := drill.WriteTable(&table, results); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(table.String(), "DRILL") || strings.Count(table.String(), "\n") != len(results)+1 {
+		t.Errorf("table:\n%s", table.String())
+	}
+	if err := drill.WriteJSON(&report, results); err != nil {
+		t.Fatal(err)
+	}
+	var decoded struct {
+		Drills []drill.Result `json:"drills"`
+	}
+	if err := json.Unmarshal(report.Bytes(), &decoded); err != nil || len(decoded.Drills) != len(results) {
+		t.Fatalf("JSON report does not decode into %d drills: %v", len(results), err)
+	}
+}
+
+func TestSelectNamesTheKnownDrills(t *testing.T) {
+	if _, err := drill.Select([]string{"no-such-drill"}); err == nil || !strings.Contains(err.Error(), "crd-deletion") {
+		t.Fatalf("Select of an unknown drill = %v, want an error listing the drills", err)
+	}
+	got, err := drill.Select([]string{"scale-to-zero-typo"})
+	if err != nil || len(got) != 1 || got[0].Name != "scale-to-zero-typo" {
+		t.Fatalf("Select = %v, %v", got, err)
+	}
+}
