@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
 )
@@ -57,6 +58,22 @@ func TestUpDetachAndDown(t *testing.T) {
 	}
 	if o, err := run("delete", "namespace", "demo"); err == nil || !strings.Contains(o, "rampart.io/protection") {
 		t.Fatalf("delete of the protected demo namespace: err=%v\n%s", err, o)
+	}
+
+	// status lists the protected namespace and the denial, as Events say.
+	var status []byte
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		status, err = exec.Command(rampart, "status", "--kubeconfig", kubeconfig).CombinedOutput()
+		if err == nil && strings.Contains(string(status), "DeleteDenied") {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, want := range []string{"namespaces", "demo", "Always", "DeleteDenied", "protection=Always denied DELETE by rampart-admin"} {
+		if !strings.Contains(string(status), want) {
+			t.Errorf("rampart status lacks %q:\n%s", want, status)
+		}
 	}
 
 	// A second up in the same dir refuses instead of clobbering it.
