@@ -266,3 +266,41 @@ spec:
 		t.Fatalf("kubectl showed no warning naming the policy:\n%s", out)
 	}
 }
+
+// A namespace holding an object that a policy protects is held by it, as
+// by a labelled one.
+func TestCascadingNamespaceHeldByPolicyProtectedObject(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	err := applyPolicy(t, env, `
+apiVersion: rampart.io/v1alpha1
+kind: ProtectionPolicy
+metadata: {name: vault-configmaps}
+spec:
+  resources: [{apiGroups: [""], resources: [configmaps]}]
+  objectSelector: {matchLabels: {vault: "true"}}
+  protection: Always`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPolicyReady(t, env, "vault-configmaps")
+	ns := uniqueName("vault")
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: cascading}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "root-keys", Labels: map[string]string{"vault": "true"}}}
+	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the policy-protected ConfigMap to hold its namespace", func(ctx context.Context) (bool, error) {
+		err := env.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "1 protected objects (configmap/root-keys)"), err
+	})
+	// Lift it: the namespace can go.
+	if _, err := env.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(`{"metadata":{"labels":{"rampart.io/protection":null}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

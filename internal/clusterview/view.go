@@ -32,6 +32,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
+	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
 // Index names.
@@ -84,8 +85,8 @@ type View struct {
 	// CRDs that are themselves protected, by CRD name.
 	customResources map[string]*crInformer
 
-	// crdPolicy says whether a policy protects a CRD (see SetCRDPolicy).
-	crdPolicy func(*apiextensionsv1.CustomResourceDefinition) bool
+	// policies lists the ProtectionPolicies (see SetPolicies).
+	policies func() []v1alpha1.ProtectionPolicy
 
 	// changes signals registration-relevant changes (see Changes).
 	changes chan struct{}
@@ -327,7 +328,7 @@ func (v *View) crdChanged(obj any) {
 	if crd.Spec.Scope == apiextensionsv1.NamespaceScoped {
 		v.watchProtected(v.ctx, gvr)
 	}
-	protected := crd.Labels[v1alpha1.LabelProtection] != "" || (v.crdPolicy != nil && v.crdPolicy(crd))
+	protected := crd.Labels[v1alpha1.LabelProtection] != "" || v.policyProtects(crdResource, nil, crd.Labels)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	cur, watching := v.customResources[crd.Name]
@@ -343,12 +344,27 @@ func (v *View) crdChanged(obj any) {
 	}
 }
 
-// SetCRDPolicy tells the view which CRDs ProtectionPolicies protect, so
-// that it counts their custom resources as it does for labelled ones. Call
-// it before Start, and Resync when policies change.
-func (v *View) SetCRDPolicy(protected func(*apiextensionsv1.CustomResourceDefinition) bool) {
-	v.crdPolicy = protected
+// SetPolicies gives the view the ProtectionPolicies, so that it counts the
+// custom resources of CRDs a policy protects and the objects a policy
+// protects inside a namespace, as it does for labelled ones. Call it before
+// Start, and Resync when policies change.
+func (v *View) SetPolicies(list func() []v1alpha1.ProtectionPolicy) { v.policies = list }
+
+// policyProtects says whether a policy with a protection level covers an
+// object (nsLabels nil for cluster-scoped objects).
+func (v *View) policyProtects(gr schema.GroupResource, nsLabels, labels map[string]string) bool {
+	if v.policies == nil {
+		return false
+	}
+	for _, p := range v.policies() {
+		if p.Spec.Protection != "" && policy.Covers(&p, gr, nsLabels, labels) {
+			return true
+		}
+	}
+	return false
 }
+
+var crdResource = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
 
 // Resync re-evaluates which CRDs are protected.
 func (v *View) Resync() {
@@ -431,14 +447,61 @@ func (v *View) ScaledWorkloads(ns string) deletion.Sample {
 var workloadKinds = []string{"deployment", "statefulset", "replicaset", "replicationcontroller"}
 
 // ProtectedObjects implements deletion.View.
+//
+// Labelled objects of any resource are counted from their own informers;
+// objects a policy protects, from the informers the view keeps (pods,
+// claims, workloads, jobs, config maps, services). That costs a scan of
+// the namespace's objects of those resources, once per namespace DELETE.
 func (v *View) ProtectedObjects(ns string) deletion.Sample {
 	v.mu.RLock()
-	defer v.mu.RUnlock()
 	var s deletion.Sample
 	for gvr, inf := range v.protected {
 		s = merge(s, sampleOf(inf.informer.GetIndexer(), byNamespace, ns, gvr.GroupResource().String(), false))
 	}
+	v.mu.RUnlock()
+	if v.policies == nil || len(v.policies()) == 0 {
+		return s
+	}
+	nsLabels, _ := v.NamespaceLabels(ns)
+	if nsLabels == nil {
+		nsLabels = map[string]string{}
+	}
+	for _, inf := range v.owned {
+		gr := ownedResources[inf.kind]
+		if !v.policyCoversResource(gr) {
+			continue
+		}
+		objs, _ := inf.GetIndexer().ByIndex(byNamespace, ns)
+		for _, o := range objs {
+			m, err := meta.Accessor(o)
+			if err != nil || m.GetLabels()[v1alpha1.LabelProtection] != "" { // counted above
+				continue
+			}
+			if v.policyProtects(gr, nsLabels, m.GetLabels()) {
+				s = merge(s, deletion.Sample{Count: 1, Examples: []string{inf.kind + "/" + m.GetName()}})
+			}
+		}
+	}
 	return s
+}
+
+func (v *View) policyCoversResource(gr schema.GroupResource) bool {
+	for _, p := range v.policies() {
+		if p.Spec.Protection != "" && policy.CoversResource(&p, gr) {
+			return true
+		}
+	}
+	return false
+}
+
+// ownedResources are the resources of View.owned, by kind name.
+var ownedResources = map[string]schema.GroupResource{
+	"pod": {Resource: "pods"}, "persistentvolumeclaim": {Resource: "persistentvolumeclaims"},
+	"job": {Group: "batch", Resource: "jobs"}, "daemonset": {Group: "apps", Resource: "daemonsets"},
+	"controllerrevision": {Group: "apps", Resource: "controllerrevisions"},
+	"configmap":          {Resource: "configmaps"}, "service": {Resource: "services"},
+	"deployment": {Group: "apps", Resource: "deployments"}, "statefulset": {Group: "apps", Resource: "statefulsets"},
+	"replicaset": {Group: "apps", Resource: "replicasets"}, "replicationcontroller": {Resource: "replicationcontrollers"},
 }
 
 // CustomResources implements deletion.View.

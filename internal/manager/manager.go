@@ -13,10 +13,8 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -29,7 +27,6 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
-	"github.com/rampart-io/rampart/internal/protection/policy"
 	"github.com/rampart-io/rampart/internal/servingcert"
 )
 
@@ -198,18 +195,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
-	// The view counts the custom resources of CRDs a policy protects.
-	view.SetCRDPolicy(func(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	// The view counts what policies protect, as it does for labels.
+	view.SetPolicies(func() []v1alpha1.ProtectionPolicy {
 		ps, err := policies.List(context.Background())
 		if err != nil {
-			return true // count when unsure: it costs memory, not safety
+			o.Log.Error(err, "listing ProtectionPolicies for the cluster view")
 		}
-		for i := range ps {
-			if ps[i].Spec.Protection != "" && policy.Covers(&ps[i], crdResource, nil, crd.Labels) {
-				return true
-			}
-		}
-		return false
+		return ps
 	})
 	policyChanged := func() {
 		reg.poke()
@@ -240,8 +232,6 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	return mgr.Start(ctx)
 }
-
-var crdResource = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
 
 // registrar keeps the webhook configurations in step with what they are
 // made from: the CA bundle and the workloads whose scale subresource is
