@@ -15,6 +15,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -59,6 +60,10 @@ type Options struct {
 	// start, the manager makes and renews its own (GenerateCerts).
 	CertDir       string
 	GenerateCerts bool
+	// CASecret is the Secret in Namespace that holds the generated CA, so
+	// that every replica serves certificates of the one registered CA.
+	// Empty keeps the CA in CertDir (a single replica).
+	CASecret string
 	// CertValidity is the lifetime of generated serving certificates.
 	CertValidity time.Duration
 	// MetricsAddr and ProbeAddr are the Prometheus and health endpoints.
@@ -112,7 +117,14 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	var caBundle []byte
 	if o.GenerateCerts {
 		rotator = &servingcert.Rotator{Dir: o.CertDir, Hosts: o.certHosts(), CertValidity: o.CertValidity, Log: o.Log.WithName("servingcert")}
-		if caBundle, _, err = rotator.Ensure(); err != nil {
+		if o.CASecret != "" {
+			cs, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			rotator.Store = servingcert.SecretStore{Client: cs, Namespace: o.Namespace, Name: o.CASecret}
+		}
+		if caBundle, _, err = rotator.Ensure(ctx); err != nil {
 			return fmt.Errorf("webhook certificate: %w", err)
 		}
 	}

@@ -1,8 +1,10 @@
 // Package servingcert keeps the manager's webhook serving certificate valid
-// when no certificate is supplied: it makes a CA and a serving certificate in
-// a directory, renews either before it expires, and reports the CA bundle
-// the API server must trust. controller-runtime's webhook server reloads the
-// files on change (certwatcher), so a renewal needs no restart.
+// when no certificate is supplied: it keeps a CA where every replica finds it
+// (a Secret, or a directory for a single manager), issues each replica a
+// serving certificate in its own directory, renews either before it
+// expires, and reports the CA bundle the API server must trust.
+// controller-runtime's webhook server reloads the files on change
+// (certwatcher), so a renewal needs no restart.
 package servingcert
 
 import (
@@ -33,8 +35,10 @@ const (
 
 // Rotator owns the certificates in Dir.
 type Rotator struct {
-	// Dir holds ca.crt/ca.key, ca-previous.crt, tls.crt/tls.key.
+	// Dir holds this replica's tls.crt and tls.key.
 	Dir string
+	// Store keeps the CA; nil means DirStore{Dir}.
+	Store CAStore
 	// Hosts are the names and IPs the serving certificate is valid for.
 	Hosts []string
 	// CAValidity and CertValidity default to a year and 30 days.
@@ -45,6 +49,17 @@ type Rotator struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	Log logr.Logger
+
+	// lastCA is the serial of the CA last reported, to notice a CA another
+	// replica rotated.
+	lastCA string
+}
+
+func (r *Rotator) store() CAStore {
+	if r.Store != nil {
+		return r.Store
+	}
+	return DirStore{Dir: r.Dir}
 }
 
 func (r *Rotator) now() time.Time {
@@ -71,37 +86,45 @@ func due(c *x509.Certificate, now time.Time) bool {
 	return now.After(c.NotAfter.Add(-life / 3))
 }
 
-// Ensure makes the files valid for now and returns the CA bundle to
-// register, and whether anything changed.
-func (r *Rotator) Ensure() (caBundle []byte, changed bool, err error) {
+// Ensure makes the CA and this replica's certificate valid for now and
+// returns the CA bundle to register, and whether it or the certificate
+// changed.
+func (r *Rotator) Ensure(ctx context.Context) (caBundle []byte, changed bool, err error) {
 	now := r.now()
 	caAge, certAge := r.validity()
 	if err := os.MkdirAll(r.Dir, 0o700); err != nil {
 		return nil, false, err
 	}
-	ca, err := pki.Load(filepath.Join(r.Dir, caBase))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		r.Log.Info("replacing unreadable webhook CA", "error", err.Error())
+	ca, err := r.store().Load(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("load webhook CA: %w", err)
 	}
-	if ca == nil || due(ca.Cert, now) {
-		if ca != nil {
-			// The old CA stays trusted until it expires, so serving
-			// certificates it signed keep working during the change.
-			if err := os.WriteFile(filepath.Join(r.Dir, previousCA), ca.CertPEM(), 0o644); err != nil {
-				return nil, false, err
+	if ca == nil || ca.Current == nil || due(ca.Current.Cert, now) {
+		next := &CA{}
+		if ca != nil && ca.Current != nil {
+			next.Previous = ca.Current.CertPEM()
+		}
+		if next.Current, err = pki.NewCA("rampart-webhook-ca", now, caAge); err != nil {
+			return nil, false, err
+		}
+		switch err := r.store().Save(ctx, next, ca); {
+		case errors.Is(err, ErrConflict):
+			// Another replica stored a CA first: use that one.
+			if ca, err = r.store().Load(ctx); err != nil || ca == nil || ca.Current == nil {
+				return nil, false, fmt.Errorf("load webhook CA after a concurrent rotation: %v", err)
 			}
+		case err != nil:
+			return nil, false, fmt.Errorf("store webhook CA: %w", err)
+		default:
+			ca = next
 		}
-		if ca, err = pki.NewCA("rampart-webhook-ca", now, caAge); err != nil {
-			return nil, false, err
-		}
-		if err := ca.Write(filepath.Join(r.Dir, caBase)); err != nil {
-			return nil, false, err
-		}
-		changed = true
+	}
+	if serial := ca.Current.Cert.SerialNumber.String(); serial != r.lastCA {
+		r.lastCA, changed = serial, true
 	}
 	serving, err := pki.Load(filepath.Join(r.Dir, servingBase))
-	if changed || err != nil || due(serving.Cert, now) || serving.Cert.CheckSignatureFrom(ca.Cert) != nil || !covers(serving.Cert, r.Hosts) {
-		serving, err = ca.Issue(pki.Request{CommonName: r.Hosts[0], Hosts: r.Hosts, Now: now, Validity: certAge})
+	if err != nil || due(serving.Cert, now) || serving.Cert.CheckSignatureFrom(ca.Current.Cert) != nil || !covers(serving.Cert, r.Hosts) {
+		serving, err = ca.Current.Issue(pki.Request{CommonName: r.Hosts[0], Hosts: r.Hosts, Now: now, Validity: certAge})
 		if err != nil {
 			return nil, false, err
 		}
@@ -110,7 +133,7 @@ func (r *Rotator) Ensure() (caBundle []byte, changed bool, err error) {
 		}
 		changed = true
 	}
-	return r.bundle(ca, now), changed, nil
+	return bundle(ca, now), changed, nil
 }
 
 func covers(c *x509.Certificate, hosts []string) bool {
@@ -127,15 +150,11 @@ func covers(c *x509.Certificate, hosts []string) bool {
 }
 
 // bundle is the current CA plus the previous one while it is still valid.
-func (r *Rotator) bundle(ca *pki.KeyPair, now time.Time) []byte {
-	out := bytes.Clone(ca.CertPEM())
-	prev, err := os.ReadFile(filepath.Join(r.Dir, previousCA))
-	if err != nil {
-		return out
-	}
-	if b, _ := pem.Decode(prev); b != nil {
+func bundle(ca *CA, now time.Time) []byte {
+	out := bytes.Clone(ca.Current.CertPEM())
+	if b, _ := pem.Decode(ca.Previous); b != nil {
 		if c, err := x509.ParseCertificate(b.Bytes); err == nil && now.Before(c.NotAfter) {
-			out = append(out, prev...)
+			out = append(out, ca.Previous...)
 		}
 	}
 	return out
@@ -156,7 +175,7 @@ func (r *Rotator) Start(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		bundle, changed, err := r.Ensure()
+		bundle, changed, err := r.Ensure(ctx)
 		if err != nil {
 			r.Log.Error(err, "renewing webhook certificate")
 			continue
