@@ -4,6 +4,11 @@ import (
 	"context"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"os/exec"
 	"strings"
 	"testing"
@@ -69,14 +74,7 @@ func TestExplicitReplicas(t *testing.T) {
 	t.Run("kubectl scale goes through the scale subresource and is denied", func(t *testing.T) {
 		// The scale webhook names its targets; it follows the label within
 		// a moment of the workload's creation.
-		eventually(t, "the scale webhook to name the workload", func(ctx context.Context) (bool, error) {
-			cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, rampartadmission.ValidatingConfigName, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			scale := webhookNamed(cfg, "scale.rampart.io")
-			return scale != nil && len(scale.MatchConditions) == 1 && strings.Contains(scale.MatchConditions[0].Expression, ns+"/web"), nil
-		})
+		waitScaleTarget(t, env, "apps/deployments/"+ns+"/web")
 		// The API server picks the configuration up through a watch.
 		var out string
 		eventually(t, "kubectl scale to be denied", func(context.Context) (bool, error) {
@@ -153,4 +151,58 @@ func webhookNamed(cfg *admissionregistrationv1.ValidatingWebhookConfiguration, n
 		}
 	}
 	return nil
+}
+
+// A custom resource with a scale subresource is a workload like any other:
+// its replicas are explicit, through its own writes and through its scale
+// subresource, and a Cascading one with replicas cannot be deleted.
+func TestCustomWorkloadWithScaleSubresource(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ext := apiextensionsclient.NewForConfigOrDie(env.Config)
+	crd := widgetCRD("gizmos.scale.example.com", nil)
+	crd.Spec.Names.Kind, crd.Spec.Names.ListKind, crd.Spec.Names.Singular = "Gizmo", "GizmoList", "gizmo"
+	crd.Spec.Versions[0].Subresources = &apiextensionsv1.CustomResourceSubresources{Scale: &apiextensionsv1.CustomResourceSubresourceScale{
+		SpecReplicasPath: ".spec.replicas", StatusReplicasPath: ".status.replicas",
+	}}
+	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gvr := schema.GroupVersionResource{Group: "scale.example.com", Version: "v1", Resource: "gizmos"}
+	ns := env.Namespace(t)
+	g := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "scale.example.com/v1", "kind": "Gizmo",
+		"metadata": map[string]any{"name": "g", "labels": map[string]any{
+			"rampart.io/explicit-replicas": "true", "rampart.io/protection": "Cascading"}},
+		"spec": map[string]any{"replicas": int64(3)},
+	}}
+	eventually(t, "the CRD to serve", func(ctx context.Context) (bool, error) {
+		_, err := env.Dynamic.Resource(gvr).Namespace(ns).Create(ctx, g, metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	gizmos := env.Dynamic.Resource(gvr).Namespace(ns)
+	_, err := gizmos.Patch(ctx, "g", types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{})
+	mustForbid(t, err, `gizmos.scale.example.com "g"`, "from 3 to 0")
+	waitScaleTarget(t, env, "scale.example.com/gizmos/"+ns+"/g")
+	eventually(t, "kubectl scale of the custom resource to be denied", func(context.Context) (bool, error) {
+		out, err := env.Kubectl(t, "scale", "-n", ns, "gizmos.scale.example.com/g", "--replicas=0")
+		return err != nil && strings.Contains(out, "scale subresource"), nil
+	})
+	eventually(t, "the Cascading custom workload to refuse deletion", func(ctx context.Context) (bool, error) {
+		err := gizmos.Delete(ctx, "g", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "3 desired replicas"), nil
+	})
+}
+
+// waitScaleTarget waits until the scale webhook names the workload.
+func waitScaleTarget(t *testing.T, env *clustertest.Env, target string) {
+	t.Helper()
+	eventually(t, "the scale webhook to name "+target, func(ctx context.Context) (bool, error) {
+		cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, rampartadmission.ValidatingConfigName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		scale := webhookNamed(cfg, "scale.rampart.io")
+		return scale != nil && len(scale.MatchConditions) == 1 && strings.Contains(scale.MatchConditions[0].Expression, `"`+target+`"`), nil
+	})
 }

@@ -1,9 +1,11 @@
 package clusterview
 
 import (
+	"context"
 	"maps"
 	"slices"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -71,9 +73,46 @@ func (v *View) signal() {
 	}
 }
 
+func hasScale(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, ver := range crd.Spec.Versions {
+		if ver.Served && ver.Subresources != nil && ver.Subresources.Scale != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// watchExplicitCR watches the custom resources of a kind with a scale
+// subresource that are labelled rampart.io/explicit-replicas=true: their
+// scale requests carry no labels either.
+func (v *View) watchExplicitCR(ctx context.Context, gvr schema.GroupVersionResource) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.explicitCRs[gvr]; ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	inf := v.metadataInformer(gvr, v1alpha1.LabelExplicitReplicas+"=true")
+	if _, err := inf.AddEventHandler(v.labelsHandler()); err != nil {
+		cancel()
+		return
+	}
+	v.explicitCRs[gvr] = &crInformer{informer: inf, cancel: cancel}
+	go inf.RunWithContext(ctx)
+}
+
 // ExplicitReplicaTargets implements admission.ClusterView.
 func (v *View) ExplicitReplicaTargets() []string {
 	var out []string
+	v.mu.RLock()
+	for gvr, inf := range v.explicitCRs {
+		for _, o := range inf.informer.GetStore().List() {
+			if m, err := meta.Accessor(o); err == nil {
+				out = append(out, gvr.Group+"/"+gvr.Resource+"/"+m.GetNamespace()+"/"+m.GetName())
+			}
+		}
+	}
+	v.mu.RUnlock()
 	for i, inf := range v.workloads {
 		objs, _ := inf.GetIndexer().ByIndex(byExplicitReplicas, "true")
 		gr := workloadResources[i]
@@ -121,12 +160,30 @@ func (v *View) NamespaceLabels(ns string) (map[string]string, bool) {
 }
 
 // WorkloadLabels implements admission.ClusterView.
+//
+// For a custom resource only the labelled ones are cached: an unlabelled one
+// is reported unknown, which the scale webhook treats as unguarded.
 func (v *View) WorkloadLabels(gr schema.GroupResource, ns, name string) (map[string]string, types.UID, bool) {
-	i := slices.Index(workloadResources, gr)
-	if i < 0 {
+	var store cache.Store
+	if i := slices.Index(workloadResources, gr); i >= 0 {
+		store = v.workloads[i].GetStore()
+	} else {
+		v.mu.RLock()
+		for gvr, inf := range v.explicitCRs {
+			if gvr.GroupResource() == gr {
+				store = inf.informer.GetStore()
+			}
+		}
+		v.mu.RUnlock()
+	}
+	if store == nil {
 		return nil, "", false
 	}
-	obj, ok, err := v.workloads[i].GetIndexer().GetByKey(ns + "/" + name)
+	key := name
+	if ns != "" {
+		key = ns + "/" + name
+	}
+	obj, ok, err := store.GetByKey(key)
 	if err != nil || !ok {
 		return nil, "", false
 	}

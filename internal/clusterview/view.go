@@ -81,6 +81,10 @@ type View struct {
 	// protected are metadata informers, one per namespaced resource, of the
 	// objects labelled rampart.io/protection.
 	protected map[schema.GroupVersionResource]*crInformer
+	// explicitCRs are metadata informers, one per custom resource with a
+	// scale subresource, of the objects labelled
+	// rampart.io/explicit-replicas=true.
+	explicitCRs map[schema.GroupVersionResource]*crInformer
 	// customResources are metadata informers of the custom resources of
 	// CRDs that are themselves protected, by CRD name.
 	customResources map[string]*crInformer
@@ -133,6 +137,7 @@ func newView(cs kubernetes.Interface, md metadata.Interface, ext apiextensionscl
 		discovery:       cs.Discovery(),
 		protected:       map[schema.GroupVersionResource]*crInformer{},
 		customResources: map[string]*crInformer{},
+		explicitCRs:     map[schema.GroupVersionResource]*crInformer{},
 		changes:         make(chan struct{}, 1),
 	}
 	v.pods = v.core.Core().V1().Pods().Informer()
@@ -328,6 +333,9 @@ func (v *View) crdChanged(obj any) {
 	if crd.Spec.Scope == apiextensionsv1.NamespaceScoped {
 		v.watchProtected(v.ctx, gvr)
 	}
+	if hasScale(crd) {
+		v.watchExplicitCR(v.ctx, gvr)
+	}
 	protected := crd.Labels[v1alpha1.LabelProtection] != "" || v.policyProtects(crdResource, nil, crd.Labels)
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -389,9 +397,11 @@ func (v *View) crdDeleted(obj any) {
 	}
 	// Its resource is gone: stop watching it for labelled objects.
 	if gvr, ok := servedGVR(crd); ok {
-		if cur, ok := v.protected[gvr]; ok {
-			cur.cancel()
-			delete(v.protected, gvr)
+		for _, m := range []map[schema.GroupVersionResource]*crInformer{v.protected, v.explicitCRs} {
+			if cur, ok := m[gvr]; ok {
+				cur.cancel()
+				delete(m, gvr)
+			}
 		}
 	}
 }
