@@ -61,6 +61,9 @@ type Registration struct {
 	// Policies get webhooks of their own, scoped by their resources and
 	// selectors.
 	Policies []v1alpha1.ProtectionPolicy
+	// Windows get webhooks of their own, scoped to their namespace,
+	// resources and selector.
+	Windows []v1alpha1.ChangeWindow
 }
 
 // maxScaleTargets bounds the target list written into the scale webhook's
@@ -90,6 +93,7 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 			ClientConfig:            reg.Endpoint.clientConfig(path, reg.CABundle),
 			Rules:                   rules,
 			NamespaceSelector:       notOwn,
+			ObjectSelector:          &metav1.LabelSelector{},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
@@ -107,7 +111,7 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 	for _, p := range reg.Policies {
 		scoped := func(h admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.ValidatingWebhook {
 			h.NamespaceSelector = withNotOwn(p.Spec.NamespaceSelector, notOwn)
-			h.ObjectSelector = p.Spec.ObjectSelector
+			h.ObjectSelector = orEverything(p.Spec.ObjectSelector)
 			if !policy.Enforced(&p) {
 				// A policy that only warns must never block anything.
 				h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
@@ -123,6 +127,36 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 				policyRules(admissionregistrationv1.Update, p)...)))
 		}
 	}
+	for _, w := range reg.Windows {
+		ops := w.Spec.Operations
+		if len(ops) == 0 {
+			ops = []v1alpha1.WindowOperation{"UPDATE"}
+		}
+		var rules []admissionregistrationv1.RuleWithOperations
+		for _, r := range w.Spec.Resources {
+			rl := rule("", "", "")
+			rl.Operations = nil
+			for _, op := range ops {
+				rl.Operations = append(rl.Operations, admissionregistrationv1.OperationType(op))
+			}
+			rl.APIGroups, rl.Resources = r.APIGroups, r.Resources
+			rl.Scope = ptr.To(admissionregistrationv1.NamespacedScope)
+			rules = append(rules, rl)
+		}
+		h := webhook(w.Name+"."+w.Namespace+".window.rampart.io", WindowPrefix+w.Namespace+"/"+w.Name, rules...)
+		h.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: []string{w.Namespace},
+		}}}
+		h.ObjectSelector = orEverything(w.Spec.Selector)
+		hooks = append(hooks, h)
+	}
+	// ChangeWindows themselves: what CEL cannot check.
+	spec := webhook("changewindows.rampart.io", WindowSpecPath, admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
+			Resources: []string{"changewindows"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+	})
+	hooks = append(hooks, spec)
 	if len(reg.ScaleTargets) > 0 {
 		scale := webhook("scale.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*/scale"))
 		if len(reg.ScaleTargets) <= maxScaleTargets {
@@ -160,6 +194,15 @@ func policyRules(op admissionregistrationv1.OperationType, p v1alpha1.Protection
 		out = append(out, rule)
 	}
 	return out
+}
+
+// orEverything is the selector the API server stores for an absent one, so
+// that what is registered compares equal to what was asked for.
+func orEverything(sel *metav1.LabelSelector) *metav1.LabelSelector {
+	if sel == nil {
+		return &metav1.LabelSelector{}
+	}
+	return sel
 }
 
 // withNotOwn adds the exclusion of Rampart's namespace to a selector.

@@ -44,8 +44,8 @@ func TestValidatingConfigReachesOnlyProtectedObjects(t *testing.T) {
 			t.Errorf("rule %v covers %v, want DELETE only", r.Resources, r.Operations)
 		}
 	}
-	if len(cfg.Webhooks) != 2 {
-		t.Errorf("%d webhooks without scale targets, want deletion and replicas only", len(cfg.Webhooks))
+	if len(cfg.Webhooks) != 3 {
+		t.Errorf("%d webhooks without scale targets or policies, want deletion, replicas and changewindows", len(cfg.Webhooks))
 	}
 	if *wh.FailurePolicy != admissionregistrationv1.Fail {
 		t.Error("protected objects must fail closed")
@@ -73,17 +73,17 @@ func TestScaleWebhookNamesItsTargets(t *testing.T) {
 	reg := Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system",
 		ScaleTargets: []string{"apps/deployments/shop/web"}}
 	cfg := ValidatingConfig(reg)
-	if len(cfg.Webhooks) != 3 || cfg.Webhooks[2].Name != "scale.rampart.io" {
+	if len(cfg.Webhooks) != 4 || cfg.Webhooks[3].Name != "scale.rampart.io" {
 		t.Fatalf("webhooks = %d, want a scale webhook", len(cfg.Webhooks))
 	}
-	mc := cfg.Webhooks[2].MatchConditions
+	mc := cfg.Webhooks[3].MatchConditions
 	if len(mc) != 1 || !strings.Contains(mc[0].Expression, `"apps/deployments/shop/web"`) {
 		t.Fatalf("match conditions = %+v", mc)
 	}
 	for i := range maxScaleTargets {
 		reg.ScaleTargets = append(reg.ScaleTargets, fmt.Sprintf("apps/deployments/ns/w%d", i))
 	}
-	if mc := ValidatingConfig(reg).Webhooks[2].MatchConditions; len(mc) != 0 {
+	if mc := ValidatingConfig(reg).Webhooks[3].MatchConditions; len(mc) != 0 {
 		t.Fatal("past maxScaleTargets the condition must be dropped, not truncated: truncation would leave workloads unguarded")
 	}
 }

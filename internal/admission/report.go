@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"encoding/json"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,3 +37,5 @@ func warn(rule string, o protection.Object, message string) admission.Response {
 	warnings.WithLabelValues(rule, o.Resource.String()).Inc()
 	return admission.Allowed("").WithWarnings("rampart (Warn mode): " + message)
 }
+
+func jsonDecode(raw []byte, into any) error { return json.Unmarshal(raw, into) }

@@ -172,6 +172,10 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		WithContextFunc: rampartadmission.PolicyFromPath(rampartadmission.PolicyDeletionPrefix)})
 	server.Register(rampartadmission.PolicyReplicasPrefix, &webhook.Admission{Handler: replicasHook,
 		WithContextFunc: rampartadmission.PolicyFromPath(rampartadmission.PolicyReplicasPrefix)})
+	server.Register(rampartadmission.WindowPrefix, &webhook.Admission{
+		Handler:         &rampartadmission.Windows{Reader: mgr.GetCache(), Recorder: recorder},
+		WithContextFunc: rampartadmission.WindowFromPath})
+	server.Register(rampartadmission.WindowSpecPath, &webhook.Admission{Handler: rampartadmission.WindowSpec{}})
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
@@ -198,7 +202,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	reg := &registrar{
-		client: direct, view: view, policies: policies, done: registered, log: o.Log.WithName("registration"),
+		client: direct, reader: mgr.GetCache(), view: view, policies: policies, done: registered, log: o.Log.WithName("registration"),
 		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace},
 		kick: make(chan struct{}, 1),
 	}
@@ -230,6 +234,20 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := status.setup(mgr); err != nil {
 		return err
 	}
+	windowInformer, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.ChangeWindow{})
+	if err != nil {
+		return err
+	}
+	if _, err := windowInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { reg.poke() },
+		UpdateFunc: func(any, any) { reg.poke() },
+		DeleteFunc: func(any) { reg.poke() },
+	}); err != nil {
+		return err
+	}
+	if err := (&windowStatus{client: mgr.GetClient(), reg: reg.registration, now: time.Now}).setup(mgr); err != nil {
+		return err
+	}
 	if rotator != nil {
 		rotator.OnRotate = func(_ context.Context, bundle []byte) error {
 			reg.setBundle(bundle)
@@ -251,6 +269,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 // each, and a lone replica must not wait for a leader.
 type registrar struct {
 	client   client.Client
+	reader   client.Reader
 	view     *clusterview.View
 	policies cachedPolicies
 	log      logr.Logger
@@ -296,6 +315,9 @@ func (r *registrar) Start(ctx context.Context) error {
 		}
 		reg.Policies = policies
 		reg.ScaleTargets = scaleTargets(r.view, policies)
+		if reg.Windows, err = listWindows(ctx, r.reader); err != nil {
+			r.log.Error(err, "listing ChangeWindows")
+		}
 		want := rampartadmission.ValidatingConfig(reg)
 		if last == nil || !equality.Semantic.DeepEqual(last.Webhooks, want.Webhooks) {
 			if err := rampartadmission.Register(ctx, r.client, reg); err != nil {

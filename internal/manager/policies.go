@@ -96,7 +96,12 @@ func (r *policyStatus) Reconcile(ctx context.Context, req reconcile.Request) (re
 	}
 	reg := r.reg()
 	reg.Policies, reg.ScaleTargets = []v1alpha1.ProtectionPolicy{*p}, nil
-	want := rampartadmission.ValidatingConfig(reg).Webhooks[2:] // the policy's own
+	var want []admissionregistrationv1.ValidatingWebhook
+	for _, w := range rampartadmission.ValidatingConfig(reg).Webhooks {
+		if strings.HasPrefix(w.Name, p.Name+".") && strings.HasSuffix(w.Name, ".policy.rampart.io") {
+			want = append(want, w)
+		}
+	}
 	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Enforced", ObservedGeneration: p.Generation}
 	names := make([]string, len(want))
 	for i, w := range want {

@@ -1,0 +1,217 @@
+package admission_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
+)
+
+var windows = schema.GroupVersionResource{Group: "rampart.io", Version: "v1alpha1", Resource: "changewindows"}
+
+func applyWindow(t *testing.T, env *clustertest.Env, ns, manifest string) error {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(manifest), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	_, err := env.Dynamic.Resource(windows).Namespace(ns).Create(context.Background(), u, metav1.CreateOptions{})
+	return err
+}
+
+// hhmm is a wall-clock time in UTC, h hours from now.
+func hhmm(h time.Duration) string { return time.Now().UTC().Add(h).Format("15:04") }
+
+func waitWindowReady(t *testing.T, env *clustertest.Env, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	var got *unstructured.Unstructured
+	eventually(t, "window "+name+" Ready", func(ctx context.Context) (bool, error) {
+		u, err := env.Dynamic.Resource(windows).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		got = u
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if m := c.(map[string]any); m["type"] == "Ready" && m["status"] == "True" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return got
+}
+
+func TestChangeWindow(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	// Open every day for an hour, twelve hours from now: closed now.
+	err := applyWindow(t, env, ns, fmt.Sprintf(`
+apiVersion: rampart.io/v1alpha1
+kind: ChangeWindow
+metadata: {name: off-peak}
+spec:
+  resources: [{apiGroups: [apps], resources: [deployments]}]
+  selector: {matchLabels: {tier: frontend}}
+  fields: ["spec.template.spec.containers[*].image", "spec.template.spec.containers[*].env"]
+  timeZone: UTC
+  schedules: [{days: [Mon, Tue, Wed, Thu, Fri, Sat, Sun], start: "%s", end: "%s"}]
+  override: {users: [oncall]}`, hhmm(12*time.Hour), hhmm(13*time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := waitWindowReady(t, env, ns, "off-peak")
+	if open, _, _ := unstructured.NestedBool(w.Object, "status", "open"); open {
+		t.Error("status.open is true for a window that opens in 12 hours")
+	}
+	if next, _, _ := unstructured.NestedString(w.Object, "status", "nextOpen"); next == "" {
+		t.Error("status.nextOpen is empty")
+	}
+	deploys := env.Client.AppsV1().Deployments(ns)
+	if _, err := deploys.Create(ctx, newDeployment("web", 2, map[string]string{"tier": "frontend"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deploys.Create(ctx, newDeployment("batch", 1, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	imagePatch := func(name, image, override string) []byte {
+		ann := ""
+		if override != "" {
+			ann = fmt.Sprintf(`"metadata":{"annotations":{"rampart.io/change-override":%q}},`, override)
+		}
+		return []byte(fmt.Sprintf(`{%s"spec":{"template":{"spec":{"containers":[{"name":"app","image":%q}]}}}}`, ann, image))
+	}
+	t.Run("a guarded change outside the window is denied, naming the window, the field and the next opening", func(t *testing.T) {
+		eventually(t, "the window's webhook to deny", func(ctx context.Context) (bool, error) {
+			_, err := deploys.Patch(ctx, "web", types.StrategicMergePatchType, imagePatch("web", "registry.example/app:2", ""), metav1.PatchOptions{})
+			return apierrors.IsForbidden(err), nil
+		})
+		_, err := deploys.Patch(ctx, "web", types.StrategicMergePatchType, imagePatch("web", "registry.example/app:2", ""), metav1.PatchOptions{})
+		mustForbid(t, err, `ChangeWindow "off-peak" is closed`, "spec.template.spec.containers[0].image", "It next opens at", "rampart.io/change-override=<reason>")
+		d, _ := deploys.Get(ctx, "web", metav1.GetOptions{})
+		if img := d.Spec.Template.Spec.Containers[0].Image; img != "registry.example/app:1" {
+			t.Fatalf("image = %s after a denied change", img)
+		}
+	})
+	t.Run("unguarded fields change at any time", func(t *testing.T) {
+		if _, err := deploys.Patch(ctx, "web", types.MergePatchType, []byte(`{"metadata":{"labels":{"release":"x"}},"spec":{"replicas":3}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("objects the selector does not choose are not guarded", func(t *testing.T) {
+		if _, err := deploys.Patch(ctx, "batch", types.StrategicMergePatchType, imagePatch("batch", "registry.example/app:2", ""), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("an override by a user the window does not name is refused", func(t *testing.T) {
+		_, err := as(t, env, "intern").AppsV1().Deployments(ns).Patch(ctx, "web", types.StrategicMergePatchType, imagePatch("web", "registry.example/app:2", "I think it is fine"), metav1.PatchOptions{})
+		mustForbid(t, err, "override by intern is refused")
+	})
+	t.Run("an override by the named user passes and is recorded", func(t *testing.T) {
+		before := metricValue(t, env, `rampart_changewindow_overrides_total{namespace="`+ns+`",window="off-peak"}`)
+		if _, err := as(t, env, "oncall").AppsV1().Deployments(ns).Patch(ctx, "web", types.StrategicMergePatchType, imagePatch("web", "registry.example/app:2", "CVE-2026-4242 hotfix"), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("override by oncall: %v", err)
+		}
+		eventually(t, "a ChangeOverride event with the reason", func(ctx context.Context) (bool, error) {
+			list, err := env.Client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=web,reason=ChangeOverride"})
+			return err == nil && len(list.Items) > 0 && strings.Contains(list.Items[0].Note, "CVE-2026-4242 hotfix") && strings.Contains(list.Items[0].Note, "oncall"), err
+		})
+		if after := metricValue(t, env, `rampart_changewindow_overrides_total{namespace="`+ns+`",window="off-peak"}`); after != before+1 {
+			t.Errorf("overrides metric went from %v to %v, want +1", before, after)
+		}
+		// The reason left on the object does not open the window again.
+		_, err := deploys.Patch(ctx, "web", types.StrategicMergePatchType, imagePatch("web", "registry.example/app:3", ""), metav1.PatchOptions{})
+		mustForbid(t, err, `ChangeWindow "off-peak" is closed`)
+	})
+}
+
+func TestChangeWindowOpenNowLetsChangesThrough(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	err := applyWindow(t, env, ns, fmt.Sprintf(`
+apiVersion: rampart.io/v1alpha1
+kind: ChangeWindow
+metadata: {name: now}
+spec:
+  resources: [{apiGroups: [apps], resources: [deployments]}]
+  fields: ["spec.template.spec.containers[*].image"]
+  schedules: [{days: [Mon, Tue, Wed, Thu, Fri, Sat, Sun], start: "%s", end: "%s"}]`, hhmm(-time.Hour), hhmm(time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := waitWindowReady(t, env, ns, "now")
+	if open, _, _ := unstructured.NestedBool(w.Object, "status", "open"); !open {
+		t.Fatal("status.open is false inside the window")
+	}
+	if _, err := env.Client.AppsV1().Deployments(ns).Create(ctx, newDeployment("web", 1, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	patch := []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"registry.example/app:2"}]}}}}`)
+	if _, err := env.Client.AppsV1().Deployments(ns).Patch(ctx, "web", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("a change inside the window: %v", err)
+	}
+}
+
+func TestMalformedWindowsAreRejected(t *testing.T) {
+	env := clustertest.Get(t)
+	ns := env.Namespace(t)
+	head := `
+apiVersion: rampart.io/v1alpha1
+kind: ChangeWindow
+metadata: {name: bad}
+spec:
+  resources: [{apiGroups: [apps], resources: [deployments]}]
+  fields: ["spec.replicas"]
+`
+	for _, tt := range []struct{ name, spec, want string }{
+		{"unknown time zone", "  timeZone: Mars/Olympus_Mons\n", "unknown time zone"},
+		{"a time that is not HH:MM", "  schedules: [{days: [Mon], start: \"25:00\", end: \"04:00\"}]\n", "spec.schedules[0].start"},
+		{"days without an end", "  schedules: [{days: [Mon], start: \"02:00\"}]\n", "a schedule with days needs start and end"},
+		{"both days and cron", "  schedules: [{days: [Mon], start: \"02:00\", end: \"03:00\", cron: \"0 2 * * *\", duration: 1h}]\n", "either days"},
+		{"cron without duration", "  schedules: [{cron: \"0 2 * * *\"}]\n", "a cron schedule needs a duration"},
+		{"a cron schedule that never fires", "  schedules: [{cron: \"0 0 30 2 *\", duration: 1h}]\n", "never fires"},
+		{"a malformed cron", "  schedules: [{cron: \"0 99 * * *\", duration: 1h}]\n", "schedules[0].cron"},
+		{"a freeze that ends before it starts", "  freezes: [{start: \"2026-12-31T00:00:00Z\", end: \"2026-12-24T00:00:00Z\"}]\n", "a freeze must end after it starts"},
+		{"an unknown day", "  schedules: [{days: [Someday], start: \"02:00\", end: \"03:00\"}]\n", `Unsupported value: "Someday"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := applyWindow(t, env, ns, head+tt.spec)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want a rejection naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func as(t *testing.T, env *clustertest.Env, user string) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:masters"}}
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+func metricValue(t *testing.T, env *clustertest.Env, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(scrape(t, env), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return 0
+}
