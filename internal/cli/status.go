@@ -113,13 +113,29 @@ func printStatus(ctx context.Context, out io.Writer, cfg *rest.Config, maxDenial
 		fmt.Fprintln(tw, "(none)")
 	}
 
-	fmt.Fprintln(tw, "\nRECENT DENIALS")
+	fmt.Fprintln(tw, "\nCHANGE WINDOWS")
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tOPEN\tNEXT OPEN\tNEXT CLOSE\tZONE\tFIELDS")
+	var windows v1alpha1.ChangeWindowList
+	if err := cl.List(ctx, &windows); err != nil {
+		fmt.Fprintf(tw, "(cannot list: %v)\n", err)
+	}
+	for _, w := range windows.Items {
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\n", w.Namespace, w.Name, w.Status.Open,
+			timeOrDash(w.Status.NextOpen), timeOrDash(w.Status.NextClose), dash(w.Spec.TimeZone), strings.Join(w.Spec.Fields, ","))
+	}
+	if len(windows.Items) == 0 {
+		fmt.Fprintln(tw, "(none)")
+	}
+
+	fmt.Fprintln(tw, "\nRECENT DENIALS AND OVERRIDES")
 	fmt.Fprintln(tw, "AGE\tOBJECT\tREASON\tNOTE")
 	evs, err := cs.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reportingController=rampart"})
 	if err != nil {
 		return err
 	}
-	items := slices.DeleteFunc(evs.Items, func(e eventsv1.Event) bool { return !strings.HasSuffix(e.Reason, "Denied") })
+	items := slices.DeleteFunc(evs.Items, func(e eventsv1.Event) bool {
+		return !strings.HasSuffix(e.Reason, "Denied") && e.Reason != "ChangeOverride"
+	})
 	sort.Slice(items, func(i, j int) bool { return eventTime(items[i]).After(eventTime(items[j])) })
 	for _, e := range items[:min(len(items), maxDenials)] {
 		obj := strings.ToLower(e.Regarding.Kind) + "/" + e.Regarding.Name
@@ -146,6 +162,13 @@ func eventTime(e eventsv1.Event) time.Time {
 		return e.EventTime.Time
 	}
 	return e.CreationTimestamp.Time
+}
+
+func timeOrDash(t *metav1.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 func dash(s string) string {

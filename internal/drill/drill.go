@@ -38,6 +38,7 @@ type Target struct {
 func NewTarget(cfg *rest.Config, protected bool, prefix string, scale int) (Target, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 500, 1000
+	cfg.WarningHandler = rest.NoWarnings{} // the drill reports what matters itself
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return Target{}, err
@@ -75,7 +76,7 @@ type Drill struct {
 
 // All are the drills, in the order they run.
 func All() []Drill {
-	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall}
+	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout}
 }
 
 // Select returns the named drills, or all for no names.
