@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -214,4 +215,46 @@ func metricValue(t *testing.T, env *clustertest.Env, series string) float64 {
 		}
 	}
 	return 0
+}
+
+// Creation and deletion are outside a window's scope unless it lists them.
+func TestChangeWindowJudgesCreateAndDeleteOnlyWhenListed(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	closed := fmt.Sprintf(`[{days: [Mon, Tue, Wed, Thu, Fri, Sat, Sun], start: "%s", end: "%s"}]`, hhmm(12*time.Hour), hhmm(13*time.Hour))
+	err := applyWindow(t, env, ns, `
+apiVersion: rampart.io/v1alpha1
+kind: ChangeWindow
+metadata: {name: creates}
+spec:
+  resources: [{apiGroups: [""], resources: [configmaps]}]
+  selector: {matchLabels: {guarded: "yes"}}
+  fields: ["data"]
+  operations: [CREATE]
+  schedules: `+closed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWindowReady(t, env, ns, "creates")
+	cms := env.Client.CoreV1().ConfigMaps(ns)
+	newCM := func(name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"guarded": "yes"}}, Data: map[string]string{"k": "v"}}
+	}
+	eventually(t, "creation outside the window to be denied", func(ctx context.Context) (bool, error) {
+		_, err := cms.Create(ctx, newCM("c1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), `ChangeWindow "creates"`), nil
+	})
+	// Not listed: updates and deletes pass.
+	unguarded := newCM("c2")
+	unguarded.Labels = nil
+	if _, err := cms.Create(ctx, unguarded, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cms.Patch(ctx, "c2", types.MergePatchType, []byte(`{"metadata":{"labels":{"guarded":"yes"}},"data":{"k":"w"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("an UPDATE passed through a window that lists only CREATE: %v", err)
+	}
+	if err := cms.Delete(ctx, "c2", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("a DELETE through a window that lists only CREATE: %v", err)
+	}
 }
