@@ -29,6 +29,11 @@ type Endpoint struct {
 	// URLHost and Port make https://URLHost:Port/PATH.
 	URLHost string
 	Port    int
+	// Replicas, when there are several, are the base URLs of every
+	// replica's webhook server (a local cluster with several managers): each
+	// webhook is registered once per replica, and the API server sends each
+	// request to exactly one of them by its UID (see partition).
+	Replicas []string
 	// Service in Namespace, used when URLHost is empty.
 	Service   string
 	Namespace string
@@ -167,11 +172,63 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 		}
 		hooks = append(hooks, scale)
 	}
+	if n := len(reg.Endpoint.Replicas); n > 1 && reg.Endpoint.URLHost != "" {
+		base := fmt.Sprintf("https://%s:%d", reg.Endpoint.URLHost, reg.Endpoint.Port)
+		var spread []admissionregistrationv1.ValidatingWebhook
+		for i, url := range reg.Endpoint.Replicas {
+			for _, h := range hooks {
+				r := *h.DeepCopy()
+				r.Name = fmt.Sprintf("r%d.%s", i, h.Name)
+				r.ClientConfig.URL = ptr.To(url + strings.TrimPrefix(*h.ClientConfig.URL, base))
+				r.MatchConditions = append(r.MatchConditions, partition(i, n))
+				spread = append(spread, r)
+			}
+		}
+		hooks = spread
+	}
 	return &admissionregistrationv1.ValidatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: ValidatingConfigName, Labels: map[string]string{"app.kubernetes.io/managed-by": "rampart"}},
 		Webhooks:   hooks,
 	}
+}
+
+// partition is true for the requests replica i of n serves, chosen by the
+// last character of the object's name (the random suffix of generated
+// names such as pods'): CEL offers match conditions no request UID and no
+// hash. Exactly one replica's copy of a webhook matches any request;
+// replica 0 takes names that are empty (DeleteCollection items) or end
+// outside [0-9a-z].
+func partition(i, n int) admissionregistrationv1.MatchCondition {
+	const alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
+	share := func(pick func(int) bool) string {
+		var out []string
+		for d, c := range alphabet {
+			if pick(d % n) {
+				out = append(out, strconv.Quote(string(c)))
+			}
+		}
+		return "[" + strings.Join(out, ", ") + "]"
+	}
+	last := "size(request.name) > 0 && request.name.substring(size(request.name) - 1) in "
+	expr := last + share(func(r int) bool { return r == i })
+	if i == 0 {
+		expr = "!(" + last + share(func(r int) bool { return r != 0 }) + ")"
+	}
+	return admissionregistrationv1.MatchCondition{Name: "replica-" + strconv.Itoa(i), Expression: expr}
+}
+
+// BaseName is a webhook's name without the replica prefix ("r1.") that
+// several local replicas add.
+func BaseName(name string) string {
+	if len(name) > 1 && name[0] == 'r' {
+		if i := strings.IndexByte(name, '.'); i > 1 {
+			if _, err := strconv.Atoi(name[1:i]); err == nil {
+				return name[i+1:]
+			}
+		}
+	}
+	return name
 }
 
 // scaleTargetExpression is a CEL condition true for requests about one of

@@ -453,3 +453,44 @@ func TestServingCertificateIsRenewedWhileServing(t *testing.T) {
 	}
 	t.Logf("%d serving certificates seen; every dry-run delete was judged by the webhook", len(serials))
 }
+
+// With several manager replicas, the API server spreads admission requests
+// over all of them, and every one judges the same way.
+func TestSeveralReplicasShareTheWork(t *testing.T) {
+	env := clustertest.Start(t, localcluster.Options{Nodes: 1, Managers: 3})
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	cm := objects[1]
+	// Requests are spread by the last character of the object's name.
+	for i := range 36 {
+		name := fmt.Sprintf("guarded-%c", "0123456789abcdefghijklmnopqrstuvwxyz"[i])
+		if err := cm.create(ctx, env, ns, name, map[string]string{protectionLabel: "Always"}); err != nil {
+			t.Fatal(err)
+		}
+		err := cm.delete(ctx, env, ns, name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		if !apierrors.IsForbidden(err) {
+			t.Fatalf("dry-run delete of %s: %v, want a replica's denial", name, err)
+		}
+	}
+	re := regexp.MustCompile(`(?m)^controller_runtime_webhook_requests_total\{code="200",webhook="/validate/deletion"\} (\d+)$`)
+	for i := range 3 {
+		resp, err := http.Get(env.ManagerMetricsURL(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := re.FindSubmatch(body)
+		if m == nil || string(m[1]) == "0" {
+			t.Errorf("replica %d judged no deletes: the API server does not spread requests", i)
+		} else {
+			t.Logf("replica %d judged %s deletes", i, m[1])
+		}
+	}
+	// The CA is shared: the three serving certificates verify against the
+	// one registered bundle (or the API server could not have called them).
+	sec, err := env.Client.CoreV1().Secrets(localcluster.ManagerNamespace).Get(ctx, "rampart-webhook-ca", metav1.GetOptions{})
+	if err != nil || len(sec.Data["ca.crt"]) == 0 {
+		t.Fatalf("shared CA secret: %v", err)
+	}
+}

@@ -46,6 +46,7 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.WebhookHost, "webhook-bind-host", "", "address the webhook server listens on (empty: all)")
 	f.IntVar(&o.WebhookPort, "webhook-port", 9443, "webhook server port")
 	f.StringVar(&o.WebhookURLHost, "webhook-url-host", "", "register webhooks by URL https://HOST:PORT (local clusters)")
+	f.StringSliceVar(&o.WebhookReplicas, "webhook-replica-urls", nil, "base URLs of every local replica's webhook server, this one included (local clusters with several managers)")
 	f.StringVar(&o.WebhookService, "webhook-service", "", "register webhooks by this Service in --namespace (in a cluster)")
 	f.StringVar(&o.CertDir, "cert-dir", "/tmp/rampart-webhook-certs", "directory with tls.crt and tls.key")
 	f.BoolVar(&o.GenerateCerts, "generate-certs", true, "make and renew a CA and serving certificate in --cert-dir and register that CA")

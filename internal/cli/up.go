@@ -78,6 +78,7 @@ stops it.`,
 	f.BoolVar(&opts.Detached, "detach", false, "return once ready and leave the cluster running")
 	f.IntVar(&opts.Nodes, "nodes", 3, "number of simulated (kwok) nodes")
 	f.BoolVar(&opts.Unprotected, "unprotected", false, "start no Rampart manager: a plain cluster, for comparison")
+	f.IntVar(&opts.Managers, "managers", 1, "manager replicas; with more than one the API server spreads webhook calls over them")
 	f.StringVar(&opts.Assets, "assets", defaultAssets(), "directory with the binaries `make assets` builds")
 	return cmd
 }

@@ -40,6 +40,10 @@ type Options struct {
 	Progress io.Writer
 	// ManagerArgs are extra flags for `rampart manager`.
 	ManagerArgs []string
+	// Managers is the number of manager replicas (default 1). With more,
+	// each webhook is registered once per replica and the API server
+	// spreads requests over them by request UID.
+	Managers int
 }
 
 // Cluster is a running local cluster.
@@ -70,8 +74,11 @@ func CheckAssets(assets string) error {
 
 type ports struct {
 	etcdClient, etcdPeer, apiserver, kcm, scheduler, kwok int
-	webhook, metrics, health                              int
+	// managers are the ports of each manager replica.
+	managers []managerPorts
 }
+
+type managerPorts struct{ webhook, metrics, health int }
 
 // freePorts asks the kernel for distinct unused loopback ports. Another
 // process may take one before we bind it; the window is small and a
@@ -144,7 +151,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o700); err != nil {
 		return nil, err
 	}
-	p, err := freePorts(9)
+	managers := max(opts.Managers, 1)
+	p, err := freePorts(6 + 3*managers)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +161,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		Kubeconfig: filepath.Join(dir, adminID.file),
 		opts:       opts,
 		ports: ports{etcdClient: p[0], etcdPeer: p[1], apiserver: p[2], kcm: p[3], scheduler: p[4],
-			kwok: p[5], webhook: p[6], metrics: p[7], health: p[8]},
+			kwok: p[5]},
+	}
+	for i := range managers {
+		c.ports.managers = append(c.ports.managers, managerPorts{webhook: p[6+3*i], metrics: p[7+3*i], health: p[8+3*i]})
 	}
 	defer func() {
 		if err != nil {

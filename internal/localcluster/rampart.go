@@ -130,31 +130,56 @@ func localBindings() []*unstructured.Unstructured {
 	}
 }
 
-func (c *Cluster) startManager(ctx context.Context) error {
-	args := append([]string{"manager",
-		"--kubeconfig=" + c.path(managerID.file),
-		"--namespace=" + ManagerNamespace,
-		"--webhook-url-host=127.0.0.1",
-		"--webhook-bind-host=127.0.0.1",
-		"--webhook-port=" + strconv.Itoa(c.ports.webhook),
-		"--cert-dir=" + c.path("manager", "certs"),
-		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(c.ports.metrics),
-		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(c.ports.health),
-	}, c.opts.ManagerArgs...)
-	if err := c.run("rampart-manager", c.opts.Rampart, args...); err != nil {
-		return err
+// ManagerName is the process name of manager replica i.
+func ManagerName(i int) string {
+	if i == 0 {
+		return "rampart-manager"
 	}
-	return c.waitHealthy(ctx, "rampart-manager", "http://127.0.0.1:"+strconv.Itoa(c.ports.health)+"/readyz", nil)
+	return "rampart-manager-" + strconv.Itoa(i)
 }
 
-// WebhookURL is the manager's webhook server.
+func (c *Cluster) startManager(ctx context.Context) error {
+	var urls []string
+	for _, mp := range c.ports.managers {
+		urls = append(urls, "https://127.0.0.1:"+strconv.Itoa(mp.webhook))
+	}
+	for i, mp := range c.ports.managers {
+		args := append([]string{"manager",
+			"--kubeconfig=" + c.path(managerID.file),
+			"--namespace=" + ManagerNamespace,
+			"--webhook-url-host=127.0.0.1",
+			"--webhook-bind-host=127.0.0.1",
+			"--webhook-port=" + strconv.Itoa(mp.webhook),
+			"--cert-dir=" + c.path("manager", strconv.Itoa(i), "certs"),
+			"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(mp.metrics),
+			"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(mp.health),
+		}, c.opts.ManagerArgs...)
+		if len(urls) > 1 {
+			args = append(args, "--webhook-replica-urls="+strings.Join(urls, ","))
+		}
+		if err := c.run(ManagerName(i), c.opts.Rampart, args...); err != nil {
+			return err
+		}
+	}
+	for i, mp := range c.ports.managers {
+		if err := c.waitHealthy(ctx, ManagerName(i), "http://127.0.0.1:"+strconv.Itoa(mp.health)+"/readyz", nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WebhookURL is manager replica 0's webhook server.
 func (c *Cluster) WebhookURL() string {
-	return "https://127.0.0.1:" + strconv.Itoa(c.ports.webhook)
+	return "https://127.0.0.1:" + strconv.Itoa(c.ports.managers[0].webhook)
 }
 
-// MetricsURL is the manager's Prometheus endpoint.
-func (c *Cluster) MetricsURL() string {
-	return "http://127.0.0.1:" + strconv.Itoa(c.ports.metrics) + "/metrics"
+// MetricsURL is manager replica 0's Prometheus endpoint.
+func (c *Cluster) MetricsURL() string { return c.ManagerMetricsURL(0) }
+
+// ManagerMetricsURL is manager replica i's Prometheus endpoint.
+func (c *Cluster) ManagerMetricsURL(i int) string {
+	return "http://127.0.0.1:" + strconv.Itoa(c.ports.managers[i].metrics) + "/metrics"
 }
 
 // waitWebhookEnforced proves the whole admission path: a protected probe
@@ -176,7 +201,7 @@ func (c *Cluster) waitWebhookEnforced(ctx context.Context) error {
 	}
 	var last error
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, startTimeout, true, func(ctx context.Context) (bool, error) {
-		if err := c.exitedEarly("rampart-manager"); err != nil {
+		if err := c.exitedEarly(ManagerName(0)); err != nil {
 			return false, err
 		}
 		last = cms.Delete(ctx, probe.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})

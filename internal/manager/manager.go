@@ -53,6 +53,10 @@ type Options struct {
 	// (https://WebhookURLHost:WebhookPort/...), as in a local cluster.
 	// Otherwise they are registered by Service.
 	WebhookURLHost string
+	// WebhookReplicas are the base URLs of every local replica's webhook
+	// server, when several run beside the API server (see
+	// admission.Endpoint.Replicas).
+	WebhookReplicas []string
 	// WebhookService is the Service in Namespace fronting the webhook
 	// server in a cluster.
 	WebhookService string
@@ -88,7 +92,8 @@ func Scheme() (*runtime.Scheme, error) {
 }
 
 func (o Options) endpoint() rampartadmission.Endpoint {
-	return rampartadmission.Endpoint{URLHost: o.WebhookURLHost, Port: o.WebhookPort, Service: o.WebhookService, Namespace: o.Namespace}
+	return rampartadmission.Endpoint{URLHost: o.WebhookURLHost, Port: o.WebhookPort, Replicas: o.WebhookReplicas,
+		Service: o.WebhookService, Namespace: o.Namespace}
 }
 
 func (o Options) certHosts() []string {

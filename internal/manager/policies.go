@@ -98,7 +98,7 @@ func (r *policyStatus) Reconcile(ctx context.Context, req reconcile.Request) (re
 	reg.Policies, reg.ScaleTargets = []v1alpha1.ProtectionPolicy{*p}, nil
 	var want []admissionregistrationv1.ValidatingWebhook
 	for _, w := range rampartadmission.ValidatingConfig(reg).Webhooks {
-		if strings.HasPrefix(w.Name, p.Name+".") && strings.HasSuffix(w.Name, ".policy.rampart.io") {
+		if name := rampartadmission.BaseName(w.Name); strings.HasPrefix(name, p.Name+".") && strings.HasSuffix(name, ".policy.rampart.io") {
 			want = append(want, w)
 		}
 	}

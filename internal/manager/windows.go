@@ -72,7 +72,7 @@ func (r *windowStatus) Reconcile(ctx context.Context, req reconcile.Request) (re
 		name := cw.Name + "." + cw.Namespace + ".window.rampart.io"
 		cond.Message = "webhook " + name + " registered"
 		for _, want := range rampartadmission.ValidatingConfig(reg).Webhooks {
-			if want.Name == name && !registered(cfg.Webhooks, want) {
+			if rampartadmission.BaseName(want.Name) == name && !registered(cfg.Webhooks, want) {
 				cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Registering", "waiting for webhook "+name
 				requeue = time.Second
 			}
