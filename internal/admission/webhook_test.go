@@ -432,7 +432,7 @@ func TestServingCertificateIsRenewedWhileServing(t *testing.T) {
 	if err := cm.create(ctx, env, ns, "guarded", map[string]string{protectionLabel: "Always"}); err != nil {
 		t.Fatal(err)
 	}
-	certFile := filepath.Join(env.Dir, "manager", "certs", "tls")
+	certFile := filepath.Join(env.Dir, "manager", "0", "certs", "tls")
 	serials := map[string]bool{}
 	deadline := time.Now().Add(40 * time.Second)
 	for len(serials) < 3 && time.Now().Before(deadline) {
