@@ -69,6 +69,9 @@ type Registration struct {
 	// Windows get webhooks of their own, scoped to their namespace,
 	// resources and selector.
 	Windows []v1alpha1.ChangeWindow
+	// FlowControls get webhooks of their own, scoped by their resources
+	// and selectors.
+	FlowControls []v1alpha1.DeletionFlowControl
 }
 
 // maxScaleTargets bounds the target list written into the scale webhook's
@@ -153,6 +156,27 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 			Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: []string{w.Namespace},
 		}}}
 		h.ObjectSelector = orEverything(w.Spec.Selector)
+		hooks = append(hooks, h)
+	}
+	for _, f := range reg.FlowControls {
+		var rules []admissionregistrationv1.RuleWithOperations
+		evictions := f.Spec.CountEvictions == nil || *f.Spec.CountEvictions
+		for _, r := range f.Spec.Resources {
+			rl := rule(admissionregistrationv1.Delete, "", "")
+			rl.APIGroups, rl.Resources = r.APIGroups, r.Resources
+			rules = append(rules, rl)
+			if evictions && (slices.Contains(r.APIGroups, "") || slices.Contains(r.APIGroups, "*")) &&
+				(slices.Contains(r.Resources, "pods") || slices.Contains(r.Resources, "*")) {
+				rules = append(rules, rule(admissionregistrationv1.Create, "", "pods/eviction"))
+			}
+		}
+		h := webhook(f.Name+".flowcontrol.rampart.io", FlowControlPrefix+f.Name, rules...)
+		h.NamespaceSelector = withNotOwn(f.Spec.NamespaceSelector, notOwn)
+		h.ObjectSelector = orEverything(f.Spec.ObjectSelector)
+		// Exact means closed: a delete the flow control could not count
+		// (Rampart down, or too slow under a storm) is refused, never let
+		// through uncounted. Scope a flow control to what may wait.
+		h.TimeoutSeconds = ptr.To(int32(10))
 		hooks = append(hooks, h)
 	}
 	// ChangeWindows themselves: what CEL cannot check.

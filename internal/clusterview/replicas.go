@@ -193,3 +193,16 @@ func (v *View) WorkloadLabels(gr schema.GroupResource, ns, name string) (map[str
 	}
 	return m.GetLabels(), m.GetUID(), true
 }
+
+// PodLabels are a cached pod's labels.
+func (v *View) PodLabels(ns, name string) (map[string]string, bool) {
+	obj, ok, err := v.pods.GetIndexer().GetByKey(ns + "/" + name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, false
+	}
+	return m.GetLabels(), true
+}

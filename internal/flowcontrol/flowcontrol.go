@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -210,4 +211,14 @@ func Describe(spec v1alpha1.DeletionFlowControlSpec, st v1alpha1.DeletionFlowCon
 		s += "; tripped " + st.Breaker.TrippedAt.UTC().Format(time.RFC3339) + ": " + st.Breaker.Reason
 	}
 	return s
+}
+
+// SyncCondition mirrors the breaker in a BreakerOpen condition.
+func SyncCondition(st *v1alpha1.DeletionFlowControlStatus, generation int64) {
+	c := metav1.Condition{Type: "BreakerOpen", Status: metav1.ConditionFalse, Reason: "Closed", ObservedGeneration: generation,
+		Message: "deletes are admitted within the limits"}
+	if st.Breaker.State == Open {
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, "Tripped", st.Breaker.Reason
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
 }

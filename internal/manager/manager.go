@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -116,6 +118,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
+	// client-go's default of 5 requests a second would make every counted
+	// delete (a read and a write of its flow control) wait on the client.
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 200, 400
+	}
 	// The rotator writes the certificate before the webhook server starts,
 	// so the server always finds one.
 	var rotator *servingcert.Rotator
@@ -167,6 +175,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	server := mgr.GetWebhookServer()
+	// The manager's cached client serves reads only after start; the
+	// registration and the flow-control counts use a direct one.
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
 	recorder := mgr.GetEventRecorder("rampart")
 	policies := cachedPolicies{reader: mgr.GetCache()}
 	deletionHook := &rampartadmission.Deletion{View: view, Policies: policies, Recorder: recorder}
@@ -181,6 +195,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		Handler:         &rampartadmission.Windows{Reader: mgr.GetCache(), Recorder: recorder},
 		WithContextFunc: rampartadmission.WindowFromPath})
 	server.Register(rampartadmission.WindowSpecPath, &webhook.Admission{Handler: rampartadmission.WindowSpec{}})
+	server.Register(rampartadmission.FlowControlPrefix, &webhook.Admission{
+		Handler:         &rampartadmission.FlowControl{Client: direct, Pods: view, Recorder: recorder},
+		WithContextFunc: rampartadmission.FlowControlFromPath})
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
@@ -198,12 +215,6 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return errors.New("webhook configuration not registered yet")
 		}
 	}); err != nil {
-		return err
-	}
-	// The manager's cached client serves reads only after start; the
-	// registration uses a direct one.
-	direct, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
 		return err
 	}
 	reg := &registrar{
@@ -239,16 +250,24 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := status.setup(mgr); err != nil {
 		return err
 	}
-	windowInformer, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.ChangeWindow{})
-	if err != nil {
-		return err
-	}
-	if _, err := windowInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { reg.poke() },
-		UpdateFunc: func(any, any) { reg.poke() },
-		DeleteFunc: func(any) { reg.poke() },
-	}); err != nil {
-		return err
+	for _, obj := range []client.Object{&v1alpha1.ChangeWindow{}, &v1alpha1.DeletionFlowControl{}} {
+		inf, err := mgr.GetCache().GetInformer(ctx, obj)
+		if err != nil {
+			return err
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { reg.poke() },
+			// Only a spec change can change a webhook: status updates
+			// (every counted delete) need no re-registration.
+			UpdateFunc: func(o, n any) {
+				if oo, ok := o.(client.Object); !ok || oo.GetGeneration() != n.(client.Object).GetGeneration() {
+					reg.poke()
+				}
+			},
+			DeleteFunc: func(any) { reg.poke() },
+		}); err != nil {
+			return err
+		}
 	}
 	if err := (&windowStatus{client: mgr.GetClient(), reg: reg.registration, now: time.Now}).setup(mgr); err != nil {
 		return err
@@ -323,6 +342,12 @@ func (r *registrar) Start(ctx context.Context) error {
 		if reg.Windows, err = listWindows(ctx, r.reader); err != nil {
 			r.log.Error(err, "listing ChangeWindows")
 		}
+		var fcs v1alpha1.DeletionFlowControlList
+		if err := r.reader.List(ctx, &fcs); err != nil {
+			r.log.Error(err, "listing DeletionFlowControls")
+		}
+		slices.SortFunc(fcs.Items, func(a, b v1alpha1.DeletionFlowControl) int { return strings.Compare(a.Name, b.Name) })
+		reg.FlowControls = fcs.Items
 		want := rampartadmission.ValidatingConfig(reg)
 		if last == nil || !equality.Semantic.DeepEqual(last.Webhooks, want.Webhooks) {
 			if err := rampartadmission.Register(ctx, r.client, reg); err != nil {
