@@ -8,12 +8,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rampart-io/rampart/internal/localcluster"
@@ -22,7 +24,7 @@ import (
 
 var flowControls = schema.GroupVersionResource{Group: "rampart.io", Version: "v1alpha1", Resource: "deletionflowcontrols"}
 
-func bareConfigMaps(t *testing.T, env *clustertest.Env, ns string, n int) []string {
+func bareConfigMaps(t testing.TB, env *clustertest.Env, ns string, n int) []string {
 	t.Helper()
 	var names []string
 	for i := range n {
@@ -139,5 +141,76 @@ spec:
 	}
 	if err := env.Client.CoreV1().ConfigMaps(ns).Delete(ctx, names[42], metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("after reset: %v", err)
+	}
+}
+
+// BenchmarkFlowControlThroughput measures how many deletes per second get
+// through the real API server when a DeletionFlowControl counts them (limit
+// far away), with one and with three manager replicas, against deletes no
+// flow control counts, in the same cluster and run. Run with
+// -benchtime=1x: each iteration deletes 300 config maps with 16 clients.
+func BenchmarkFlowControlThroughput(b *testing.B) {
+	for _, replicas := range []int{1, 3} {
+		b.Run(fmt.Sprintf("managers=%d", replicas), func(b *testing.B) {
+			env := clustertest.Start(b, localcluster.Options{Nodes: 1, Managers: replicas})
+			ctx := context.Background()
+			counted, free := env.Namespace(b), env.Namespace(b)
+			u := &unstructured.Unstructured{}
+			_ = yaml.Unmarshal([]byte(fmt.Sprintf(`
+apiVersion: rampart.io/v1alpha1
+kind: DeletionFlowControl
+metadata: {name: bench}
+spec:
+  resources: [{apiGroups: [""], resources: [configmaps]}]
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
+  limits: [{count: 1000000, window: 10m}]`, counted)), &u.Object)
+			if _, err := env.Dynamic.Resource(flowControls).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			rate := func(ns string) float64 {
+				names := bareConfigMaps(b, env, ns, 300)
+				start := time.Now()
+				var wg sync.WaitGroup
+				work := make(chan string)
+				for range 16 {
+					wg.Go(func() {
+						for n := range work {
+							if err := env.Client.CoreV1().ConfigMaps(ns).Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+								b.Error(err)
+							}
+						}
+					})
+				}
+				for _, n := range names {
+					work <- n
+				}
+				close(work)
+				wg.Wait()
+				return float64(len(names)) / time.Since(start).Seconds()
+			}
+			// Measure only once the API server calls the flow control.
+			if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "rampart-validating", metav1.GetOptions{})
+				if err != nil {
+					return false, nil
+				}
+				n := 0
+				for _, w := range cfg.Webhooks {
+					if strings.HasSuffix(w.Name, "bench.flowcontrol.rampart.io") {
+						n++
+					}
+				}
+				return n == replicas, nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+			var c, f float64
+			for b.Loop() {
+				f = rate(free)
+				c = rate(counted)
+			}
+			b.ReportMetric(f, "uncounted-deletes/s")
+			b.ReportMetric(c, "counted-deletes/s")
+		})
 	}
 }
