@@ -143,3 +143,18 @@ func BenchmarkAdmit(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkAdmitBreakerOpen(b *testing.B) {
+	r := Request{Name: "x", Spec: spec(v1alpha1.BreakerManual, v1alpha1.FlowEnforce,
+		v1alpha1.DeletionLimit{Count: 1, Window: "10m"}, v1alpha1.DeletionLimit{Count: 5, Window: "1h"}, v1alpha1.DeletionLimit{Count: 50, Window: "24h"})}
+	var st v1alpha1.DeletionFlowControlStatus
+	_, _ = Admit(r, &st, t0)
+	_, _ = Admit(r, &st, t0.Add(time.Second)) // trips
+	now := t0.Add(2 * time.Second)
+	for b.Loop() {
+		st.RecentDenied = st.RecentDenied[:0]
+		if v, _ := Admit(r, &st, now); v.Allowed {
+			b.Fatal("admitted with the breaker open")
+		}
+	}
+}
