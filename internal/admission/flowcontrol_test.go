@@ -3,6 +3,8 @@ package admission_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"strings"
 	"sync"
@@ -109,6 +111,27 @@ spec:
 	}
 	if n := len(left.Items); n != 120-25+1 { // + kube-root-ca.crt
 		t.Fatalf("%d config maps left, want %d", n, 120-25+1)
+	}
+
+	// The trip counts on the replica that saw it; every replica reports
+	// the breaker open, from the shared status.
+	trippedOn := 0
+	for i := range 3 {
+		resp, err := http.Get(env.ManagerMetricsURL(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), `rampart_flowcontrol_trips_total{name="storm"} 1`) {
+			trippedOn++
+		}
+		if !strings.Contains(string(body), `rampart_flowcontrol_breaker_open{name="storm"} 1`) {
+			t.Errorf("replica %d does not report the breaker open", i)
+		}
+	}
+	if trippedOn != 1 {
+		t.Errorf("%d replicas counted the trip, want exactly 1", trippedOn)
 	}
 
 	// Restart-proof: stop two replicas; the survivor still holds the trip,

@@ -24,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -244,6 +245,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		UpdateFunc: func(any, any) { policyChanged() },
 		DeleteFunc: func(any) { policyChanged() },
 	}); err != nil {
+		return err
+	}
+	if err := metrics.Registry.Register(newBreakerGauge(mgr.GetCache())); err != nil {
 		return err
 	}
 	status := &policyStatus{client: mgr.GetClient(), reg: reg.registration}
