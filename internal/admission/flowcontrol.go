@@ -63,6 +63,44 @@ type FlowControl struct {
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
+	// counted remembers, per flow control, the objects whose delete this
+	// replica admitted lately. The API server may ask again about the same
+	// DELETE (it re-runs admission when a concurrent write forces a retry);
+	// counting it twice, or denying the retry after admitting the first
+	// ask, would be wrong. A retry sent to another replica is counted again:
+	// conservative, never over the limit.
+	counted map[string]map[string]time.Time
+}
+
+// recountAfter is how long an admitted object's delete is not counted again.
+const recountAfter = 2 * time.Minute
+
+func (h *FlowControl) seen(name, key string, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.counted[name][key]
+	return ok && now.Sub(t) < recountAfter
+}
+
+func (h *FlowControl) remember(name, key string, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.counted == nil {
+		h.counted = map[string]map[string]time.Time{}
+	}
+	m := h.counted[name]
+	if m == nil {
+		m = map[string]time.Time{}
+		h.counted[name] = m
+	}
+	if len(m) > 10000 {
+		for k, t := range m {
+			if now.Sub(t) >= recountAfter {
+				delete(m, k)
+			}
+		}
+	}
+	m[key] = now
 }
 
 var _ admission.Handler = (*FlowControl)(nil)
@@ -90,19 +128,23 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 	obj := protection.Object{Namespace: req.Namespace, Name: req.Name}
 	obj.Resource.Group, obj.Resource.Resource = req.Resource.Group, req.Resource.Resource
 	var objLabels map[string]string
+	key := req.Namespace + "/" + req.Name
 	switch {
 	case req.Operation == admissionv1.Delete:
 		var old unstructured.Unstructured
 		if err := old.UnmarshalJSON(req.OldObject.Raw); err != nil {
 			return admission.Errored(http.StatusBadRequest, err)
 		}
-		obj.Name, objLabels = old.GetName(), old.GetLabels()
+		obj.Name, objLabels, key = old.GetName(), old.GetLabels(), string(old.GetUID())
 	case req.Operation == admissionv1.Create && req.SubResource == "eviction":
 		if h.Pods != nil {
 			objLabels, _ = h.Pods.PodLabels(req.Namespace, req.Name)
 		}
 	default:
 		return admission.Allowed("")
+	}
+	if !dryRun(req) && h.seen(name, key, h.now()) {
+		return admission.Allowed("") // the same delete, asked again
 	}
 	lock := h.lock(name)
 	lock.Lock()
@@ -162,6 +204,7 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 			return admission.Allowed("")
 		case v.Allowed:
 			flowDecisions.WithLabelValues(name, "admitted").Inc()
+			h.remember(name, key, h.now())
 			return admission.Allowed("")
 		default:
 			flowDecisions.WithLabelValues(name, "denied").Inc()

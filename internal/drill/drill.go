@@ -62,6 +62,8 @@ type Loss struct {
 	Unit  string `json:"unit"`
 	// Denied is the error the mistaken request got, if Rampart denied it.
 	Denied string `json:"denied,omitempty"`
+	// Bound is the loss protection allows: 0, or a flow control's limit.
+	Bound int `json:"bound,omitempty"`
 }
 
 func (l Loss) String() string { return fmt.Sprintf("%d/%d %s", l.Lost, l.Total, l.Unit) }
@@ -76,7 +78,7 @@ type Drill struct {
 
 // All are the drills, in the order they run.
 func All() []Drill {
-	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout}
+	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout, runawayController, nodeOfflining}
 }
 
 // Select returns the named drills, or all for no names.
