@@ -50,6 +50,26 @@ type Windows struct {
 
 	mu       sync.Mutex
 	compiled map[types.UID]compiledWindow
+	// recorded remembers overrides lately recorded, by window, object and
+	// reason: the API server may ask again about the same write (it
+	// re-runs admission when a concurrent write forces a retry), and one
+	// override is one record.
+	recorded map[string]time.Time
+}
+
+// firstRecord says whether an override has not been recorded lately, and
+// notes it.
+func (h *Windows) firstRecord(key string, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t, ok := h.recorded[key]; ok && now.Sub(t) < 2*time.Minute {
+		return false
+	}
+	if h.recorded == nil || len(h.recorded) > 10000 {
+		h.recorded = map[string]time.Time{}
+	}
+	h.recorded[key] = now
+	return true
 }
 
 type compiledWindow struct {
@@ -145,7 +165,7 @@ func (h *Windows) Handle(ctx context.Context, req admission.Request) admission.R
 	kind := schema.GroupVersionKind(req.Kind)
 	switch {
 	case v.Overridden:
-		if !dryRun(req) {
+		if !dryRun(req) && h.firstRecord(ns+"/"+name+"/"+string(subject.GetUID())+"/"+r.Override, h.now()) {
 			overrides.WithLabelValues(ns, name).Inc()
 			if h.Recorder != nil {
 				h.Recorder.Eventf(&corev1.ObjectReference{APIVersion: kind.GroupVersion().String(), Kind: kind.Kind,

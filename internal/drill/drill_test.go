@@ -50,8 +50,10 @@ func TestDrills(t *testing.T) {
 		if r.Protected.Lost != r.Protected.Bound {
 			t.Errorf("%s: %s lost under protection, want %d", r.Drill, r.Protected, r.Protected.Bound)
 		}
-		// The way to proceed: a command, or the window's override.
-		if d := r.Protected.Denied; d == "" || !(strings.Contains(d, "kubectl") || strings.Contains(d, "rampart.io/change-override")) {
+		// The way to proceed: a command, the window's override, or the
+		// flow control's reset.
+		if d := r.Protected.Denied; d == "" || !(strings.Contains(d, "kubectl") || strings.Contains(d, "rampart.io/change-override") ||
+			strings.Contains(d, "rampart flowcontrol reset")) {
 			t.Errorf("%s: the protected mistake was not denied with a way to proceed: %q", r.Drill, r.Protected.Denied)
 		}
 		if r.Unprotected.Denied != "" {
