@@ -4,6 +4,7 @@ import (
 	"context"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -192,6 +193,46 @@ func TestCustomWorkloadWithScaleSubresource(t *testing.T) {
 		err := gizmos.Delete(ctx, "g", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "3 desired replicas"), nil
 	})
+
+	// A Cascading namespace holding a custom workload with replicas (and no
+	// pods yet) is not empty.
+	held := uniqueName("gizmos")
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: held, Labels: map[string]string{
+		"rampart.io/protection": "Cascading", "gizmo-tier": "critical"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := g.DeepCopy()
+	p.SetName("p")
+	p.SetLabels(nil)
+	if _, err := env.Dynamic.Resource(gvr).Namespace(held).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the custom workload to hold its namespace", func(ctx context.Context) (bool, error) {
+		err := env.Client.CoreV1().Namespaces().Delete(ctx, held, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "1 workloads with replicas > 0 (gizmos.scale.example.com/p)"), nil
+	})
+
+	// A policy guards the replicas of custom workloads it selects, through
+	// their scale subresource too.
+	if err := applyPolicy(t, env, `
+apiVersion: rampart.io/v1alpha1
+kind: ProtectionPolicy
+metadata: {name: critical-gizmos}
+spec:
+  resources: [{apiGroups: [scale.example.com], resources: [gizmos]}]
+  namespaceSelector: {matchLabels: {gizmo-tier: critical}}
+  explicitReplicas: {guard: ToZero}`); err != nil {
+		t.Fatal(err)
+	}
+	waitPolicyReady(t, env, "critical-gizmos")
+	waitScaleTarget(t, env, "scale.example.com/gizmos/"+held+"/p")
+	eventually(t, "kubectl scale to 0 of the policy-guarded custom workload to be denied", func(context.Context) (bool, error) {
+		out, err := env.Kubectl(t, "scale", "-n", held, "gizmos.scale.example.com/p", "--replicas=0")
+		return err != nil && strings.Contains(out, `ProtectionPolicy "critical-gizmos"`), nil
+	})
+	if out, err := env.Kubectl(t, "scale", "-n", held, "gizmos.scale.example.com/p", "--replicas=1"); err != nil {
+		t.Fatalf("guard ToZero must let 3 -> 1 through: %v\n%s", err, out)
+	}
 }
 
 // waitScaleTarget waits until the scale webhook names the workload.

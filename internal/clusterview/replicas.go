@@ -4,12 +4,15 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -73,31 +76,69 @@ func (v *View) signal() {
 	}
 }
 
-func hasScale(crd *apiextensionsv1.CustomResourceDefinition) bool {
+// scalePath is the spec-replicas path of a CRD with a scale subresource.
+func scalePath(crd *apiextensionsv1.CustomResourceDefinition) (string, bool) {
 	for _, ver := range crd.Spec.Versions {
 		if ver.Served && ver.Subresources != nil && ver.Subresources.Scale != nil {
-			return true
+			return ver.Subresources.Scale.SpecReplicasPath, true
 		}
 	}
-	return false
+	return "", false
 }
 
-// watchExplicitCR watches the custom resources of a kind with a scale
-// subresource that are labelled rampart.io/explicit-replicas=true: their
-// scale requests carry no labels either.
-func (v *View) watchExplicitCR(ctx context.Context, gvr schema.GroupVersionResource) {
+// replicasField is where slimmed custom workloads keep their replicas.
+const replicasField = "replicas"
+
+// watchScaleCR watches every object of a custom resource with a scale
+// subresource, slimmed to metadata and replicas: their scale requests carry
+// no labels, and a namespace holding one with replicas is not empty.
+func (v *View) watchScaleCR(ctx context.Context, gvr schema.GroupVersionResource, path string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if _, ok := v.explicitCRs[gvr]; ok {
+	if _, ok := v.scaleCRs[gvr]; ok || v.dynamic == nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	inf := v.metadataInformer(gvr, v1alpha1.LabelExplicitReplicas+"=true")
-	if _, err := inf.AddEventHandler(v.labelsHandler()); err != nil {
-		cancel()
-		return
+	fields := strings.Split(strings.TrimPrefix(path, "."), ".")
+	inf := dynamicinformer.NewFilteredDynamicInformer(v.dynamic, gvr, metav1.NamespaceAll, 0,
+		cache.Indexers{byNamespace: cache.MetaNamespaceIndexFunc}, nil).Informer()
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil
+		}
+		replicas, found, _ := unstructured.NestedInt64(u.Object, fields...)
+		if !found {
+			replicas = 1
+		}
+		meta := map[string]any{}
+		for _, k := range []string{"name", "namespace", "uid", "labels", "resourceVersion", "ownerReferences", "deletionTimestamp"} {
+			if val, ok := u.Object["metadata"].(map[string]any)[k]; ok {
+				meta[k] = val
+			}
+		}
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": meta, replicasField: replicas,
+		}}, nil
+	})
+	scaled := newCounter(func(obj any) ([]string, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return nil, nil
+		}
+		if n, _, _ := unstructured.NestedInt64(u.Object, replicasField); n > 0 {
+			return []string{u.GetNamespace()}, nil
+		}
+		return nil, nil
+	}, named(gvr.GroupResource().String()))
+	for _, h := range []cache.ResourceEventHandler{v.labelsHandler(), scaled.Handler()} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			cancel()
+			return
+		}
 	}
-	v.explicitCRs[gvr] = &crInformer{informer: inf, cancel: cancel}
+	v.scaleCRs[gvr] = &crInformer{informer: inf, cancel: cancel}
+	v.scaledCRs[gvr] = scaled
 	go inf.RunWithContext(ctx)
 }
 
@@ -105,9 +146,9 @@ func (v *View) watchExplicitCR(ctx context.Context, gvr schema.GroupVersionResou
 func (v *View) ExplicitReplicaTargets() []string {
 	var out []string
 	v.mu.RLock()
-	for gvr, inf := range v.explicitCRs {
+	for gvr, inf := range v.scaleCRs {
 		for _, o := range inf.informer.GetStore().List() {
-			if m, err := meta.Accessor(o); err == nil {
+			if m, err := meta.Accessor(o); err == nil && m.GetLabels()[v1alpha1.LabelExplicitReplicas] == "true" {
 				out = append(out, gvr.Group+"/"+gvr.Resource+"/"+m.GetNamespace()+"/"+m.GetName())
 			}
 		}
@@ -126,14 +167,42 @@ func (v *View) ExplicitReplicaTargets() []string {
 	return out
 }
 
-// Workloads lists the cached workloads of a built-in resource with
-// replicas (deployments, statefulsets, replicasets, replicationcontrollers).
+func (v *View) scaleStore(gr schema.GroupResource) cache.Store {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	for gvr, inf := range v.scaleCRs {
+		if gvr.GroupResource() == gr {
+			return inf.informer.GetStore()
+		}
+	}
+	return nil
+}
+
+// WorkloadResourcesNow are the resources Workloads lists: the built-in
+// ones with replicas and the custom resources with a scale subresource.
+func (v *View) WorkloadResourcesNow() []schema.GroupResource {
+	out := slices.Clone(workloadResources)
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	for gvr := range v.scaleCRs {
+		out = append(out, gvr.GroupResource())
+	}
+	return out
+}
+
+// Workloads lists the cached workloads of a resource with replicas: the
+// built-in ones and custom resources with a scale subresource.
 func (v *View) Workloads(gr schema.GroupResource) []metav1.Object {
-	i := slices.Index(workloadResources, gr)
-	if i < 0 {
+	var store cache.Store
+	if i := slices.Index(workloadResources, gr); i >= 0 {
+		store = v.workloads[i].GetStore()
+	} else {
+		store = v.scaleStore(gr)
+	}
+	if store == nil {
 		return nil
 	}
-	objs := v.workloads[i].GetStore().List()
+	objs := store.List()
 	out := make([]metav1.Object, 0, len(objs))
 	for _, o := range objs {
 		if m, err := meta.Accessor(o); err == nil {
@@ -142,9 +211,6 @@ func (v *View) Workloads(gr schema.GroupResource) []metav1.Object {
 	}
 	return out
 }
-
-// WorkloadResources are the built-in resources Workloads lists.
-func WorkloadResources() []schema.GroupResource { return slices.Clone(workloadResources) }
 
 // NamespaceLabels are a namespace's labels; ok is false if it is unknown.
 func (v *View) NamespaceLabels(ns string) (map[string]string, bool) {
@@ -160,21 +226,12 @@ func (v *View) NamespaceLabels(ns string) (map[string]string, bool) {
 }
 
 // WorkloadLabels implements admission.ClusterView.
-//
-// For a custom resource only the labelled ones are cached: an unlabelled one
-// is reported unknown, which the scale webhook treats as unguarded.
 func (v *View) WorkloadLabels(gr schema.GroupResource, ns, name string) (map[string]string, types.UID, bool) {
 	var store cache.Store
 	if i := slices.Index(workloadResources, gr); i >= 0 {
 		store = v.workloads[i].GetStore()
 	} else {
-		v.mu.RLock()
-		for gvr, inf := range v.explicitCRs {
-			if gvr.GroupResource() == gr {
-				store = inf.informer.GetStore()
-			}
-		}
-		v.mu.RUnlock()
+		store = v.scaleStore(gr)
 	}
 	if store == nil {
 		return nil, "", false

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -55,6 +56,7 @@ type View struct {
 	core      informers.SharedInformerFactory
 	crdInfs   apiextensionsinformers.SharedInformerFactory
 	metadata  metadata.Interface
+	dynamic   dynamic.Interface
 	discovery discovery.DiscoveryInterface
 
 	pods, claims cache.SharedIndexInformer
@@ -81,10 +83,14 @@ type View struct {
 	// protected are metadata informers, one per namespaced resource, of the
 	// objects labelled rampart.io/protection.
 	protected map[schema.GroupVersionResource]*crInformer
-	// explicitCRs are metadata informers, one per custom resource with a
-	// scale subresource, of the objects labelled
-	// rampart.io/explicit-replicas=true.
-	explicitCRs map[schema.GroupVersionResource]*crInformer
+	// scaleCRs are informers, one per custom resource with a scale
+	// subresource, of all its objects slimmed to their metadata and
+	// replicas: custom workloads, for the namespace probe, explicit
+	// replicas and policies.
+	scaleCRs map[schema.GroupVersionResource]*crInformer
+	// scaledCRs count, per scaleCRs informer, the objects with replicas > 0
+	// by namespace.
+	scaledCRs map[schema.GroupVersionResource]*counter
 	// customResources are metadata informers of the custom resources of
 	// CRDs that are themselves protected, by CRD name.
 	customResources map[string]*crInformer
@@ -125,10 +131,14 @@ func New(cfg *rest.Config, log logr.Logger) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newView(cs, md, ext, log)
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newView(cs, md, dyn, ext, log)
 }
 
-func newView(cs kubernetes.Interface, md metadata.Interface, ext apiextensionsclient.Interface, log logr.Logger) (*View, error) {
+func newView(cs kubernetes.Interface, md metadata.Interface, dyn dynamic.Interface, ext apiextensionsclient.Interface, log logr.Logger) (*View, error) {
 	v := &View{
 		log:             log,
 		core:            informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(slim)),
@@ -137,7 +147,9 @@ func newView(cs kubernetes.Interface, md metadata.Interface, ext apiextensionscl
 		discovery:       cs.Discovery(),
 		protected:       map[schema.GroupVersionResource]*crInformer{},
 		customResources: map[string]*crInformer{},
-		explicitCRs:     map[schema.GroupVersionResource]*crInformer{},
+		scaleCRs:        map[schema.GroupVersionResource]*crInformer{},
+		scaledCRs:       map[schema.GroupVersionResource]*counter{},
+		dynamic:         dyn,
 		changes:         make(chan struct{}, 1),
 	}
 	v.pods = v.core.Core().V1().Pods().Informer()
@@ -333,8 +345,8 @@ func (v *View) crdChanged(obj any) {
 	if crd.Spec.Scope == apiextensionsv1.NamespaceScoped {
 		v.watchProtected(v.ctx, gvr)
 	}
-	if hasScale(crd) {
-		v.watchExplicitCR(v.ctx, gvr)
+	if path, ok := scalePath(crd); ok {
+		v.watchScaleCR(v.ctx, gvr, path)
 	}
 	protected := crd.Labels[v1alpha1.LabelProtection] != "" || v.policyProtects(crdResource, nil, crd.Labels)
 	v.mu.Lock()
@@ -397,7 +409,7 @@ func (v *View) crdDeleted(obj any) {
 	}
 	// Its resource is gone: stop watching it for labelled objects.
 	if gvr, ok := servedGVR(crd); ok {
-		for _, m := range []map[schema.GroupVersionResource]*crInformer{v.protected, v.explicitCRs} {
+		for _, m := range []map[schema.GroupVersionResource]*crInformer{v.protected, v.scaleCRs} {
 			if cur, ok := m[gvr]; ok {
 				cur.cancel()
 				delete(m, gvr)
@@ -449,6 +461,11 @@ func (v *View) BoundClaims(ns string) deletion.Sample { return v.boundClaims.Sam
 func (v *View) ScaledWorkloads(ns string) deletion.Sample {
 	var s deletion.Sample
 	for _, c := range v.scaled {
+		s = merge(s, c.Sample(ns))
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	for _, c := range v.scaledCRs {
 		s = merge(s, c.Sample(ns))
 	}
 	return s

@@ -31,7 +31,7 @@ func newTestView(t testing.TB) *View {
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	v, err := newView(fake.NewClientset(), metadatafake.NewSimpleMetadataClient(scheme), apiextensionsfake.NewClientset(), logr.Discard())
+	v, err := newView(fake.NewClientset(), metadatafake.NewSimpleMetadataClient(scheme), nil, apiextensionsfake.NewClientset(), logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

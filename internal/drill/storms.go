@@ -59,24 +59,10 @@ spec:
 		}); err != nil {
 			return loss, err
 		}
-		var deleted atomic.Int32
-		var denied atomic.Value
-		err := parallel(ctx, names, func(ctx context.Context, name string) error {
-			err := t.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-			switch {
-			case err == nil:
-				deleted.Add(1)
-			case apierrors.IsForbidden(err):
-				denied.Store(err.Error())
-			default:
-				return err
-			}
-			return nil
+		var err error
+		loss.Lost, loss.Denied, err = storm(ctx, names, func(ctx context.Context, name string) error {
+			return t.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		})
-		loss.Lost = int(deleted.Load())
-		if d, ok := denied.Load().(string); ok {
-			loss.Denied = d
-		}
 		return loss, err
 	},
 }
@@ -122,30 +108,37 @@ spec:
 		}); err != nil {
 			return loss, err
 		}
-		var deleted atomic.Int32
-		var denied atomic.Value
-		err := parallel(ctx, names, func(ctx context.Context, name string) error {
-			err := t.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
-			switch {
-			case err == nil:
-				deleted.Add(1)
-			case apierrors.IsForbidden(err):
-				denied.Store(err.Error())
-			default:
-				return err
-			}
-			return nil
+		var err error
+		loss.Lost, loss.Denied, err = storm(ctx, names, func(ctx context.Context, name string) error {
+			return t.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 		})
-		loss.Lost = int(deleted.Load())
-		if d, ok := denied.Load().(string); ok {
-			loss.Denied = d
-		}
 		if t.Protected {
 			// Lift the breaker so that the cleanup can delete the rest.
 			_ = t.resetFlowControl(ctx, t.Prefix+"-nodes")
 		}
 		return loss, err
 	},
+}
+
+// storm deletes every name as fast as it can and returns how many deletes
+// went through and one denial's text.
+func storm(ctx context.Context, names []string, del func(context.Context, string) error) (int, string, error) {
+	var deleted atomic.Int32
+	var denied atomic.Value
+	err := parallel(ctx, names, func(ctx context.Context, name string) error {
+		err := del(ctx, name)
+		switch {
+		case err == nil:
+			deleted.Add(1)
+		case apierrors.IsForbidden(err):
+			denied.Store(err.Error())
+		default:
+			return err
+		}
+		return nil
+	})
+	d, _ := denied.Load().(string)
+	return int(deleted.Load()), d, err
 }
 
 // parallel runs f for every name with 32 requests in flight, as a runaway

@@ -47,7 +47,7 @@ func (c cachedPolicies) List(ctx context.Context) ([]v1alpha1.ProtectionPolicy, 
 // labelled ones, and those a policy with explicitReplicas selects.
 func scaleTargets(view *clusterview.View, policies []v1alpha1.ProtectionPolicy) []string {
 	targets := view.ExplicitReplicaTargets()
-	for _, gr := range clusterview.WorkloadResources() {
+	for _, gr := range view.WorkloadResourcesNow() {
 		var guarding []*v1alpha1.ProtectionPolicy
 		for i := range policies {
 			if policy.Guard(&policies[i]) != "" && policy.CoversResource(&policies[i], gr) {
