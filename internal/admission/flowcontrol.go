@@ -70,6 +70,32 @@ type FlowControl struct {
 	// ask, would be wrong. A retry sent to another replica is counted again:
 	// conservative, never over the limit.
 	counted map[string]map[string]time.Time
+	// written is each flow control as this replica last wrote it.
+	written map[string]*v1alpha1.DeletionFlowControl
+}
+
+// lastWritten is the flow control as this replica last wrote it (the
+// caller holds lock(name)).
+func (h *FlowControl) lastWritten(name string) *v1alpha1.DeletionFlowControl {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if f := h.written[name]; f != nil {
+		return f.DeepCopy()
+	}
+	return nil
+}
+
+func (h *FlowControl) setLastWritten(name string, f *v1alpha1.DeletionFlowControl) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.written == nil {
+		h.written = map[string]*v1alpha1.DeletionFlowControl{}
+	}
+	if f == nil {
+		delete(h.written, name)
+		return
+	}
+	h.written[name] = f.DeepCopy()
 }
 
 // recountAfter is how long an admitted object's delete is not counted again.
@@ -151,12 +177,19 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 	defer lock.Unlock()
 	deadline := time.Now().Add(8 * time.Second) // inside the webhook's 10 s timeout
 	for attempt := 0; ; attempt++ {
-		dfc := &v1alpha1.DeletionFlowControl{}
-		if err := h.Client.Get(ctx, client.ObjectKey{Name: name}, dfc); err != nil {
-			if apierrors.IsNotFound(err) {
-				return admission.Allowed("")
+		// Start from the version this replica wrote last: if nobody wrote
+		// since, the update succeeds without a read; if somebody did, it
+		// conflicts and the next attempt reads the latest.
+		dfc := h.lastWritten(name)
+		if dfc == nil || attempt > 0 {
+			dfc = &v1alpha1.DeletionFlowControl{}
+			if err := h.Client.Get(ctx, client.ObjectKey{Name: name}, dfc); err != nil {
+				if apierrors.IsNotFound(err) {
+					h.setLastWritten(name, nil)
+					return admission.Allowed("")
+				}
+				return admission.Errored(http.StatusServiceUnavailable, err)
 			}
-			return admission.Errored(http.StatusServiceUnavailable, err)
 		}
 		if req.SubResource == "eviction" && dfc.Spec.CountEvictions != nil && !*dfc.Spec.CountEvictions {
 			return admission.Allowed("")
@@ -181,7 +214,10 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 		flowcontrol.SyncCondition(st, dfc.Generation)
 		dfc.Status = *st
 		err = h.Client.Status().Update(ctx, dfc)
-		if apierrors.IsConflict(err) && time.Now().Before(deadline) {
+		if err == nil {
+			h.setLastWritten(name, dfc)
+		}
+		if (apierrors.IsConflict(err) || apierrors.IsNotFound(err)) && time.Now().Before(deadline) {
 			// Another replica counted first: read again and judge again.
 			time.Sleep(time.Duration(rand.IntN(5*(attempt+1))) * time.Millisecond)
 			continue
