@@ -348,7 +348,7 @@ func (v *View) crdChanged(obj any) {
 	if path, ok := scalePath(crd); ok {
 		v.watchScaleCR(v.ctx, gvr, path)
 	}
-	protected := crd.Labels[v1alpha1.LabelProtection] != "" || v.policyProtects(crdResource, nil, crd.Labels)
+	protected := crd.Labels[v1alpha1.LabelProtection] != "" || protects(v.listPolicies(), crdResource, nil, crd.Labels)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	cur, watching := v.customResources[crd.Name]
@@ -370,14 +370,18 @@ func (v *View) crdChanged(obj any) {
 // Start, and Resync when policies change.
 func (v *View) SetPolicies(list func() []v1alpha1.ProtectionPolicy) { v.policies = list }
 
-// policyProtects says whether a policy with a protection level covers an
-// object (nsLabels nil for cluster-scoped objects).
-func (v *View) policyProtects(gr schema.GroupResource, nsLabels, labels map[string]string) bool {
+func (v *View) listPolicies() []v1alpha1.ProtectionPolicy {
 	if v.policies == nil {
-		return false
+		return nil
 	}
-	for _, p := range v.policies() {
-		if p.Spec.Protection != "" && policy.Covers(&p, gr, nsLabels, labels) {
+	return v.policies()
+}
+
+// protects says whether one of the policies, with a protection level,
+// covers an object (nsLabels nil for cluster-scoped objects).
+func protects(policies []v1alpha1.ProtectionPolicy, gr schema.GroupResource, nsLabels, labels map[string]string) bool {
+	for i := range policies {
+		if policies[i].Spec.Protection != "" && policy.Covers(&policies[i], gr, nsLabels, labels) {
 			return true
 		}
 	}
@@ -486,7 +490,9 @@ func (v *View) ProtectedObjects(ns string) deletion.Sample {
 		s = merge(s, sampleOf(inf.informer.GetIndexer(), byNamespace, ns, gvr.GroupResource().String(), false))
 	}
 	v.mu.RUnlock()
-	if v.policies == nil || len(v.policies()) == 0 {
+	// The policies are listed once per namespace DELETE, not per object.
+	policies := v.listPolicies()
+	if len(policies) == 0 {
 		return s
 	}
 	nsLabels, _ := v.NamespaceLabels(ns)
@@ -495,7 +501,7 @@ func (v *View) ProtectedObjects(ns string) deletion.Sample {
 	}
 	for _, inf := range v.owned {
 		gr := ownedResources[inf.kind]
-		if !v.policyCoversResource(gr) {
+		if !coversResource(policies, gr) {
 			continue
 		}
 		objs, _ := inf.GetIndexer().ByIndex(byNamespace, ns)
@@ -504,7 +510,7 @@ func (v *View) ProtectedObjects(ns string) deletion.Sample {
 			if err != nil || m.GetLabels()[v1alpha1.LabelProtection] != "" { // counted above
 				continue
 			}
-			if v.policyProtects(gr, nsLabels, m.GetLabels()) {
+			if protects(policies, gr, nsLabels, m.GetLabels()) {
 				s = merge(s, deletion.Sample{Count: 1, Examples: []string{inf.kind + "/" + m.GetName()}})
 			}
 		}
@@ -512,9 +518,9 @@ func (v *View) ProtectedObjects(ns string) deletion.Sample {
 	return s
 }
 
-func (v *View) policyCoversResource(gr schema.GroupResource) bool {
-	for _, p := range v.policies() {
-		if p.Spec.Protection != "" && policy.CoversResource(&p, gr) {
+func coversResource(policies []v1alpha1.ProtectionPolicy, gr schema.GroupResource) bool {
+	for i := range policies {
+		if policies[i].Spec.Protection != "" && policy.CoversResource(&policies[i], gr) {
 			return true
 		}
 	}

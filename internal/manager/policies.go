@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -146,20 +148,30 @@ func registered(have []admissionregistrationv1.ValidatingWebhook, want admission
 }
 
 func (r *policyStatus) setup(mgr ctrl.Manager) error {
+	return statusController(mgr, "protectionpolicy-status", &v1alpha1.ProtectionPolicy{}, &v1alpha1.ProtectionPolicyList{}, r)
+}
+
+// statusController runs r for each object of a kind whose webhook Rampart
+// registers: on the object's changes, and for all of them when the webhook
+// configuration changes (their Ready condition follows it).
+func statusController(mgr ctrl.Manager, name string, obj client.Object, list client.ObjectList, r reconcile.Reconciler) error {
 	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-		var list v1alpha1.ProtectionPolicyList
-		if err := mgr.GetClient().List(ctx, &list); err != nil {
+		l := list.DeepCopyObject().(client.ObjectList)
+		if err := mgr.GetClient().List(ctx, l); err != nil {
 			return nil
 		}
-		out := make([]reconcile.Request, len(list.Items))
-		for i, p := range list.Items {
-			out[i].Name = p.Name
-		}
+		var out []reconcile.Request
+		_ = meta.EachListItem(l, func(o runtime.Object) error {
+			if m, err := meta.Accessor(o); err == nil {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}})
+			}
+			return nil
+		})
 		return out
 	})
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("protectionpolicy-status").
-		For(&v1alpha1.ProtectionPolicy{}).
+		Named(name).
+		For(obj).
 		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, all).
 		Complete(r)
 }

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -97,20 +96,5 @@ func metaTime(t *time.Time) *metav1.Time {
 }
 
 func (r *windowStatus) setup(mgr ctrl.Manager) error {
-	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-		windows, err := listWindows(ctx, mgr.GetClient())
-		if err != nil {
-			return nil
-		}
-		out := make([]reconcile.Request, len(windows))
-		for i, w := range windows {
-			out[i].Namespace, out[i].Name = w.Namespace, w.Name
-		}
-		return out
-	})
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("changewindow-status").
-		For(&v1alpha1.ChangeWindow{}).
-		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, all).
-		Complete(r)
+	return statusController(mgr, "changewindow-status", &v1alpha1.ChangeWindow{}, &v1alpha1.ChangeWindowList{}, r)
 }
