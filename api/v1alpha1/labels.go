@@ -22,6 +22,17 @@ const (
 	// AnnotationGeneratePUB ("true", on a workload) asks for a generated
 	// PodUnavailableBudget.
 	AnnotationGeneratePUB = "rampart.io/generate-pub"
+
+	// AnnotationGeneratePUBMaxUnavailable and AnnotationGeneratePUBMinAvailable
+	// size a generated budget (a count or a percentage); without them it
+	// takes the workload's rolling-update maxUnavailable, else 25%.
+	AnnotationGeneratePUBMaxUnavailable = "rampart.io/generate-pub-max-unavailable"
+	AnnotationGeneratePUBMinAvailable   = "rampart.io/generate-pub-min-available"
+
+	// LabelPUBCovered ("true") is kept by the manager on every pod that a
+	// PodUnavailableBudget covers, so that the webhooks judging disruptions
+	// are called for those pods only. Users do not set it.
+	LabelPUBCovered = "rampart.io/pub-covered"
 )
 
 // ProtectionLevel is the value of LabelProtection or a policy's protection.

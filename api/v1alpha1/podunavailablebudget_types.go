@@ -67,6 +67,11 @@ const (
 type PodUnavailableBudgetStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Selector is the label selector of the pods the budget covers: the
+	// spec's, or the target workload's. Every manager replica matches pods
+	// against it.
+	// +optional
+	Selector string `json:"selector,omitempty"`
 	// TotalReplicas are the pods the budget covers (desired replicas for a
 	// targetRef).
 	TotalReplicas int32 `json:"totalReplicas"`
@@ -95,6 +100,7 @@ type PodUnavailableBudgetStatus struct {
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.currentAvailable`
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desiredAvailable`
 // +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.totalReplicas`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PodUnavailableBudget struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -1,8 +1,9 @@
-// Package budget computes a PodUnavailableBudget's numbers: how many of
-// its pods must stay available, and how many more disruptions it allows
-// given the pods available now and the disruptions admitted but not yet
-// observed. It is pure; the admission and controller adapters that use it
-// are the next step of issue #4.
+// Package budget decides PodUnavailableBudgets: how many of a budget's
+// pods must stay available, how many more disruptions it allows given the
+// pods available now and the disruptions admitted but not yet observed
+// (Compute), whether one more disruption may go through (Judge), and which
+// budgets cover a pod (Index). It does no I/O: the admission webhook and
+// the status controller are its adapters.
 package budget
 
 import (
@@ -36,9 +37,8 @@ func Desired(spec v1alpha1.PodUnavailableBudgetSpec, total int32) (int32, error)
 }
 
 // Allowed is how many more disruptions may be admitted: the available pods
-// less those already disrupted but not yet seen unavailable, above the
-// floor. A pod that is not Ready counts as unavailable (it is not in
-// available).
-func Allowed(desired, available, pending int32) int32 {
-	return max(available-pending-desired, 0)
+// above the floor. Available excludes pods not Ready and pods disrupted
+// but not yet seen unavailable.
+func Allowed(desired, available int32) int32 {
+	return max(available-desired, 0)
 }

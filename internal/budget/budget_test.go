@@ -32,7 +32,7 @@ func TestDesiredAndAllowed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if a := Allowed(d, tt.available, tt.pending); d != tt.desired || a != tt.allowed {
+			if a := Allowed(d, tt.available-tt.pending); d != tt.desired || a != tt.allowed {
 				t.Fatalf("desired %d allowed %d, want %d %d", d, a, tt.desired, tt.allowed)
 			}
 		})

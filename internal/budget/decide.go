@@ -1,0 +1,183 @@
+package budget
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+)
+
+// Compute is a budget's status from the pods it covers now. total is the
+// number of pods it should have (the workloads' replicas; see the
+// controller). A disruption admitted earlier stays pending, and its pod is
+// not counted available, until the pod is seen unavailable, replaced by a
+// newer pod of the same name, or timeout has passed: an admitted disruption
+// that never happened (another webhook denied the request, a conflict)
+// comes back after timeout at most.
+func Compute(b *v1alpha1.PodUnavailableBudget, pods []Pod, total int32, now time.Time, timeout time.Duration) (v1alpha1.PodUnavailableBudgetStatus, error) {
+	st := *b.Status.DeepCopy()
+	st.ObservedGeneration = b.Generation
+	st.TotalReplicas = total
+	desired, err := Desired(b.Spec, total)
+	if err != nil {
+		return st, err
+	}
+	st.DesiredAvailable = desired
+	byName := make(map[string]Pod, len(pods))
+	for _, p := range pods {
+		byName[p.Name] = p
+	}
+	pending := map[string]metav1.Time{}
+	for name, at := range b.Status.Disruptions {
+		p, present := byName[name]
+		switch {
+		case now.Sub(at.Time) > timeout:
+			// Never observed: give the budget back.
+		case present && (!p.Available() || p.Created.After(at.Time)):
+			// Observed: the pod is unavailable now, or a new pod took its name.
+		default:
+			pending[name] = at
+		}
+	}
+	var available int32
+	for _, p := range pods {
+		if _, disrupted := pending[p.Name]; p.Available() && !disrupted {
+			available++
+		}
+	}
+	st.CurrentAvailable = available
+	st.UnavailableAllowed = Allowed(desired, available)
+	st.Disruptions = pending
+	if len(pending) == 0 {
+		st.Disruptions = nil
+	}
+	return st, nil
+}
+
+// NextExpiry is when the oldest pending disruption times out, zero if none.
+func NextExpiry(st v1alpha1.PodUnavailableBudgetStatus, timeout time.Duration) time.Time {
+	var next time.Time
+	for _, at := range st.Disruptions {
+		if t := at.Add(timeout); next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	return next
+}
+
+// Protects says whether the budget judges this kind of disruption.
+func Protects(spec v1alpha1.PodUnavailableBudgetSpec, op v1alpha1.DisruptionOperation) bool {
+	ops := spec.ProtectOperations
+	if len(ops) == 0 {
+		ops = []v1alpha1.DisruptionOperation{v1alpha1.DisruptDelete, v1alpha1.DisruptEvict, v1alpha1.DisruptUpdate}
+	}
+	return slices.Contains(ops, op)
+}
+
+// Verdict is a budget's answer about one disruption.
+type Verdict struct {
+	Allowed bool
+	// Consume is true when the disruption must be recorded in the budget's
+	// status (pod added to disruptions, one fewer allowed) before it is
+	// admitted.
+	Consume bool
+	Message string
+}
+
+// Request is one disruption of one pod.
+type Request struct {
+	Namespace, Pod string
+	Op             v1alpha1.DisruptionOperation
+	// Verb is how the user sees it: "delete", "evict", "update", "resize".
+	Verb string
+}
+
+// Judge decides one disruption against one budget's status (the latest
+// written). A pod not Ready is judged like any other: it counts as
+// unavailable, which may be the very reason the budget allows nothing.
+func Judge(b *v1alpha1.PodUnavailableBudget, r Request) Verdict {
+	if !Protects(b.Spec, r.Op) {
+		return Verdict{Allowed: true}
+	}
+	if _, disrupted := b.Status.Disruptions[r.Pod]; disrupted {
+		// The same disruption asked again (the API server retries), or a
+		// pod already counted as disrupted: no further loss.
+		return Verdict{Allowed: true}
+	}
+	if b.Status.ObservedGeneration != b.Generation || (b.Spec.TargetRef != nil && b.Status.Selector == "") {
+		return Verdict{Message: fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s is not computed yet; retry in a few seconds",
+			r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name)}
+	}
+	st := b.Status
+	if st.UnavailableAllowed > 0 {
+		return Verdict{Allowed: true, Consume: true}
+	}
+	return Verdict{Message: fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s allows no more disruptions "+
+		"(%d of %d pods available, %d must stay available, %d disruptions admitted and not yet seen). "+
+		"Wait for pods to become Ready and retry (kubectl rampart pub status -n %s), or change the budget (kubectl edit pub -n %s %s)",
+		r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name, st.CurrentAvailable, st.TotalReplicas, st.DesiredAvailable,
+		len(st.Disruptions), b.Namespace, b.Namespace, b.Name)}
+}
+
+// Consume records an admitted disruption in a status.
+func Consume(st *v1alpha1.PodUnavailableBudgetStatus, pod string, now time.Time) {
+	if st.Disruptions == nil {
+		st.Disruptions = map[string]metav1.Time{}
+	}
+	st.Disruptions[pod] = metav1.NewTime(now)
+	st.UnavailableAllowed = max(st.UnavailableAllowed-1, 0)
+}
+
+func past(verb string) string {
+	switch verb {
+	case "delete":
+		return "deleted"
+	case "evict":
+		return "evicted"
+	case "resize":
+		return "resized"
+	default:
+		return "updated in place"
+	}
+}
+
+// RestartsContainers says whether a pod update changes what its
+// containers run, so that the kubelet restarts them in place: image,
+// command, args, environment or resources of any container.
+func RestartsContainers(old, cur *corev1.Pod) bool {
+	return containersDiffer(old.Spec.Containers, cur.Spec.Containers) ||
+		containersDiffer(old.Spec.InitContainers, cur.Spec.InitContainers)
+}
+
+func containersDiffer(a, b []corev1.Container) bool {
+	if len(a) != len(b) {
+		return true
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x.Image != y.Image || !slices.Equal(x.Command, y.Command) || !slices.Equal(x.Args, y.Args) ||
+			!equality.Semantic.DeepEqual(x.Env, y.Env) || !equality.Semantic.DeepEqual(x.EnvFrom, y.EnvFrom) ||
+			!equality.Semantic.DeepEqual(x.Resources, y.Resources) {
+			return true
+		}
+	}
+	return false
+}
+
+// ResourcesDiffer says whether a resize changes any container's resources.
+func ResourcesDiffer(old, cur *corev1.Pod) bool {
+	if len(old.Spec.Containers) != len(cur.Spec.Containers) {
+		return true
+	}
+	for i := range old.Spec.Containers {
+		if !equality.Semantic.DeepEqual(old.Spec.Containers[i].Resources, cur.Spec.Containers[i].Resources) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,199 @@
+package budget
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+)
+
+func maxUnavailable(n int) v1alpha1.PodUnavailableBudgetSpec {
+	v := intstr.FromInt32(int32(n))
+	return v1alpha1.PodUnavailableBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, MaxUnavailable: &v}
+}
+
+func TestComputeKeepsPendingDisruptionsUntilObserved(t *testing.T) {
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d)) }
+	created := now.Add(-time.Hour)
+	pods := []Pod{
+		{Name: "a", Ready: true, Created: created},
+		{Name: "b", Ready: true, Created: created},                   // disrupted 5s ago, not yet seen: pending
+		{Name: "c", Ready: false, Created: created},                  // disrupted, now not Ready: observed
+		{Name: "d", Ready: true, Gone: true, Created: created},       // disrupted, terminating: observed
+		{Name: "e", Ready: true, Created: now.Add(-2 * time.Second)}, // a new pod took the name of a deleted one
+		{Name: "f", Ready: true, Created: created},                   // disrupted long ago, never happened: returned
+		{Name: "g", Ready: false, Created: created},                  // not Ready, never disrupted
+	}
+	b := &v1alpha1.PodUnavailableBudget{Spec: maxUnavailable(3)}
+	b.Generation = 4
+	b.Status.Disruptions = map[string]metav1.Time{
+		"b": ago(5 * time.Second), "c": ago(5 * time.Second), "d": ago(5 * time.Second),
+		"e": ago(10 * time.Second), "f": ago(31 * time.Second), "gone": ago(3 * time.Second),
+	}
+	st, err := Compute(b, pods, 7, now, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Available: a, e, f (b is pending; c, g not Ready; d terminating).
+	if st.CurrentAvailable != 3 || st.DesiredAvailable != 4 || st.UnavailableAllowed != 0 || st.ObservedGeneration != 4 {
+		t.Fatalf("status = %+v", st)
+	}
+	// A pod already gone keeps its entry until it times out: harmless (it
+	// is not counted available) and safe if the cache has not seen it yet.
+	if len(st.Disruptions) != 2 || st.Disruptions["b"].Time.IsZero() || st.Disruptions["gone"].Time.IsZero() {
+		t.Fatalf("pending = %v, want b and gone", st.Disruptions)
+	}
+	if got := NextExpiry(st, 30*time.Second); !got.Equal(now.Add(25 * time.Second)) {
+		t.Fatalf("next expiry %v", got)
+	}
+}
+
+func TestJudge(t *testing.T) {
+	b := &v1alpha1.PodUnavailableBudget{Spec: maxUnavailable(2)}
+	b.Namespace, b.Name, b.Generation = "shop", "web", 1
+	b.Status = v1alpha1.PodUnavailableBudgetStatus{ObservedGeneration: 1, TotalReplicas: 10, CurrentAvailable: 9, DesiredAvailable: 8, UnavailableAllowed: 1}
+	r := Request{Namespace: "shop", Pod: "web-1", Op: v1alpha1.DisruptDelete, Verb: "delete"}
+	if v := Judge(b, r); !v.Allowed || !v.Consume {
+		t.Fatalf("first disruption: %+v", v)
+	}
+	Consume(&b.Status, "web-1", time.Now())
+	if v := Judge(b, r); !v.Allowed || v.Consume {
+		t.Fatalf("the same pod again must pass without consuming: %+v", v)
+	}
+	r.Pod = "web-2"
+	v := Judge(b, r)
+	want := "pod shop/web-2 may not be deleted now: PodUnavailableBudget shop/web allows no more disruptions (9 of 10 pods available, 8 must stay available, 1 disruptions admitted and not yet seen). Wait for pods to become Ready and retry (kubectl rampart pub status -n shop), or change the budget (kubectl edit pub -n shop web)"
+	if v.Allowed || v.Message != want {
+		t.Fatalf("got %+v\nwant %s", v, want)
+	}
+	r.Op, r.Verb = v1alpha1.DisruptResize, "resize"
+	if v := Judge(b, r); !v.Allowed || v.Consume {
+		t.Fatalf("resize is not protected by default: %+v", v)
+	}
+	b.Generation = 2
+	r.Op = v1alpha1.DisruptDelete
+	if v := Judge(b, r); v.Allowed || !strings.Contains(v.Message, "not computed yet") {
+		t.Fatalf("a changed spec not yet computed must not admit: %+v", v)
+	}
+}
+
+func TestGeneratedSize(t *testing.T) {
+	roll := intstr.FromInt32(3)
+	for _, tt := range []struct {
+		ann      map[string]string
+		roll     *intstr.IntOrString
+		max, min string
+		err      string
+	}{
+		{ann: nil, max: "25%"},
+		{ann: nil, roll: &roll, max: "3"},
+		{ann: map[string]string{v1alpha1.AnnotationGeneratePUBMaxUnavailable: "10%"}, roll: &roll, max: "10%"},
+		{ann: map[string]string{v1alpha1.AnnotationGeneratePUBMinAvailable: "4"}, min: "4"},
+		{ann: map[string]string{v1alpha1.AnnotationGeneratePUBMinAvailable: "x"}, err: "a count of 0 or more"},
+		{ann: map[string]string{v1alpha1.AnnotationGeneratePUBMinAvailable: "1", v1alpha1.AnnotationGeneratePUBMaxUnavailable: "1"}, err: "not both"},
+	} {
+		mx, mn, err := GeneratedSize(tt.ann, tt.roll)
+		got := func(v *intstr.IntOrString) string {
+			if v == nil {
+				return ""
+			}
+			return v.String()
+		}
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%v: err %v, want %q", tt.ann, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || got(mx) != tt.max || got(mn) != tt.min {
+			t.Errorf("%v: max %q min %q err %v, want %q %q", tt.ann, got(mx), got(mn), err, tt.max, tt.min)
+		}
+	}
+}
+
+func TestRestartsContainers(t *testing.T) {
+	base := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "web:1"}}}}
+	img := base.DeepCopy()
+	img.Spec.Containers[0].Image = "web:2"
+	res := base.DeepCopy()
+	res.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	lbl := base.DeepCopy()
+	lbl.Labels = map[string]string{"x": "y"}
+	if !RestartsContainers(base, img) || !RestartsContainers(base, res) || RestartsContainers(base, lbl) {
+		t.Fatal("image and resources restart containers; labels do not")
+	}
+	if !ResourcesDiffer(base, res) || ResourcesDiffer(base, img) {
+		t.Fatal("ResourcesDiffer")
+	}
+}
+
+func TestIndexCoveringAndCounts(t *testing.T) {
+	x := NewIndex()
+	web := &v1alpha1.PodUnavailableBudget{Spec: maxUnavailable(1)}
+	web.Namespace, web.Name = "shop", "web"
+	all := &v1alpha1.PodUnavailableBudget{Spec: v1alpha1.PodUnavailableBudgetSpec{Selector: &metav1.LabelSelector{}}}
+	all.Namespace, all.Name = "shop", "all"
+	all.Spec.IgnoredPodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"canary": "true"}}
+	ref := &v1alpha1.PodUnavailableBudget{Spec: v1alpha1.PodUnavailableBudgetSpec{TargetRef: &v1alpha1.TargetReference{Kind: "Deployment", Name: "db"}}}
+	ref.Namespace, ref.Name = "shop", "db"
+	x.SetPod("shop", Pod{Name: "web-1", Labels: map[string]string{"app": "web"}, Ready: true})
+	x.SetBudget(web)
+	x.SetBudget(all)
+	x.SetBudget(ref) // selector not resolved yet: covers nothing
+	x.SetPod("shop", Pod{Name: "web-2", Labels: map[string]string{"app": "web", "canary": "true"}})
+	x.SetPod("shop", Pod{Name: "db-1", Labels: map[string]string{"app": "db"}})
+	keys := func(ks []Key) string { return fmt.Sprint(ks) }
+	if got := keys(x.Covering("shop", map[string]string{"app": "web"})); got != "[shop/all shop/web]" {
+		t.Fatalf("web pod covered by %s", got)
+	}
+	if got := keys(x.Covering("shop", map[string]string{"app": "web", "canary": "true"})); got != "[shop/web]" {
+		t.Fatalf("ignored pod covered by %s", got)
+	}
+	ref.Status.Selector = "app=db"
+	x.SetBudget(ref)
+	if pods, _ := x.Pods(Key{"shop", "db"}); len(pods) != 1 || pods[0].Name != "db-1" {
+		t.Fatalf("db budget pods %v", pods)
+	}
+	now, before := x.SetPod("shop", Pod{Name: "web-1", Labels: map[string]string{"app": "db"}})
+	if keys(now) != "[shop/all shop/db]" || keys(before) != "[shop/all shop/web]" {
+		t.Fatalf("relabelled pod: now %v before %v", now, before)
+	}
+	x.DeleteBudget(Key{"shop", "all"})
+	if got := x.DeletePod("shop", "web-1"); keys(got) != "[shop/db]" {
+		t.Fatalf("deleted pod was covered by %v", got)
+	}
+	if x.Covering("other", map[string]string{"app": "web"}) != nil || !x.HasBudgets("shop") || x.HasBudgets("other") {
+		t.Fatal("namespaces")
+	}
+}
+
+// BenchmarkCovering: finding a pod's budgets with 10 and with 10,000
+// budgets in its namespace.
+func BenchmarkCovering(b *testing.B) {
+	for _, n := range []int{10, 10000} {
+		b.Run(fmt.Sprintf("budgets=%d", n), func(b *testing.B) {
+			x := NewIndex()
+			for i := range n {
+				pub := &v1alpha1.PodUnavailableBudget{Spec: maxUnavailable(1)}
+				pub.Spec.Selector.MatchLabels = map[string]string{"app": fmt.Sprint("app-", i), "tier": "web"}
+				pub.Namespace, pub.Name = "shop", fmt.Sprint("b-", i)
+				x.SetBudget(pub)
+			}
+			l := map[string]string{"app": "app-7", "tier": "web", "pod-template-hash": "abc"}
+			b.ResetTimer()
+			for b.Loop() {
+				if len(x.Covering("shop", l)) != 1 {
+					b.Fatal("not covered")
+				}
+			}
+		})
+	}
+}
