@@ -61,8 +61,7 @@ type FlowControl struct {
 	Recorder events.EventRecorder
 	Now      func() time.Time
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
+	mu sync.Mutex
 	// counted remembers, per flow control, the objects whose delete this
 	// replica admitted lately. The API server may ask again about the same
 	// DELETE (it re-runs admission when a concurrent write forces a retry);
@@ -70,32 +69,7 @@ type FlowControl struct {
 	// ask, would be wrong. A retry sent to another replica is counted again:
 	// conservative, never over the limit.
 	counted map[string]map[string]time.Time
-	// written is each flow control as this replica last wrote it.
-	written map[string]*v1alpha1.DeletionFlowControl
-}
-
-// lastWritten is the flow control as this replica last wrote it (the
-// caller holds lock(name)).
-func (h *FlowControl) lastWritten(name string) *v1alpha1.DeletionFlowControl {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if f := h.written[name]; f != nil {
-		return f.DeepCopy()
-	}
-	return nil
-}
-
-func (h *FlowControl) setLastWritten(name string, f *v1alpha1.DeletionFlowControl) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.written == nil {
-		h.written = map[string]*v1alpha1.DeletionFlowControl{}
-	}
-	if f == nil {
-		delete(h.written, name)
-		return
-	}
-	h.written[name] = f.DeepCopy()
+	written latest[*v1alpha1.DeletionFlowControl]
 }
 
 // recountAfter is how long an admitted object's delete is not counted again.
@@ -131,20 +105,6 @@ func (h *FlowControl) remember(name, key string, now time.Time) {
 
 var _ admission.Handler = (*FlowControl)(nil)
 
-// lock serializes this replica's writes to one flow control: conflicts
-// then come only from other replicas.
-func (h *FlowControl) lock(name string) *sync.Mutex {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.locks == nil {
-		h.locks = map[string]*sync.Mutex{}
-	}
-	if h.locks[name] == nil {
-		h.locks[name] = &sync.Mutex{}
-	}
-	return h.locks[name]
-}
-
 // Handle implements admission.Handler.
 func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admission.Response {
 	name, ok := policyName(ctx)
@@ -172,7 +132,7 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 	if !dryRun(req) && h.seen(name, key, h.now()) {
 		return admission.Allowed("") // the same delete, asked again
 	}
-	lock := h.lock(name)
+	lock := h.written.lock(name)
 	lock.Lock()
 	defer lock.Unlock()
 	deadline := time.Now().Add(8 * time.Second) // inside the webhook's 10 s timeout
@@ -180,12 +140,12 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 		// Start from the version this replica wrote last: if nobody wrote
 		// since, the update succeeds without a read; if somebody did, it
 		// conflicts and the next attempt reads the latest.
-		dfc := h.lastWritten(name)
-		if dfc == nil || attempt > 0 {
+		dfc, ok := h.written.get(name)
+		if !ok || attempt > 0 {
 			dfc = &v1alpha1.DeletionFlowControl{}
 			if err := h.Client.Get(ctx, client.ObjectKey{Name: name}, dfc); err != nil {
 				if apierrors.IsNotFound(err) {
-					h.setLastWritten(name, nil)
+					h.written.forget(name)
 					return admission.Allowed("")
 				}
 				return admission.Errored(http.StatusServiceUnavailable, err)
@@ -215,7 +175,7 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 		dfc.Status = *st
 		err = h.Client.Status().Update(ctx, dfc)
 		if err == nil {
-			h.setLastWritten(name, dfc)
+			h.written.set(name, dfc)
 		}
 		if (apierrors.IsConflict(err) || apierrors.IsNotFound(err)) && time.Now().Before(deadline) {
 			// Another replica counted first: read again and judge again.

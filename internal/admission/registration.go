@@ -72,6 +72,10 @@ type Registration struct {
 	// FlowControls get webhooks of their own, scoped by their resources
 	// and selectors.
 	FlowControls []v1alpha1.DeletionFlowControl
+	// BudgetNamespaces hold PodUnavailableBudgets: evictions there are
+	// judged (an Eviction carries no pod labels to select on), and new pods
+	// are labelled when a budget covers them.
+	BudgetNamespaces []string
 }
 
 // maxScaleTargets bounds the target list written into the scale webhook's
@@ -152,9 +156,7 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 			rules = append(rules, rl)
 		}
 		h := webhook(w.Name+"."+w.Namespace+".window.rampart.io", WindowPrefix+w.Namespace+"/"+w.Name, rules...)
-		h.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-			Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: []string{w.Namespace},
-		}}}
+		h.NamespaceSelector = inNamespaces([]string{w.Namespace})
 		h.ObjectSelector = orEverything(w.Spec.Selector)
 		hooks = append(hooks, h)
 	}
@@ -179,6 +181,19 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 		h.TimeoutSeconds = ptr.To(int32(10))
 		hooks = append(hooks, h)
 	}
+	// Disruptions of pods a budget covers (labelled by the manager).
+	pub := webhook("budgets.rampart.io", BudgetPath,
+		rule(admissionregistrationv1.Delete, "", "pods"), rule(admissionregistrationv1.Update, "", "pods"),
+		rule(admissionregistrationv1.Update, "", "pods/resize"))
+	pub.ObjectSelector = labelled(v1alpha1.LabelPUBCovered, "true")
+	pub.TimeoutSeconds = ptr.To(int32(10))
+	hooks = append(hooks, pub)
+	if len(reg.BudgetNamespaces) > 0 {
+		evict := webhook("evictions.budgets.rampart.io", BudgetPath, rule(admissionregistrationv1.Create, "", "pods/eviction"))
+		evict.NamespaceSelector = inNamespaces(reg.BudgetNamespaces)
+		evict.TimeoutSeconds = ptr.To(int32(10))
+		hooks = append(hooks, evict)
+	}
 	// ChangeWindows themselves: what CEL cannot check.
 	spec := webhook("changewindows.rampart.io", WindowSpecPath, admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
@@ -196,23 +211,77 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 		}
 		hooks = append(hooks, scale)
 	}
-	if n := len(reg.Endpoint.Replicas); n > 1 && reg.Endpoint.URLHost != "" {
-		base := fmt.Sprintf("https://%s:%d", reg.Endpoint.URLHost, reg.Endpoint.Port)
-		var spread []admissionregistrationv1.ValidatingWebhook
-		for i, url := range reg.Endpoint.Replicas {
-			for _, h := range hooks {
-				r := *h.DeepCopy()
-				r.Name = fmt.Sprintf("r%d.%s", i, h.Name)
-				r.ClientConfig.URL = ptr.To(url + strings.TrimPrefix(*h.ClientConfig.URL, base))
-				r.MatchConditions = append(r.MatchConditions, partition(i, n))
-				spread = append(spread, r)
-			}
-		}
-		hooks = spread
-	}
+	hooks = spread(reg.Endpoint, hooks, func(h *admissionregistrationv1.ValidatingWebhook) (*string, *string, *[]admissionregistrationv1.MatchCondition) {
+		return &h.Name, h.ClientConfig.URL, &h.MatchConditions
+	})
 	return &admissionregistrationv1.ValidatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: ValidatingConfigName, Labels: map[string]string{"app.kubernetes.io/managed-by": "rampart"}},
+		Webhooks:   hooks,
+	}
+}
+
+// spread registers each webhook once per local replica (see partition);
+// fields points at a webhook's name, URL and match conditions.
+func spread[W any, P interface {
+	*W
+	DeepCopy() *W
+}](e Endpoint, hooks []W, fields func(*W) (*string, *string, *[]admissionregistrationv1.MatchCondition)) []W {
+	n := len(e.Replicas)
+	if n <= 1 || e.URLHost == "" {
+		return hooks
+	}
+	base := fmt.Sprintf("https://%s:%d", e.URLHost, e.Port)
+	var out []W
+	for i, url := range e.Replicas {
+		for j := range hooks {
+			r := P(&hooks[j]).DeepCopy()
+			name, u, conds := fields(r)
+			*name = fmt.Sprintf("r%d.%s", i, *name)
+			*u = url + strings.TrimPrefix(*u, base)
+			*conds = append(*conds, partition(i, n))
+			out = append(out, *r)
+		}
+	}
+	return out
+}
+
+// inNamespaces selects the named namespaces.
+func inNamespaces(names []string) *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: names,
+	}}}
+}
+
+// MutatingConfigName is the name of Rampart's MutatingWebhookConfiguration.
+const MutatingConfigName = "rampart-mutating"
+
+// MutatingConfig labels new pods that a PodUnavailableBudget covers. It
+// reaches pod creations in namespaces holding budgets only, and is
+// ignored when Rampart is down: the controller labels such pods later.
+func MutatingConfig(reg Registration) *admissionregistrationv1.MutatingWebhookConfiguration {
+	var hooks []admissionregistrationv1.MutatingWebhook
+	if len(reg.BudgetNamespaces) > 0 {
+		hooks = append(hooks, admissionregistrationv1.MutatingWebhook{
+			Name:                    "cover.budgets.rampart.io",
+			ClientConfig:            reg.Endpoint.clientConfig(BudgetCoverPath, reg.CABundle),
+			Rules:                   []admissionregistrationv1.RuleWithOperations{rule(admissionregistrationv1.Create, "", "pods")},
+			NamespaceSelector:       inNamespaces(reg.BudgetNamespaces),
+			ObjectSelector:          &metav1.LabelSelector{},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(int32(5)),
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			AdmissionReviewVersions: []string{"v1"},
+		})
+	}
+	hooks = spread(reg.Endpoint, hooks, func(h *admissionregistrationv1.MutatingWebhook) (*string, *string, *[]admissionregistrationv1.MatchCondition) {
+		return &h.Name, h.ClientConfig.URL, &h.MatchConditions
+	})
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: MutatingConfigName, Labels: map[string]string{"app.kubernetes.io/managed-by": "rampart"}},
 		Webhooks:   hooks,
 	}
 }
@@ -308,10 +377,15 @@ func rule(op admissionregistrationv1.OperationType, group, resource string) admi
 
 // Register creates or updates Rampart's webhook configurations.
 func Register(ctx context.Context, c client.Client, reg Registration) error {
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ValidatingConfig(reg))
-	if err != nil {
-		return err
+	for _, obj := range []any{ValidatingConfig(reg), MutatingConfig(reg)} {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			return err
+		}
+		cfg := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
+		if err := c.Apply(ctx, cfg, client.FieldOwner("rampart-manager"), client.ForceOwnership); err != nil {
+			return err
+		}
 	}
-	cfg := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
-	return c.Apply(ctx, cfg, client.FieldOwner("rampart-manager"), client.ForceOwnership)
+	return nil
 }

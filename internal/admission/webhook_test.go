@@ -34,7 +34,7 @@ import (
 // This package's cluster runs the Rampart manager: every test here goes
 // through the real API server, which calls the webhook and honours it.
 func TestMain(m *testing.M) {
-	clustertest.Main(m, localcluster.Options{ManagerArgs: []string{"--replicas-exempt-users=autoscaler-bot"}})
+	clustertest.Main(m, localcluster.Options{ManagerArgs: []string{"--replicas-exempt-users=autoscaler-bot", "--budget-disruption-timeout=5s"}})
 }
 
 const protectionLabel = "rampart.io/protection"

@@ -348,3 +348,19 @@ func (x *Index) PodsInNamespace(ns string) map[string]bool {
 	}
 	return out
 }
+
+// Keys are the budgets of ns, sorted by name.
+func (x *Index) Keys(ns string) []Key {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	n := x.ns[ns]
+	if n == nil {
+		return nil
+	}
+	out := make([]Key, 0, len(n.budgets))
+	for name := range n.budgets {
+		out = append(out, Key{ns, name})
+	}
+	slices.SortFunc(out, func(a, b Key) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}

@@ -55,6 +55,8 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address ('0' disables)")
 	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader for controllers (webhooks serve on every replica)")
+	f.DurationVar(&o.BudgetDisruptionTimeout, "budget-disruption-timeout", manager.DefaultBudgetDisruptionTimeout,
+		"how long a disruption a PodUnavailableBudget admitted may go unobserved before the budget gets it back")
 	f.StringSliceVar(&o.ReplicasExempt.Users, "replicas-exempt-users", nil, "users the rampart.io/explicit-replicas label never denies")
 	f.StringSliceVar(&o.ReplicasExempt.Groups, "replicas-exempt-groups", nil, "groups the rampart.io/explicit-replicas label never denies")
 	f.StringSliceVar(&exemptSAs, "replicas-exempt-service-accounts", nil,

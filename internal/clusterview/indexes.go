@@ -25,7 +25,14 @@ func slim(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		o.Spec = corev1.PodSpec{NodeName: o.Spec.NodeName}
-		o.Status = corev1.PodStatus{Phase: o.Status.Phase}
+		st := corev1.PodStatus{Phase: o.Status.Phase}
+		// Budgets count Ready pods.
+		for _, c := range o.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				st.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+			}
+		}
+		o.Status = st
 	case *corev1.PersistentVolumeClaim:
 		o.Spec = corev1.PersistentVolumeClaimSpec{}
 		o.Status = corev1.PersistentVolumeClaimStatus{Phase: o.Status.Phase}

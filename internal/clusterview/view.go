@@ -32,6 +32,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/budget"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
 	"github.com/rampart-io/rampart/internal/protection/policy"
 )
@@ -101,6 +102,9 @@ type View struct {
 	// changes signals registration-relevant changes (see Changes).
 	changes chan struct{}
 
+	budgets      *budget.Index
+	onBudgetPods func(pod, ns string, budgets []budget.Key)
+
 	ctx context.Context
 }
 
@@ -151,6 +155,7 @@ func newView(cs kubernetes.Interface, md metadata.Interface, dyn dynamic.Interfa
 		scaledCRs:       map[schema.GroupVersionResource]*counter{},
 		dynamic:         dyn,
 		changes:         make(chan struct{}, 1),
+		budgets:         budget.NewIndex(),
 	}
 	v.pods = v.core.Core().V1().Pods().Informer()
 	v.claims = v.core.Core().V1().PersistentVolumeClaims().Informer()
@@ -229,6 +234,14 @@ func (v *View) Start(ctx context.Context) error {
 			if _, err := inf.AddEventHandler(c.Handler()); err != nil {
 				return err
 			}
+		}
+	}
+	if _, err := v.pods.AddEventHandler(v.budgetPodsHandler()); err != nil {
+		return err
+	}
+	for _, inf := range v.workloads {
+		if _, err := inf.AddEventHandler(v.workloadReplicasHandler()); err != nil {
+			return err
 		}
 	}
 	for _, inf := range append(slices.Clone(v.workloads), v.namespaces) {

@@ -156,6 +156,10 @@ func (c *Cluster) startKwok(ctx context.Context) error {
 		"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake",
 		"--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",
 		"--cidr="+podCIDR, "--node-ip=10.255.0.1",
+		// Renew node leases: without them the node controller marks nodes
+		// and their pods NotReady after its grace period, and kwok does not
+		// make those pods Ready again.
+		"--node-lease-duration-seconds=40",
 		"--server-address=127.0.0.1:"+strconv.Itoa(c.ports.kwok),
 	)
 	if err != nil {

@@ -79,8 +79,16 @@ type Options struct {
 	// ReplicasExempt are requesters the explicit-replicas label never
 	// denies, e.g. the horizontal-pod-autoscaler's service account.
 	ReplicasExempt v1alpha1.Subjects
-	Log            logr.Logger
+	// BudgetDisruptionTimeout is how long a disruption a budget admitted
+	// may stay unobserved before the budget gets it back (the request
+	// failed after admission).
+	BudgetDisruptionTimeout time.Duration
+	Log                     logr.Logger
 }
+
+// DefaultBudgetDisruptionTimeout bounds how long a budget stays consumed
+// by a disruption that was admitted but never happened.
+const DefaultBudgetDisruptionTimeout = 30 * time.Second
 
 // Scheme has the built-in types and Rampart's.
 func Scheme() (*runtime.Scheme, error) {
@@ -199,6 +207,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	server.Register(rampartadmission.FlowControlPrefix, &webhook.Admission{
 		Handler:         &rampartadmission.FlowControl{Client: direct, Pods: view, Recorder: recorder},
 		WithContextFunc: rampartadmission.FlowControlFromPath})
+	server.Register(rampartadmission.BudgetPath, &webhook.Admission{Handler: &rampartadmission.Budgets{
+		Client: direct, Index: view.Budgets(), Pods: view, Recorder: recorder}})
+	server.Register(rampartadmission.BudgetCoverPath, &webhook.Admission{Handler: &rampartadmission.BudgetCover{Index: view.Budgets()}})
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
@@ -276,6 +287,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := (&windowStatus{client: mgr.GetClient(), reg: reg.registration, now: time.Now}).setup(mgr); err != nil {
 		return err
 	}
+	timeout := o.BudgetDisruptionTimeout
+	if timeout <= 0 {
+		timeout = DefaultBudgetDisruptionTimeout
+	}
+	if err := setupBudgets(ctx, mgr, view, reg, timeout, recorder); err != nil {
+		return err
+	}
 	if rotator != nil {
 		rotator.OnRotate = func(_ context.Context, bundle []byte) error {
 			reg.setBundle(bundle)
@@ -334,6 +352,7 @@ func (r *registrar) registration() rampartadmission.Registration {
 
 func (r *registrar) Start(ctx context.Context) error {
 	var last *admissionregistrationv1.ValidatingWebhookConfiguration
+	var lastMutating *admissionregistrationv1.MutatingWebhookConfiguration
 	delay := 100 * time.Millisecond
 	for {
 		reg := r.registration()
@@ -352,8 +371,10 @@ func (r *registrar) Start(ctx context.Context) error {
 		}
 		slices.SortFunc(fcs.Items, func(a, b v1alpha1.DeletionFlowControl) int { return strings.Compare(a.Name, b.Name) })
 		reg.FlowControls = fcs.Items
-		want := rampartadmission.ValidatingConfig(reg)
-		if last == nil || !equality.Semantic.DeepEqual(last.Webhooks, want.Webhooks) {
+		reg.BudgetNamespaces = r.view.Budgets().Namespaces()
+		want, wantMutating := rampartadmission.ValidatingConfig(reg), rampartadmission.MutatingConfig(reg)
+		if last == nil || !equality.Semantic.DeepEqual(last.Webhooks, want.Webhooks) ||
+			!equality.Semantic.DeepEqual(lastMutating.Webhooks, wantMutating.Webhooks) {
 			if err := rampartadmission.Register(ctx, r.client, reg); err != nil {
 				r.log.Error(err, "registering webhook configuration; retrying", "in", delay)
 				select {
@@ -367,7 +388,7 @@ func (r *registrar) Start(ctx context.Context) error {
 			if last == nil {
 				close(r.done)
 			}
-			last, delay = want, 100*time.Millisecond
+			last, lastMutating, delay = want, wantMutating, 100*time.Millisecond
 			r.log.Info("webhook configuration registered", "name", rampartadmission.ValidatingConfigName,
 				"policies", len(reg.Policies), "scaleTargets", len(reg.ScaleTargets))
 		}

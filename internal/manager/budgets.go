@@ -1,0 +1,386 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/budget"
+	"github.com/rampart-io/rampart/internal/clusterview"
+)
+
+// +kubebuilder:rbac:groups=rampart.io,resources=podunavailablebudgets,verbs=create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get
+// +kubebuilder:rbac:groups=*,resources=*/scale,verbs=get
+
+// queueSource is a controller source fed from outside the cluster's
+// watches (the view's pod events): it adds to the controller's queue once
+// the controller runs (on the leader), and drops what comes before.
+type queueSource struct {
+	mu sync.Mutex
+	q  workqueue.TypedRateLimitingInterface[reconcile.Request]
+}
+
+func (s *queueSource) Start(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.q = q
+	return nil
+}
+
+func (s *queueSource) add(ns, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.q != nil {
+		s.q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
+	}
+}
+
+// setupBudgets files budgets in the view's index on every replica (the
+// webhooks read it) and runs the budget controllers on the leader: status,
+// the covered-pod label, and generated budgets.
+func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View, reg *registrar, timeout time.Duration, recorder events.EventRecorder) error {
+	inf, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.PodUnavailableBudget{})
+	if err != nil {
+		return err
+	}
+	index := view.Budgets()
+	statusQ, labelQ := &queueSource{}, &queueSource{}
+	relabel := func(ns string) {
+		for name := range index.PodsInNamespace(ns) {
+			labelQ.add(ns, name)
+		}
+	}
+	// A namespace gaining its first budget or losing its last changes
+	// what the webhooks reach.
+	changed := func(ns string, file func()) {
+		had := index.HasBudgets(ns)
+		file()
+		if index.HasBudgets(ns) != had {
+			reg.poke()
+		}
+		relabel(ns)
+	}
+	set := func(o any) {
+		if b, ok := o.(*v1alpha1.PodUnavailableBudget); ok {
+			changed(b.Namespace, func() { index.SetBudget(b) })
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, o any) { set(o) },
+		DeleteFunc: func(o any) {
+			if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if b, ok := o.(*v1alpha1.PodUnavailableBudget); ok {
+				changed(b.Namespace, func() { index.DeleteBudget(budget.Key{Namespace: b.Namespace, Name: b.Name}) })
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	view.OnBudgetPods(func(pod, ns string, keys []budget.Key) {
+		for _, k := range keys {
+			statusQ.add(k.Namespace, k.Name)
+		}
+		if pod != "" {
+			labelQ.add(ns, pod)
+		}
+	})
+	dyn, err := dynamic.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	status := &budgetStatus{client: mgr.GetClient(), view: view, dynamic: dyn, mapper: mgr.GetRESTMapper(), timeout: timeout, now: time.Now}
+	if err := ctrl.NewControllerManagedBy(mgr).Named("podunavailablebudget-status").
+		For(&v1alpha1.PodUnavailableBudget{}).
+		WatchesRawSource(statusQ).
+		Complete(status); err != nil {
+		return err
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).Named("podunavailablebudget-label").
+		WatchesRawSource(labelQ).
+		Complete(&coveredLabel{client: mgr.GetClient(), index: index}); err != nil {
+		return err
+	}
+	gen := &generatedBudgets{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: recorder}
+	for _, w := range []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}} {
+		if err := ctrl.NewControllerManagedBy(mgr).Named("generated-budgets-"+strings.ToLower(fmt.Sprintf("%T", w)[len("*v1."):])).
+			For(w, builder.OnlyMetadata).
+			Owns(&v1alpha1.PodUnavailableBudget{}).
+			Complete(gen.forKind(w)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// budgetStatus keeps each budget's status current from the view: the
+// pods it covers, how many are available, and the disruptions admitted
+// and not yet observed (returned once observed, or after timeout).
+type budgetStatus struct {
+	client  client.Client
+	view    *clusterview.View
+	dynamic dynamic.Interface
+	mapper  meta.RESTMapper
+	timeout time.Duration
+	now     func() time.Time
+}
+
+func (r *budgetStatus) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	b := &v1alpha1.PodUnavailableBudget{}
+	if err := r.client.Get(ctx, req.NamespacedName, b); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	before := b.Status.DeepCopy()
+	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Computed", ObservedGeneration: b.Generation,
+		Message: "the budget judges disruptions of the pods it covers"}
+	total, err := r.total(ctx, b)
+	var st v1alpha1.PodUnavailableBudgetStatus
+	if err == nil {
+		st, err = budget.Compute(b, r.podsOf(b), total, r.now(), r.timeout)
+	}
+	if err != nil {
+		// Nothing is admitted on a budget that cannot be computed.
+		st = *b.Status.DeepCopy()
+		st.ObservedGeneration = b.Generation
+		st.UnavailableAllowed = 0
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Invalid", err.Error()
+	}
+	st.Conditions = b.Status.Conditions
+	b.Status = st
+	meta.SetStatusCondition(&b.Status.Conditions, cond)
+	var requeue time.Duration
+	if next := budget.NextExpiry(b.Status, r.timeout); !next.IsZero() {
+		requeue = max(time.Until(next)+100*time.Millisecond, 100*time.Millisecond)
+	}
+	if equality.Semantic.DeepEqual(before, &b.Status) {
+		return reconcile.Result{RequeueAfter: requeue}, nil
+	}
+	if err := r.client.Status().Update(ctx, b); err != nil {
+		if apierrors.IsConflict(err) {
+			// A webhook recorded a disruption meanwhile: compute again.
+			return reconcile.Result{Requeue: true}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+func (r *budgetStatus) podsOf(b *v1alpha1.PodUnavailableBudget) []budget.Pod {
+	pods, _ := r.view.Budgets().Pods(budget.Key{Namespace: b.Namespace, Name: b.Name})
+	return pods
+}
+
+// total is the number of pods the budget should have: the target's
+// replicas, or for a selector, the replicas of the workloads controlling
+// its pods (as a PodDisruptionBudget counts them), plus pods without one.
+// For a targetRef it also resolves the target's selector into the status.
+func (r *budgetStatus) total(ctx context.Context, b *v1alpha1.PodUnavailableBudget) (int32, error) {
+	if t := b.Spec.TargetRef; t != nil {
+		if b.Status.Selector == "" || b.Status.ObservedGeneration != b.Generation {
+			selector, replicas, err := r.scale(ctx, b.Namespace, t)
+			if err != nil {
+				return 0, err
+			}
+			// Every replica's index files the budget once this status is
+			// written; the next reconcile counts its pods.
+			b.Status.Selector = selector
+			return replicas, nil
+		}
+		if _, n, ok := r.view.ControllerReplicas(b.Namespace, t.Kind+"/"+t.Name); ok {
+			return n, nil
+		}
+		_, replicas, err := r.scale(ctx, b.Namespace, t)
+		return replicas, err
+	}
+	var total int32
+	seen := map[string]bool{}
+	for _, p := range r.podsOf(b) {
+		if p.Controller == "" {
+			total++
+			continue
+		}
+		top, n, ok := r.view.ControllerReplicas(b.Namespace, p.Controller)
+		switch {
+		case !ok:
+			total++
+		case !seen[top]:
+			seen[top] = true
+			total += n
+		}
+	}
+	return total, nil
+}
+
+// scale reads a workload's scale subresource: its pod selector and
+// replicas, for any kind that has one (custom workloads included).
+func (r *budgetStatus) scale(ctx context.Context, ns string, t *v1alpha1.TargetReference) (string, int32, error) {
+	gv, err := schema.ParseGroupVersion(t.APIVersion)
+	if err != nil {
+		return "", 0, fmt.Errorf("targetRef.apiVersion: %w", err)
+	}
+	m, err := r.mapper.RESTMapping(gv.WithKind(t.Kind).GroupKind(), gv.Version)
+	if err != nil {
+		return "", 0, fmt.Errorf("targetRef %s %s: %w", t.APIVersion, t.Kind, err)
+	}
+	u, err := r.dynamic.Resource(m.Resource).Namespace(ns).Get(ctx, t.Name, metav1.GetOptions{}, "scale")
+	if err != nil {
+		return "", 0, fmt.Errorf("targetRef %s/%s: reading its scale subresource: %w", t.Kind, t.Name, err)
+	}
+	var s autoscalingv1.Scale
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &s); err != nil {
+		return "", 0, err
+	}
+	if s.Status.Selector == "" {
+		return "", 0, fmt.Errorf("targetRef %s/%s has no pod selector in its scale subresource", t.Kind, t.Name)
+	}
+	return s.Status.Selector, s.Spec.Replicas, nil
+}
+
+// coveredLabel keeps rampart.io/pub-covered=true on exactly the pods a
+// budget covers: pods created while Rampart was down, pods whose labels
+// changed, pods of budgets created after them.
+type coveredLabel struct {
+	client client.Client
+	index  *budget.Index
+}
+
+func (r *coveredLabel) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	p, ok := r.index.Pod(req.Namespace, req.Name)
+	if !ok || p.Gone {
+		return reconcile.Result{}, nil
+	}
+	covered := len(r.index.Covering(req.Namespace, p.Labels)) > 0
+	if has := p.Labels[v1alpha1.LabelPUBCovered] == "true"; has == covered {
+		return reconcile.Result{}, nil
+	}
+	var value any // null removes the label
+	if covered {
+		value = "true"
+	}
+	patch := map[string]any{"metadata": map[string]any{"labels": map[string]any{v1alpha1.LabelPUBCovered: value}}}
+	raw, err := json.Marshal(patch)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}}
+	err = r.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, raw))
+	return reconcile.Result{}, client.IgnoreNotFound(err)
+}
+
+// generatedBudgets makes a PodUnavailableBudget for each workload
+// annotated rampart.io/generate-pub: "true", owned by the workload (the
+// garbage collector deletes it with the workload), and removes it when the
+// annotation goes.
+type generatedBudgets struct {
+	client   client.Client
+	reader   client.Reader
+	recorder events.EventRecorder
+}
+
+type generatedFor struct {
+	*generatedBudgets
+	kind client.Object
+}
+
+func (g *generatedBudgets) forKind(obj client.Object) reconcile.Reconciler {
+	return &generatedFor{generatedBudgets: g, kind: obj}
+}
+
+func (g *generatedFor) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	// Every workload's changes reach here: read its metadata from the
+	// cache, and the whole object only when it asks for a budget.
+	gvk, err := apiutil.GVKForObject(g.kind, g.client.Scheme())
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(gvk)
+	if err := g.client.Get(ctx, req.NamespacedName, m); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	kind := gvk.Kind
+	var w client.Object = m
+	var rolling *intstr.IntOrString
+	if m.Annotations[v1alpha1.AnnotationGeneratePUB] == "true" && m.DeletionTimestamp == nil {
+		w = g.kind.DeepCopyObject().(client.Object)
+		if err := g.reader.Get(ctx, req.NamespacedName, w); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		switch o := w.(type) {
+		case *appsv1.Deployment:
+			if ru := o.Spec.Strategy.RollingUpdate; ru != nil {
+				rolling = ru.MaxUnavailable
+			}
+		case *appsv1.StatefulSet:
+			if ru := o.Spec.UpdateStrategy.RollingUpdate; ru != nil {
+				rolling = ru.MaxUnavailable
+			}
+		}
+	}
+	existing := &v1alpha1.PodUnavailableBudget{}
+	err = g.client.Get(ctx, req.NamespacedName, existing)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	found := err == nil
+	ours := found && metav1.IsControlledBy(existing, w)
+	if w.GetAnnotations()[v1alpha1.AnnotationGeneratePUB] != "true" || w.GetDeletionTimestamp() != nil {
+		if ours {
+			return reconcile.Result{}, client.IgnoreNotFound(g.client.Delete(ctx, existing))
+		}
+		return reconcile.Result{}, nil
+	}
+	if found && !ours {
+		g.recorder.Eventf(w, nil, corev1.EventTypeWarning, "BudgetNotGenerated", "Generate",
+			"PodUnavailableBudget %s/%s exists and is not owned by this %s; rename or delete it to let Rampart generate one",
+			req.Namespace, req.Name, kind)
+		return reconcile.Result{}, nil
+	}
+	maxU, minA, err := budget.GeneratedSize(w.GetAnnotations(), rolling)
+	if err != nil {
+		g.recorder.Eventf(w, nil, corev1.EventTypeWarning, "BudgetNotGenerated", "Generate", "%v", err)
+		return reconcile.Result{}, nil
+	}
+	pub := &v1alpha1.PodUnavailableBudget{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}}
+	_, err = controllerutil.CreateOrUpdate(ctx, g.client, pub, func() error {
+		if pub.Labels == nil {
+			pub.Labels = map[string]string{}
+		}
+		pub.Labels["app.kubernetes.io/managed-by"] = "rampart"
+		pub.Spec.TargetRef = &v1alpha1.TargetReference{APIVersion: "apps/v1", Kind: kind, Name: req.Name}
+		pub.Spec.Selector = nil
+		pub.Spec.MaxUnavailable, pub.Spec.MinAvailable = maxU, minA
+		return controllerutil.SetControllerReference(w, pub, g.client.Scheme(), controllerutil.WithBlockOwnerDeletion(false))
+	})
+	return reconcile.Result{}, err
+}
