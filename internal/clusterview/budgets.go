@@ -168,4 +168,5 @@ func (v *View) ControllerReplicas(ns, controller string) (top string, replicas i
 	}
 	return controller, 0, false
 }
+
 const labelPUBCovered = v1alpha1.LabelPUBCovered
