@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -85,6 +87,13 @@ func (h *Budgets) disruption(req admission.Request) (r budget.Request, podLabels
 		return r, old.Labels, !gone, nil
 	case req.Operation == admissionv1.Create && req.SubResource == "eviction":
 		r.Op, r.Verb = v1alpha1.DisruptEvict, "evict"
+		// An eviction's dry run is in its body (kubectl drain
+		// --dry-run=server), not in the request's options.
+		var ev policyv1.Eviction
+		if err := json.Unmarshal(req.Object.Raw, &ev); err != nil {
+			return r, nil, false, err
+		}
+		r.DryRun = ev.DeleteOptions != nil && slices.Contains(ev.DeleteOptions.DryRun, metav1.DryRunAll)
 		if p, found := h.Index.Pod(req.Namespace, req.Name); found {
 			return r, p.Labels, !p.Gone, nil
 		}
@@ -128,7 +137,7 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 	now := h.now()
 	var consumed []budget.Key
 	for _, k := range keys {
-		ok, message, took, err := h.consume(ctx, k, r, dryRun(req), now)
+		ok, message, took, err := h.consume(ctx, k, r, r.DryRun || dryRun(req), now)
 		if took {
 			consumed = append(consumed, k)
 		}
@@ -145,7 +154,11 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 		budgetDecisions.WithLabelValues(string(r.Op), "denied").Inc()
 		o := protection.Object{Namespace: req.Namespace, Name: r.Pod}
 		o.Resource.Resource = "pods"
-		deny(h.Recorder, req, corev1.SchemeGroupVersion.WithKind("Pod"), o, types.UID(h.podUID(req)), RuleBudget, "Disruption", message)
+		rec := h.Recorder
+		if r.DryRun {
+			rec = nil // a dry run leaves no Event
+		}
+		deny(rec, req, corev1.SchemeGroupVersion.WithKind("Pod"), o, types.UID(h.podUID(req)), RuleBudget, "Disruption", message)
 		// 429, as the Eviction API answers for a PodDisruptionBudget:
 		// kubectl drain and controllers retry it.
 		resp := admission.Denied(message)
@@ -154,7 +167,7 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 		return resp
 	}
 	outcome := "admitted"
-	if dryRun(req) {
+	if r.DryRun || dryRun(req) {
 		outcome = "dryrun"
 	}
 	budgetDecisions.WithLabelValues(string(r.Op), outcome).Inc()

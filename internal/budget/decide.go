@@ -95,6 +95,8 @@ type Request struct {
 	Op             v1alpha1.DisruptionOperation
 	// Verb is how the user sees it: "delete", "evict", "update", "resize".
 	Verb string
+	// DryRun requests are judged and never consume the budget.
+	DryRun bool
 }
 
 // Judge decides one disruption against one budget's status (the latest
@@ -118,7 +120,7 @@ func Judge(b *v1alpha1.PodUnavailableBudget, r Request) Verdict {
 		return Verdict{Allowed: true, Consume: true}
 	}
 	return Verdict{Message: fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s allows no more disruptions "+
-		"(%d of %d pods available, %d must stay available, %d disruptions admitted and not yet seen). "+
+		"(%d of %d pods available, %d must stay available, %d disruptions in progress). "+
 		"Wait for pods to become Ready and retry (kubectl rampart pub status -n %s), or change the budget (kubectl edit pub -n %s %s)",
 		r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name, st.CurrentAvailable, st.TotalReplicas, st.DesiredAvailable,
 		len(st.Disruptions), b.Namespace, b.Namespace, b.Name)}

@@ -70,7 +70,7 @@ func TestJudge(t *testing.T) {
 	}
 	r.Pod = "web-2"
 	v := Judge(b, r)
-	want := "pod shop/web-2 may not be deleted now: PodUnavailableBudget shop/web allows no more disruptions (9 of 10 pods available, 8 must stay available, 1 disruptions admitted and not yet seen). Wait for pods to become Ready and retry (kubectl rampart pub status -n shop), or change the budget (kubectl edit pub -n shop web)"
+	want := "pod shop/web-2 may not be deleted now: PodUnavailableBudget shop/web allows no more disruptions (9 of 10 pods available, 8 must stay available, 1 disruptions in progress). Wait for pods to become Ready and retry (kubectl rampart pub status -n shop), or change the budget (kubectl edit pub -n shop web)"
 	if v.Allowed || v.Message != want {
 		t.Fatalf("got %+v\nwant %s", v, want)
 	}
