@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -388,4 +390,77 @@ func TestBudgetIsExactAcrossReplicas(t *testing.T) {
 			t.Errorf("round %d: only %d pods disrupted, the budget allows %d", round, len(disrupted), allowed)
 		}
 	}
+}
+
+// A workload annotated rampart.io/generate-pub gets a budget it owns,
+// sized from its annotations or its rollout strategy; it follows the
+// annotations and goes with the workload. `rampart pub status` shows it.
+func TestGeneratedBudget(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	if out, err := env.Kubectl(t, "create", "deployment", "web", "-n", ns, "--image=web:1", "--replicas=4"); err != nil {
+		t.Fatal(out)
+	}
+	if out, err := env.Kubectl(t, "patch", "deployment", "web", "-n", ns, "--type=merge", "-p",
+		`{"metadata":{"annotations":{"rampart.io/generate-pub":"true"}},"spec":{"strategy":{"rollingUpdate":{"maxUnavailable":2}}}}`); err != nil {
+		t.Fatal(out)
+	}
+	waitGenerated := func(ok func(*v1alpha1.PodUnavailableBudget) bool) *v1alpha1.PodUnavailableBudget {
+		t.Helper()
+		var last *v1alpha1.PodUnavailableBudget
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			u, err := env.Dynamic.Resource(budgetsGVR).Namespace(ns).Get(ctx, "web", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				last = nil
+				return ok(nil), nil
+			}
+			if err != nil {
+				return false, nil
+			}
+			last = &v1alpha1.PodUnavailableBudget{}
+			raw, _ := u.MarshalJSON()
+			_ = json.Unmarshal(raw, last)
+			return ok(last), nil
+		})
+		if err != nil {
+			t.Fatalf("generated budget never as expected; last %+v", last)
+		}
+		return last
+	}
+	b := waitGenerated(func(b *v1alpha1.PodUnavailableBudget) bool {
+		return b != nil && b.Spec.MaxUnavailable != nil && b.Spec.MaxUnavailable.String() == "2" && b.Status.UnavailableAllowed == 2
+	})
+	if ref := metav1.GetControllerOf(b); ref == nil || ref.Kind != "Deployment" || ref.Name != "web" || b.Spec.TargetRef == nil || b.Spec.TargetRef.Name != "web" {
+		t.Fatalf("generated budget not owned by or targeting the Deployment: %+v", b)
+	}
+	if out, err := env.Kubectl(t, "annotate", "deployment", "web", "-n", ns, "rampart.io/generate-pub-min-available=75%"); err != nil {
+		t.Fatal(out)
+	}
+	waitGenerated(func(b *v1alpha1.PodUnavailableBudget) bool {
+		return b != nil && b.Spec.MinAvailable != nil && b.Spec.MinAvailable.String() == "75%" && b.Spec.MaxUnavailable == nil && b.Status.UnavailableAllowed == 1
+	})
+	_, rampart, err := clustertest.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(rampart, "pub", "status", "--kubeconfig", env.Kubeconfig, "-n", ns).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rampart pub status: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(ns + `\s+web\s+Deployment/web\s+4\s+4\s+3\s+1\s+0\s+True`).Match(out) {
+		t.Fatalf("rampart pub status:\n%s", out)
+	}
+	if out, err := env.Kubectl(t, "annotate", "deployment", "web", "-n", ns, "rampart.io/generate-pub-"); err != nil {
+		t.Fatal(out)
+	}
+	waitGenerated(func(b *v1alpha1.PodUnavailableBudget) bool { return b == nil })
+	if out, err := env.Kubectl(t, "annotate", "deployment", "web", "-n", ns, "rampart.io/generate-pub=true"); err != nil {
+		t.Fatal(out)
+	}
+	waitGenerated(func(b *v1alpha1.PodUnavailableBudget) bool { return b != nil })
+	if err := env.Client.AppsV1().Deployments(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGenerated(func(b *v1alpha1.PodUnavailableBudget) bool { return b == nil })
 }
