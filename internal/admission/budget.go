@@ -55,7 +55,11 @@ type Budgets struct {
 	Client client.Client
 	Index  *budget.Index
 	// Pods are cached pods, for evictions (their requests carry no pod).
-	Pods     PodLabels
+	Pods PodLabels
+	// Namespaces says which namespaces are being deleted: their pods go
+	// with them, whatever the budgets (a namespace is protected by its
+	// own rampart.io/protection label).
+	Namespaces interface{ NamespaceTerminating(string) bool }
 	Recorder events.EventRecorder
 	Now      func() time.Time
 
@@ -127,7 +131,7 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	if !disrupts {
+	if !disrupts || (r.Op == v1alpha1.DisruptDelete && h.Namespaces != nil && h.Namespaces.NamespaceTerminating(req.Namespace)) {
 		return admission.Allowed("")
 	}
 	keys := h.Index.Covering(req.Namespace, podLabels)

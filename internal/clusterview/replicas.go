@@ -225,6 +225,16 @@ func (v *View) NamespaceLabels(ns string) (map[string]string, bool) {
 	return m.GetLabels(), true
 }
 
+// NamespaceTerminating says whether a namespace is being deleted.
+func (v *View) NamespaceTerminating(ns string) bool {
+	obj, ok, err := v.namespaces.GetStore().GetByKey(ns)
+	if err != nil || !ok {
+		return false
+	}
+	m, err := meta.Accessor(obj)
+	return err == nil && m.GetDeletionTimestamp() != nil
+}
+
 // WorkloadLabels implements admission.ClusterView.
 func (v *View) WorkloadLabels(gr schema.GroupResource, ns, name string) (map[string]string, types.UID, bool) {
 	var store cache.Store

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -148,10 +149,36 @@ func (c *Cluster) startScheduler(ctx context.Context) error {
 	return c.waitHealthy(ctx, "kube-scheduler", "https://127.0.0.1:"+strconv.Itoa(c.ports.scheduler)+"/healthz", selfSigned())
 }
 
+// PodReadyDelayAnnotation on a pod makes the simulated kubelet wait that
+// long (a Go duration, e.g. "3s") before the pod runs and is Ready: an
+// application's start-up time, for drills where replacements are not
+// instant.
+const PodReadyDelayAnnotation = "pod-ready.stage.kwok.x-k8s.io/delay"
+
+// kwokStages are kwok's own fast stages with one addition: the pod-ready
+// stage waits for PodReadyDelayAnnotation (none without it).
+func (c *Cluster) kwokStages() (string, error) {
+	raw, err := os.ReadFile(c.asset("kwok-stages.yaml"))
+	if err != nil {
+		return "", err
+	}
+	const anchor = "  name: pod-ready\nspec:\n"
+	delay := "  delay:\n    durationMilliseconds: 0\n    durationFrom:\n      expressionFrom: '.metadata.annotations[\"" + PodReadyDelayAnnotation + "\"]'\n"
+	if !strings.Contains(string(raw), anchor) {
+		return "", fmt.Errorf("%s: no pod-ready stage to add a start-up delay to", c.asset("kwok-stages.yaml"))
+	}
+	out := c.path("kwok-stages.yaml")
+	return out, os.WriteFile(out, []byte(strings.Replace(string(raw), anchor, anchor+delay, 1)), 0o644)
+}
+
 func (c *Cluster) startKwok(ctx context.Context) error {
-	err := c.run("kwok", c.asset("kwok"),
+	stages, err := c.kwokStages()
+	if err != nil {
+		return err
+	}
+	err = c.run("kwok", c.asset("kwok"),
 		"--kubeconfig="+c.path(kwokID.file),
-		"--config="+c.asset("kwok-stages.yaml"),
+		"--config="+stages,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake",
 		"--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",

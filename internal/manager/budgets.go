@@ -165,6 +165,17 @@ func (r *budgetStatus) Reconcile(ctx context.Context, req reconcile.Request) (re
 		Message: "the budget judges disruptions of the pods it covers"}
 	total, err := r.total(ctx, b)
 	var st v1alpha1.PodUnavailableBudgetStatus
+	if apierrors.IsNotFound(err) {
+		// The target is gone: its pods are going with it, and the budget
+		// covers nothing until a workload of that name comes back.
+		b.Status = v1alpha1.PodUnavailableBudgetStatus{ObservedGeneration: b.Generation, Conditions: b.Status.Conditions}
+		meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse,
+			Reason: "TargetNotFound", ObservedGeneration: b.Generation, Message: err.Error()})
+		if equality.Semantic.DeepEqual(before, &b.Status) {
+			return reconcile.Result{RequeueAfter: time.Minute}, nil
+		}
+		return reconcile.Result{RequeueAfter: time.Minute}, r.client.Status().Update(ctx, b)
+	}
 	if err == nil {
 		st, err = budget.Compute(b, r.podsOf(b), total, r.now(), r.timeout)
 	}
@@ -206,7 +217,7 @@ func (r *budgetStatus) podsOf(b *v1alpha1.PodUnavailableBudget) []budget.Pod {
 // For a targetRef it also resolves the target's selector into the status.
 func (r *budgetStatus) total(ctx context.Context, b *v1alpha1.PodUnavailableBudget) (int32, error) {
 	if t := b.Spec.TargetRef; t != nil {
-		if b.Status.Selector == "" || b.Status.ObservedGeneration != b.Generation {
+		if b.Status.Selector == "" || b.Status.ObservedGeneration != b.Generation || !r.targetCached(b.Namespace, t) {
 			selector, replicas, err := r.scale(ctx, b.Namespace, t)
 			if err != nil {
 				return 0, err
@@ -241,6 +252,11 @@ func (r *budgetStatus) total(ctx context.Context, b *v1alpha1.PodUnavailableBudg
 	return total, nil
 }
 
+func (r *budgetStatus) targetCached(ns string, t *v1alpha1.TargetReference) bool {
+	_, _, ok := r.view.ControllerReplicas(ns, t.Kind+"/"+t.Name)
+	return ok
+}
+
 // scale reads a workload's scale subresource: its pod selector and
 // replicas, for any kind that has one (custom workloads included).
 func (r *budgetStatus) scale(ctx context.Context, ns string, t *v1alpha1.TargetReference) (string, int32, error) {
@@ -254,6 +270,9 @@ func (r *budgetStatus) scale(ctx context.Context, ns string, t *v1alpha1.TargetR
 	}
 	u, err := r.dynamic.Resource(m.Resource).Namespace(ns).Get(ctx, t.Name, metav1.GetOptions{}, "scale")
 	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", 0, err
+		}
 		return "", 0, fmt.Errorf("targetRef %s/%s: reading its scale subresource: %w", t.Kind, t.Name, err)
 	}
 	var s autoscalingv1.Scale
