@@ -60,8 +60,8 @@ type Budgets struct {
 	// with them, whatever the budgets (a namespace is protected by its
 	// own rampart.io/protection label).
 	Namespaces interface{ NamespaceTerminating(string) bool }
-	Recorder events.EventRecorder
-	Now      func() time.Time
+	Recorder   events.EventRecorder
+	Now        func() time.Time
 
 	written latest[*v1alpha1.PodUnavailableBudget]
 }

@@ -124,4 +124,3 @@ func printPUBStatus(ctx context.Context, out io.Writer, cfg *rest.Config, ns str
 	}
 	return tw.Flush()
 }
-
