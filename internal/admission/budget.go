@@ -194,9 +194,10 @@ func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, d
 	lock.Lock()
 	defer lock.Unlock()
 	deadline := time.Now().Add(8 * time.Second) // inside the webhook's 10 s timeout
+	fresh := false
 	for attempt := 0; ; attempt++ {
 		b, cached := h.written.get(k.String())
-		if !cached || attempt > 0 {
+		if !cached || fresh || attempt > 0 {
 			b = &v1alpha1.PodUnavailableBudget{}
 			if err := h.Client.Get(ctx, client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, b); err != nil {
 				if apierrors.IsNotFound(err) {
@@ -207,6 +208,14 @@ func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, d
 			}
 		}
 		v := budget.Judge(b, r)
+		if !v.Allowed && cached && !fresh && attempt == 0 {
+			// The copy this replica wrote last may be stale: the status
+			// controller returns disruptions and counts pods that became
+			// Ready. Deny only on the latest.
+			fresh = true
+			attempt--
+			continue
+		}
 		if !v.Allowed || !v.Consume || dry {
 			return v.Allowed, v.Message, false, nil
 		}
