@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/localcluster"
@@ -72,20 +74,14 @@ var concurrentDisruptions = Drill{
 			}
 		}
 
-		// Sample available pods until the incident is over.
+		// Watch available pods through the incident: every change is seen,
+		// not only those a periodic sample happens to catch.
 		sampleCtx, stopSampling := context.WithCancel(ctx)
-		lowest := atomic.Int32{}
-		lowest.Store(replicas)
-		sampled := make(chan struct{})
-		go func() {
-			defer close(sampled)
-			for sampleCtx.Err() == nil {
-				if n, err := t.readyPods(sampleCtx, ns, "app=checkout"); err == nil && int32(n) < lowest.Load() {
-					lowest.Store(int32(n))
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-		}()
+		lowest, err := t.watchLowestReady(sampleCtx, ns, "app=checkout")
+		if err != nil {
+			stopSampling()
+			return loss, err
+		}
 
 		// The incident: all three at once, each retrying what is refused
 		// for up to a minute, as kubectl drain and a determined human do.
@@ -94,11 +90,13 @@ var concurrentDisruptions = Drill{
 		retry := func(f func() error) error {
 			for {
 				err := f()
-				if err == nil || apierrors.IsNotFound(err) || !apierrors.IsTooManyRequests(err) || time.Now().After(deadline) {
-					if apierrors.IsTooManyRequests(err) {
-						return nil // gave up: the pod stays
-					}
+				switch {
+				case err == nil || apierrors.IsNotFound(err):
+					return nil // done, or the pod went another way
+				case !apierrors.IsTooManyRequests(err):
 					return err
+				case time.Now().After(deadline):
+					return nil // gave up: the pod stays
 				}
 				denied.Store(err.Error())
 				time.Sleep(500 * time.Millisecond)
@@ -137,12 +135,12 @@ var concurrentDisruptions = Drill{
 			last = fmt.Sprintf("%d replicas, %d updated, %d available", dep.Status.Replicas, dep.Status.UpdatedReplicas, dep.Status.AvailableReplicas)
 			return dep.Status.UpdatedReplicas == replicas && dep.Status.AvailableReplicas == replicas && dep.Status.Replicas == replicas, nil
 		})
+		low := lowest()
 		stopSampling()
-		<-sampled
 		if err != nil {
-			return loss, fmt.Errorf("the workload did not recover (%s; lowest %d available): %w", last, lowest.Load(), err)
+			return loss, fmt.Errorf("the workload did not recover (%s; lowest %d available): %w", last, low, err)
 		}
-		loss.Lost = max(floor-int(lowest.Load()), 0)
+		loss.Lost = max(floor-low, 0)
 		loss.Denied, _ = denied.Load().(string)
 		return loss, nil
 	},
@@ -203,6 +201,75 @@ func (t Target) drain(ctx context.Context, ns, node string, retry func(func() er
 	return nil
 }
 
+// watchLowestReady watches the pods matching selector in ns until ctx ends
+// and returns a function giving the lowest number of them Ready (and not
+// going away) seen since the watch started.
+func (t Target) watchLowestReady(ctx context.Context, ns, selector string) (func() int, error) {
+	f := informers.NewSharedInformerFactoryWithOptions(t.Client, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	inf := f.Core().V1().Pods().Informer()
+	var mu sync.Mutex
+	ready := map[string]bool{}
+	lowest := -1
+	record := func(obj any, gone bool) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			if d, isD := obj.(cache.DeletedFinalStateUnknown); isD {
+				p, ok = d.Obj.(*corev1.Pod)
+			}
+			if !ok {
+				return
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		ready[p.Name] = !gone && p.DeletionTimestamp == nil && podReady(p)
+		n := 0
+		for _, r := range ready {
+			if r {
+				n++
+			}
+		}
+		if inf.HasSynced() && (lowest < 0 || n < lowest) {
+			lowest = n
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { record(o, false) },
+		UpdateFunc: func(_, o any) { record(o, false) },
+		DeleteFunc: func(o any) { record(o, true) },
+	}); err != nil {
+		return nil, err
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil, fmt.Errorf("watching pods %s in %s: not synced", selector, ns)
+	}
+	mu.Lock()
+	n := 0
+	for _, r := range ready {
+		if r {
+			n++
+		}
+	}
+	lowest = n
+	mu.Unlock()
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return lowest
+	}, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // readyPods counts pods that are Ready and not going away.
 func (t Target) readyPods(ctx context.Context, ns, selector string) (int, error) {
 	pods, err := t.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
@@ -214,10 +281,8 @@ func (t Target) readyPods(ctx context.Context, ns, selector string) (int, error)
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				n++
-			}
+		if podReady(&p) {
+			n++
 		}
 	}
 	return n, nil
