@@ -314,4 +314,3 @@ func (t Target) waitBudget(ctx context.Context, ns, name string, allowed int64) 
 		return n == allowed, nil
 	})
 }
-
