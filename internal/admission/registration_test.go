@@ -44,8 +44,8 @@ func TestValidatingConfigReachesOnlyProtectedObjects(t *testing.T) {
 			t.Errorf("rule %v covers %v, want DELETE only", r.Resources, r.Operations)
 		}
 	}
-	if len(cfg.Webhooks) != 3 {
-		t.Errorf("%d webhooks without scale targets or policies, want deletion, replicas and changewindows", len(cfg.Webhooks))
+	if len(cfg.Webhooks) != 4 {
+		t.Errorf("%d webhooks without scale targets or policies, want deletion, replicas, budgets and changewindows", len(cfg.Webhooks))
 	}
 	if *wh.FailurePolicy != admissionregistrationv1.Fail {
 		t.Error("protected objects must fail closed")
@@ -69,14 +69,54 @@ func TestValidatingConfigInClusterUsesTheService(t *testing.T) {
 	}
 }
 
+// Budgets: disruptions of covered pods are judged by label; evictions and
+// the labelling of new pods only in namespaces holding budgets, and the
+// labelling never blocks a pod's creation.
+func TestBudgetWebhooksReachOnlyBudgetedPods(t *testing.T) {
+	reg := Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
+	if m := MutatingConfig(reg); len(m.Webhooks) != 0 {
+		t.Fatalf("without budgets, %d mutating webhooks", len(m.Webhooks))
+	}
+	reg.BudgetNamespaces = []string{"shop"}
+	cfg := ValidatingConfig(reg)
+	var pub, evict *admissionregistrationv1.ValidatingWebhook
+	for i := range cfg.Webhooks {
+		switch cfg.Webhooks[i].Name {
+		case "budgets.rampart.io":
+			pub = &cfg.Webhooks[i]
+		case "evictions.budgets.rampart.io":
+			evict = &cfg.Webhooks[i]
+		}
+	}
+	if pub == nil || evict == nil {
+		t.Fatalf("webhooks %v", cfg.Webhooks)
+	}
+	sel, _ := metav1.LabelSelectorAsSelector(pub.ObjectSelector)
+	if sel.Matches(labels.Set{"app": "web"}) || !sel.Matches(labels.Set{"rampart.io/pub-covered": "true"}) {
+		t.Errorf("budget webhook object selector %v", sel)
+	}
+	nsSel, _ := metav1.LabelSelectorAsSelector(evict.NamespaceSelector)
+	if nsSel.Matches(labels.Set{"kubernetes.io/metadata.name": "other"}) || !nsSel.Matches(labels.Set{"kubernetes.io/metadata.name": "shop"}) {
+		t.Errorf("eviction webhook namespace selector %v", nsSel)
+	}
+	m := MutatingConfig(reg)
+	if len(m.Webhooks) != 1 || *m.Webhooks[0].FailurePolicy != admissionregistrationv1.Ignore {
+		t.Fatalf("mutating webhooks %+v", m.Webhooks)
+	}
+	reg.Endpoint.Replicas = []string{"https://127.0.0.1:1", "https://127.0.0.1:2"}
+	if m := MutatingConfig(reg); len(m.Webhooks) != 2 || m.Webhooks[1].Name != "r1.cover.budgets.rampart.io" {
+		t.Fatalf("per-replica mutating webhooks %+v", m.Webhooks)
+	}
+}
+
 func TestScaleWebhookNamesItsTargets(t *testing.T) {
 	reg := Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system",
 		ScaleTargets: []string{"apps/deployments/shop/web"}}
 	cfg := ValidatingConfig(reg)
-	if len(cfg.Webhooks) != 4 || cfg.Webhooks[3].Name != "scale.rampart.io" {
+	if len(cfg.Webhooks) != 5 || cfg.Webhooks[4].Name != "scale.rampart.io" {
 		t.Fatalf("webhooks = %d, want a scale webhook", len(cfg.Webhooks))
 	}
-	mc := cfg.Webhooks[3].MatchConditions
+	mc := cfg.Webhooks[4].MatchConditions
 	if len(mc) != 1 || !strings.Contains(mc[0].Expression, `"apps/deployments/shop/web"`) {
 		t.Fatalf("match conditions = %+v", mc)
 	}
