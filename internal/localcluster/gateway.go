@@ -3,6 +3,7 @@ package localcluster
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -156,6 +157,9 @@ func (c *Cluster) installGateway(ctx context.Context) error {
 // waits until it has loaded the TrafficPolicies. After StopComponent it
 // starts the gateway again on the same address.
 func (c *Cluster) StartGateway(ctx context.Context) error {
+	// Forget a stopped gateway so that its exit is not taken for the new
+	// one's.
+	c.procs = slices.DeleteFunc(c.procs, func(p *Process) bool { return p.Name == GatewayName && !p.alive() })
 	err := c.run(GatewayName, c.opts.Rampart, "gateway",
 		"--kubeconfig="+c.path(gatewayID.file),
 		"--listen=127.0.0.1:"+strconv.Itoa(c.ports.gateway),

@@ -125,8 +125,15 @@ func (l *Limiter) Admit(p *Policy, r Request, now time.Time) Verdict {
 			return refuse("in-flight", 0, s.policyMessage(p, "in-flight"))
 		}
 		if s.qps > 0 {
-			if res := s.shared.ReserveN(now, 1); res.DelayFrom(now) > 0 {
-				wait := res.DelayFrom(now)
+			res := s.shared.ReserveN(now, 1)
+			// A client within its fair share is admitted even when the
+			// policy's bucket is empty (someone over their share drained
+			// it just before): the bucket goes into debt, at most one
+			// burst, which the clients over their share pay back by
+			// waiting longer. Without this, a newcomer's first requests
+			// would be refused until the shares are recounted.
+			inShare := held != nil && res.DelayFrom(now) <= s.maxDebt()
+			if wait := res.DelayFrom(now); wait > 0 && !inShare {
 				res.CancelAt(now)
 				giveBack(held, now)
 				return refuse("rate", wait, s.policyMessage(p, "rate"))
@@ -306,6 +313,12 @@ func (s *policyState) policyMessage(p *Policy, reason string) string {
 	}
 	return fmt.Sprintf("TrafficPolicy %q allows %s for everything it matches, and that is used up. Retry later (kubectl get trafficpolicy %s -o yaml shows the limit)",
 		p.Name, s.rateText(), p.Name)
+}
+
+// maxDebt is how far a fair-share policy's bucket may go into debt: one
+// burst's worth of time.
+func (s *policyState) maxDebt() time.Duration {
+	return time.Duration(float64(s.burst) / s.qps * float64(time.Second))
 }
 
 func (s *policyState) rateText() string {

@@ -173,7 +173,9 @@ func TestNoisyClientDoesNotStarveOthersInSharedPolicy(t *testing.T) {
 			v.Done()
 		}
 	}
-	if total := noisyOK + quietOK; total > 20*10+20 {
+	// 20/s for 10s, the burst, and at most one burst of debt taken by
+	// clients within their share.
+	if total := noisyOK + quietOK; total > 20*10+2*20 {
 		t.Errorf("%d requests admitted in 10s, over the policy's 20/s plus burst", total)
 	}
 	if noisyOK < 80 {
