@@ -145,6 +145,13 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 			// The transport picks the server; the path and query go
 			// unchanged.
 			r.Out.URL.Scheme, r.Out.URL.Host = "https", "kube-apiserver"
+			if u, ok := r.In.Context().Value(forwardKey{}).(identity.User); ok {
+				identity.Forward(r.Out.Header, u)
+			} else {
+				// Unreachable: ServeHTTP always sets it. Forwarding
+				// without an identity would act as the gateway itself.
+				identity.Forward(r.Out.Header, identity.Anonymous)
+			}
 		},
 		Transport:    g.transport,
 		BufferPool:   bufferPool{},

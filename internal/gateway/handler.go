@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,10 @@ import (
 	"github.com/rampart-io/rampart/internal/gateway/identity"
 	"github.com/rampart-io/rampart/internal/gateway/traffic"
 )
+
+// forwardKey carries the identity to forward from ServeHTTP to the
+// proxy's Rewrite.
+type forwardKey struct{}
 
 // noPolicy labels requests no TrafficPolicy matches.
 const noPolicy = "none"
@@ -78,8 +83,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	out := r.Clone(ctx)
-	identity.Forward(out.Header, forwardAs)
+	// The identity is set on the proxy's own copy of the request (in
+	// Rewrite), sparing a second copy of the headers here.
+	out := r.WithContext(context.WithValue(ctx, forwardKey{}, forwardAs))
 	kind := "short"
 	if req.LongRunning() {
 		kind = "long"

@@ -80,9 +80,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, errors.New("no kube-apiserver left to try")
 		}
 		tried = append(tried, s)
-		out := req.Clone(req.Context())
-		out.URL.Scheme, out.URL.Host = s.URL.Scheme, s.URL.Host
-		out.Host = s.URL.Host
+		// A shallow copy with its own URL: the headers are not changed,
+		// so they need no copy (http.RoundTripper must not modify req).
+		out := new(http.Request)
+		*out = *req
+		u := *req.URL
+		u.Scheme, u.Host = s.URL.Scheme, s.URL.Host
+		out.URL, out.Host = &u, s.URL.Host
 		counter := &s.InFlight
 		if long {
 			counter = &s.Streams
