@@ -132,22 +132,7 @@ func TestKubectlThroughGateway(t *testing.T) {
 func TestClusterComponentsWorkThroughGateway(t *testing.T) {
 	env := clustertest.Get(t)
 	ns := env.Namespace(t)
-	labels := map[string]string{"app": "web"}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](5),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
-			},
-		},
-	}
-	if _, err := env.Client.AppsV1().Deployments(ns).Create(context.Background(), d, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	env.WaitPodsRunning(t, ns, "app=web", 5, 60*time.Second)
+	runDeployment(t, env, ns, "web", 5)
 	metrics := scrape(t, env)
 	for _, want := range []string{
 		`rampart_gateway_top_client_requests{client="system:kube-scheduler"}`,
@@ -158,6 +143,33 @@ func TestClusterComponentsWorkThroughGateway(t *testing.T) {
 			t.Errorf("gateway metrics lack %s: the component does not go through the gateway", want)
 		}
 	}
+}
+
+// runDeployment creates a Deployment of replicas pods with the admin's
+// direct client and waits until they all run: the controller manager,
+// the scheduler and kwok have done their part.
+func runDeployment(t *testing.T, env *clustertest.Env, ns, name string, replicas int32) {
+	t.Helper()
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+			},
+		},
+	}
+	if _, err := env.Client.AppsV1().Deployments(ns).Create(context.Background(), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	env.WaitPodsRunning(t, ns, "app="+name, int(replicas), 60*time.Second)
+}
+
+func configMap(name string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}
 }
 
 // scrape reads the gateway's Prometheus metrics.
@@ -203,7 +215,7 @@ func TestInformerReconnectsAcrossGatewayRestart(t *testing.T) {
 	}
 	create := func(name string) {
 		t.Helper()
-		_, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		_, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, configMap(name), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

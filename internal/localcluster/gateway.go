@@ -2,10 +2,12 @@ package localcluster
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,7 +38,7 @@ func (c *Cluster) assignGatewayPorts(p []int) {
 
 func (c *Cluster) startMoreAPIServers(ctx context.Context) error {
 	for i, port := range c.ports.moreAPIServers {
-		if err := c.startAPIServerOn(ctx, "kube-apiserver-"+strconv.Itoa(i+1), port, "audit-"+strconv.Itoa(i+1)+".log"); err != nil {
+		if err := c.startAPIServerOn(ctx, APIServerName(i+1), port, "audit-"+strconv.Itoa(i+1)+".log"); err != nil {
 			return err
 		}
 	}
@@ -157,9 +159,7 @@ func (c *Cluster) installGateway(ctx context.Context) error {
 // waits until it has loaded the TrafficPolicies. After StopComponent it
 // starts the gateway again on the same address.
 func (c *Cluster) StartGateway(ctx context.Context) error {
-	// Forget a stopped gateway so that its exit is not taken for the new
-	// one's.
-	c.procs = slices.DeleteFunc(c.procs, func(p *Process) bool { return p.Name == GatewayName && !p.alive() })
+	c.forgetStopped(GatewayName)
 	err := c.run(GatewayName, c.opts.Rampart, "gateway",
 		"--kubeconfig="+c.path(gatewayID.file),
 		"--listen=127.0.0.1:"+strconv.Itoa(c.ports.gateway),
@@ -173,6 +173,50 @@ func (c *Cluster) StartGateway(ctx context.Context) error {
 		return err
 	}
 	return c.waitHealthy(ctx, GatewayName, "http://127.0.0.1:"+strconv.Itoa(c.ports.gatewayMetrics)+"/readyz", nil)
+}
+
+// forgetStopped drops the record of a stopped component about to start
+// again, so that its exit is not taken for the new process's.
+func (c *Cluster) forgetStopped(name string) {
+	c.procs = slices.DeleteFunc(c.procs, func(p *Process) bool { return p.Name == name && !p.alive() })
+}
+
+// KillComponent kills a component at once (SIGKILL), as a crash would:
+// no graceful shutdown, open connections reset.
+func (c *Cluster) KillComponent(name string) error {
+	for _, p := range c.procs {
+		if p.Name == name && p.alive() {
+			if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if !waitGone(ctx, p) {
+				return fmt.Errorf("%s (pid %d) did not die", p.Name, p.PID)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("no running component %q", name)
+}
+
+// APIServerName is the process name of API server i (0 is the first).
+func APIServerName(i int) string {
+	if i == 0 {
+		return "kube-apiserver"
+	}
+	return "kube-apiserver-" + strconv.Itoa(i)
+}
+
+// StartAPIServer starts API server i (1 or more) again after
+// StopComponent(APIServerName(i)), on the same port, and waits until it is
+// ready.
+func (c *Cluster) StartAPIServer(ctx context.Context, i int) error {
+	if i < 1 || i > len(c.ports.moreAPIServers) {
+		return fmt.Errorf("no API server %d to restart: the cluster has %d", i, len(c.ports.moreAPIServers)+1)
+	}
+	c.forgetStopped(APIServerName(i))
+	return c.startAPIServerOn(ctx, APIServerName(i), c.ports.moreAPIServers[i-1], "audit-"+strconv.Itoa(i)+".log")
 }
 
 // PKIFile is a file of the cluster's PKI, e.g. "ca.crt" (for tests that
