@@ -44,8 +44,8 @@ type TrafficPolicySpec struct {
 	RejectMessage string `json:"rejectMessage,omitempty"`
 
 	// AccessLogPercent is the share of the policy's requests written to
-	// the gateway's access log (0 to 100). Refused requests are always
-	// logged.
+	// the gateway's access log (0 to 100). Refused requests are logged
+	// whatever this says, up to 20 a second for the whole gateway.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
 	// +optional

@@ -51,6 +51,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -95,6 +96,8 @@ type Gateway struct {
 	client    kubernetes.Interface
 	restCfg   *rest.Config
 	tlsConfig *tls.Config
+	// refusalLog bounds the access-log lines of refused requests.
+	refusalLog *rate.Limiter
 }
 
 // New builds a gateway that reaches the API servers with cfg's
@@ -130,7 +133,7 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	if upTLS == nil || len(upTLS.Certificates) == 0 && upTLS.GetClientCertificate == nil {
 		return nil, errors.New("the gateway's kubeconfig has no client certificate: impersonation needs the gateway to authenticate as itself by certificate")
 	}
-	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter()}
+	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), refusalLog: rate.NewLimiter(20, 20)}
 	g.pool = upstream.NewPool(urls, opts.Upstream, time.Now())
 	g.transport = upstream.NewTransport(g.pool, upTLS)
 	g.transport.LongRunning = func(r *http.Request) bool {
@@ -145,6 +148,10 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 			// The transport picks the server; the path and query go
 			// unchanged.
 			r.Out.URL.Scheme, r.Out.URL.Host = "https", "kube-apiserver"
+			// The API server records X-Forwarded-For as the audit
+			// event's source IPs; Rewrite has dropped what the client
+			// sent, so this is the client's real address.
+			r.SetXForwarded()
 			if u, ok := r.In.Context().Value(forwardKey{}).(identity.User); ok {
 				identity.Forward(r.Out.Header, u)
 			} else {
@@ -219,6 +226,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           g,
 		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       90 * time.Second,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}

@@ -55,13 +55,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				code = http.StatusForbidden
 				g.metrics.rejections.WithLabelValues(noPolicy, "impersonation").Inc()
 			}
-			g.accessLog(r, req, noPolicy, code, start, true)
+			if g.refusalLog.Allow() {
+				g.accessLog(r, req, noPolicy, code, start, true)
+			}
 			writeStatus(w, code, err.Error(), 0)
 			return
 		}
 		forwardAs = imp.AsUser()
 	}
 
+	// Policies match the client the gateway authenticated, not whom it
+	// impersonates: a client cannot leave its limits by impersonating.
 	policyName, sample := noPolicy, g.opts.AccessLogPercent
 	if p := traffic.Select(*g.policies.Load(), req); p != nil {
 		policyName, sample = p.Name, int(p.Spec.AccessLogPercent)
@@ -113,7 +117,11 @@ func (g *Gateway) refused(w http.ResponseWriter, r *http.Request, req traffic.Re
 	g.metrics.rejections.WithLabelValues(policy, reason).Inc()
 	g.metrics.requests.WithLabelValues(policy, verb, resource, strconv.Itoa(code)).Inc()
 	g.metrics.top.Add(req.User)
-	g.accessLog(r, req, policy, code, start, true)
+	// Refusals are the interesting lines of the access log, but a storm of
+	// them must not turn into a storm of log lines.
+	if g.refusalLog.Allow() {
+		g.accessLog(r, req, policy, code, start, true)
+	}
 	writeStatus(w, code, msg, retryAfter)
 }
 
