@@ -145,7 +145,7 @@ func (p *Pool) Succeeded(s *Server) {
 }
 
 // Failed records a request s could not answer (no connection, a reset, a
-// 502/503/504); after EjectAfter in a row s is ejected for EjectFor and
+// TLS failure); after EjectAfter in a row s is ejected for EjectFor and
 // Failed reports true.
 func (p *Pool) Failed(s *Server, now time.Time) (ejected bool) {
 	s.mu.Lock()

@@ -103,12 +103,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return nil, err
 		}
-		switch resp.StatusCode {
-		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			t.failed(s)
-		default:
-			t.Pool.Succeeded(s)
-		}
+		// Any answer counts as success: a 503 or 502 from kube-apiserver
+		// usually speaks for an aggregated API or a proxied pod behind it,
+		// and ejecting a healthy API server for those would move the
+		// problem to the others. Its own unreadiness shows in /readyz.
+		t.Pool.Succeeded(s)
 		resp.Body = &countedBody{body: resp.Body, done: func() { counter.Add(-1) }}
 		return resp, nil
 	}
