@@ -44,7 +44,7 @@ func TestDescribe(t *testing.T) {
 	}
 }
 
-func policy(t *testing.T, name string, spec string) Policy {
+func policy(t testing.TB, name string, spec string) Policy {
 	t.Helper()
 	p := Policy{Name: name, Generation: 1}
 	if err := yaml.UnmarshalStrict([]byte(spec), &p.Spec); err != nil {
