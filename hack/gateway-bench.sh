@@ -2,10 +2,11 @@
 # Measures, in one run against one real local control plane (two API
 # servers on one etcd, the gateway in front), throughput and p50/p99
 # latency of single-object GETs and of LISTs of 500 ConfigMaps at a fixed
-# concurrency: direct to the first API server, through an in-process
-# gateway in front of that API server alone (the gateway's own cost), and
-# through the gateway process balancing over both API servers (as
-# deployed). Prints one table per concurrency with the ratio to direct.
+# concurrency: direct to the first API server and through an in-process
+# gateway in front of that API server alone (the gateway's own cost);
+# direct to a random one of both API servers and through the gateway
+# process balancing over both (as deployed). Prints one table per
+# concurrency, each gateway mode against its direct counterpart.
 # Usage: hack/gateway-bench.sh [CONCURRENCY...]   (default: 2 8)
 # GATEWAY_BENCH_SECONDS (default 3) and GATEWAY_BENCH_ROUNDS (default 3)
 # set the time per mode and round.
