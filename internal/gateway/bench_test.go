@@ -116,8 +116,8 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	}
 	b.StopTimer()
 
+	fmt.Printf("\nconcurrency %d, %d rounds of %v per mode, %d CPUs\n", concurrency, rounds, per, runtimeCPUs())
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "\nconcurrency %d, %d rounds of %v per mode, %d CPUs\t\t\t\t\t\t\n", concurrency, rounds, per, runtimeCPUs())
 	fmt.Fprintln(w, "op\tmode\treq/s\tp50 ms\tp99 ms\tvs\tthroughput\tadded p50 ms\tadded p99 ms\t")
 	for _, op := range ops {
 		for _, m := range modes {

@@ -35,6 +35,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			code = http.StatusServiceUnavailable // the TokenReview failed, not the token
 		}
 		g.metrics.rejections.WithLabelValues(noPolicy, "unauthenticated").Inc()
+		if g.refusalLog.Allow() {
+			g.log.Info("request", "policy", noPolicy, "path", r.URL.Path, "code", code, "refused", true, "err", err.Error())
+		}
 		writeStatus(w, code, err.Error(), 0)
 		return
 	}
@@ -96,9 +99,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	inFlight := g.metrics.inFlight.WithLabelValues(policyName, kind)
 	inFlight.Inc()
+	// Deferred: the proxy aborts a response that breaks mid-stream by
+	// panicking with http.ErrAbortHandler.
+	defer inFlight.Dec()
 	rec := &recorder{ResponseWriter: w, code: http.StatusOK}
 	g.proxy.ServeHTTP(rec, out)
-	inFlight.Dec()
 
 	verb, resource := g.metrics.labels(req, rec.code)
 	code := strconv.Itoa(rec.code)

@@ -49,6 +49,18 @@ func NewTransport(pool *Pool, tlsConfig *tls.Config) *Transport {
 			// Bodies pass through as they are: decompressing and
 			// recompressing would only add latency.
 			DisableCompression: true,
+			HTTP2: &http.HTTP2Config{
+				// Let the API server send a LIST in frames of up to 1 MiB
+				// instead of 16 KiB: each frame costs the gateway a
+				// wake-up, and a large LIST took milliseconds more in
+				// small frames than over HTTP/1.1.
+				MaxReadFrameSize: 1 << 20,
+				// Find a connection to a vanished API server (no RST,
+				// e.g. its machine died) within a minute, not at the
+				// kernel's TCP timeout.
+				SendPingTimeout: 30 * time.Second,
+				PingTimeout:     15 * time.Second,
+			},
 		}
 	}
 	return &Transport{
