@@ -98,6 +98,9 @@ type Gateway struct {
 	tlsConfig *tls.Config
 	// refusalLog bounds the access-log lines of refused requests.
 	refusalLog *rate.Limiter
+	// stopLong ends when the gateway stops: long-running requests end
+	// with it.
+	stopLong context.Context
 }
 
 // New builds a gateway that reaches the API servers with cfg's
@@ -133,7 +136,7 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	if upTLS == nil || len(upTLS.Certificates) == 0 && upTLS.GetClientCertificate == nil {
 		return nil, errors.New("the gateway's kubeconfig has no client certificate: impersonation needs the gateway to authenticate as itself by certificate")
 	}
-	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), refusalLog: rate.NewLimiter(20, 20)}
+	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), refusalLog: rate.NewLimiter(20, 20), stopLong: context.Background()}
 	g.pool = upstream.NewPool(urls, opts.Upstream, time.Now())
 	g.transport = upstream.NewTransport(g.pool, upTLS)
 	g.transport.LongRunning = func(r *http.Request) bool {
@@ -212,23 +215,30 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 // Serve runs the gateway on ln (TLS when a serving certificate is set)
 // until ctx ends: policy watch, upstream health checks and the proxy.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	wg.Go(func() {
-		g.transport.CheckReady(ctx, g.opts.HealthInterval, func(s *upstream.Server, ready bool) {
+		g.transport.CheckReady(background, g.opts.HealthInterval, func(s *upstream.Server, ready bool) {
 			g.log.Info("upstream availability changed", "upstream", s.URL.Host, "ready", ready)
 		})
 	})
-	if err := g.watchPolicies(ctx, &wg); err != nil {
+	if err := g.watchPolicies(background, &wg); err != nil {
+		stopBackground()
 		return err
 	}
+	// Requests do not inherit ctx: when it ends, running requests are
+	// drained, not cut. Only long-running ones are ended at once (see
+	// ServeHTTP), since they would never finish by themselves; their
+	// clients reconnect.
+	var stopLong context.CancelFunc
+	g.stopLong, stopLong = context.WithCancel(context.Background())
 	srv := &http.Server{
 		Handler:           g,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	if g.tlsConfig != nil {
 		srv.TLSConfig = g.tlsConfig.Clone()
@@ -242,17 +252,22 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	// Watches never end by themselves: close every connection now rather
-	// than wait for a graceful shutdown that would not come; clients
-	// reconnect.
-	_ = srv.Close()
-	cancel()
-	wg.Wait()
+	stopLong()
+	drain, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	if srv.Shutdown(drain) != nil {
+		_ = srv.Close()
+	}
+	stopBackground()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	return err
 }
+
+// drainTimeout bounds how long a stopping gateway waits for short requests
+// (a large LIST included) to finish.
+const drainTimeout = 10 * time.Second
 
 // withHTTP2 offers HTTP/2 to clients, as kube-apiserver does.
 func withHTTP2(c *tls.Config) *tls.Config {

@@ -92,11 +92,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	// The identity is set on the proxy's own copy of the request (in
 	// Rewrite), sparing a second copy of the headers here.
-	out := r.WithContext(context.WithValue(ctx, forwardKey{}, forwardAs))
 	kind := "short"
 	if req.LongRunning() {
 		kind = "long"
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(g.stopLong, cancel)()
 	}
+	out := r.WithContext(context.WithValue(ctx, forwardKey{}, forwardAs))
 	inFlight := g.metrics.inFlight.WithLabelValues(policyName, kind)
 	inFlight.Inc()
 	// Deferred: the proxy aborts a response that breaks mid-stream by

@@ -202,7 +202,10 @@ func TestNoisyClientCannotStarveOthersInPolicy(t *testing.T) {
 	}
 	noisy := httpClient(t, userConfig(t, env, "noisy", "tenants"))
 	quiet := httpClient(t, userConfig(t, env, "quiet", "tenants"))
-	url := env.GatewayURL() + "/api/v1/namespaces/" + ns + "/configmaps/kube-root-ca.crt"
+	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(context.Background(), configMap("shared"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	url := env.GatewayURL() + "/api/v1/namespaces/" + ns + "/configmaps/shared"
 	// Wait until the gateway has the policy.
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
 		return get(t, noisy, url).code == http.StatusTooManyRequests, nil
