@@ -19,6 +19,7 @@ import (
 func newGatewayCommand() *cobra.Command {
 	o := gateway.Options{Upstream: upstream.Defaults, Identity: identity.Defaults}
 	var kubeconfig, listen, metricsAddr string
+	anonymous := true
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Run the L7 gateway in front of kube-apiserver: authentication, TrafficPolicies, balancing",
@@ -34,6 +35,7 @@ ClusterRole rampart-gateway.`,
 				return errors.New("--tls-cert-file and --tls-private-key-file are required: clients send credentials to the gateway")
 			}
 			o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			o.Identity.NoAnonymous = !anonymous
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
 				return err
@@ -73,6 +75,7 @@ ClusterRole rampart-gateway.`,
 	f.DurationVar(&o.Identity.TokenTTL, "token-cache-ttl", o.Identity.TokenTTL, "how long a TokenReview's answer is trusted (a revoked token works this long at most)")
 	f.DurationVar(&o.Identity.AccessTTL, "impersonation-cache-ttl", o.Identity.AccessTTL, "how long an impersonation SubjectAccessReview's answer is trusted")
 	f.IntVar(&o.Identity.CacheSize, "auth-cache-size", o.Identity.CacheSize, "entries in the token and impersonation caches")
+	f.BoolVar(&anonymous, "anonymous-auth", true, "forward requests without credentials as system:anonymous; set false when the API servers run with --anonymous-auth=false")
 	f.IntVar(&o.AccessLogPercent, "access-log-percent", 0, "percent of requests no TrafficPolicy matches written to the access log")
 	return cmd
 }

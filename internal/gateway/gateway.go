@@ -115,8 +115,10 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	if opts.Upstream == (upstream.Options{}) {
 		opts.Upstream = upstream.Defaults
 	}
-	if opts.Identity == (identity.Options{}) {
+	if opts.Identity.CacheSize == 0 {
+		noAnonymous := opts.Identity.NoAnonymous
 		opts.Identity = identity.Defaults
+		opts.Identity.NoAnonymous = noAnonymous
 	}
 	if len(opts.Upstreams) == 0 {
 		opts.Upstreams = []string{cfg.Host}

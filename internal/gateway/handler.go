@@ -31,7 +31,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	user, err := g.auth.Authenticate(ctx, r)
 	if err != nil {
 		code := http.StatusUnauthorized
-		if !errors.Is(err, identity.ErrUnauthorized) && !errors.Is(err, identity.ErrUnsupportedAuthorization) {
+		if !errors.Is(err, identity.ErrUnauthorized) && !errors.Is(err, identity.ErrUnsupportedAuthorization) && !errors.Is(err, identity.ErrNoCredentials) {
 			code = http.StatusServiceUnavailable // the TokenReview failed, not the token
 		}
 		g.metrics.rejections.WithLabelValues(noPolicy, "unauthenticated").Inc()

@@ -61,6 +61,10 @@ type Options struct {
 	AccessTTL time.Duration
 	// CacheSize bounds each cache (least recently used entries go first).
 	CacheSize int
+	// NoAnonymous refuses requests without credentials, for clusters
+	// whose API servers run with --anonymous-auth=false: forwarding them
+	// as system:anonymous would let in what the API server keeps out.
+	NoAnonymous bool
 }
 
 // Defaults are the options of `rampart gateway` unless flags say otherwise.
@@ -84,6 +88,10 @@ func New(tokens authenticationclient.TokenReviewInterface, access authorizationc
 // ErrUnauthorized is a credential the API server does not accept.
 var ErrUnauthorized = errors.New("invalid bearer token: get a new one (kubectl create token, or your identity provider)")
 
+// ErrNoCredentials is a request without credentials when anonymous
+// requests are refused.
+var ErrNoCredentials = errors.New("anonymous requests are refused: authenticate with a client certificate or a bearer token")
+
 // ErrUnsupportedAuthorization is an Authorization header that is not a
 // bearer token.
 var ErrUnsupportedAuthorization = errors.New("unsupported Authorization header: use a bearer token or a client certificate")
@@ -97,6 +105,9 @@ func (a *Authenticator) Authenticate(ctx context.Context, r *http.Request) (User
 	}
 	auth := r.Header.Get("Authorization")
 	if auth == "" {
+		if a.opts.NoAnonymous {
+			return User{}, ErrNoCredentials
+		}
 		return Anonymous, nil
 	}
 	token, ok := strings.CutPrefix(auth, "Bearer ")

@@ -100,6 +100,10 @@ func TestTokenReviewsAreCachedAndShared(t *testing.T) {
 	if u, err := a.Authenticate(context.Background(), r); err != nil || u.Name != "system:anonymous" {
 		t.Errorf("no credentials: %+v, %v; want anonymous", u, err)
 	}
+	strict := New(cs.AuthenticationV1().TokenReviews(), cs.AuthorizationV1().SubjectAccessReviews(), Options{CacheSize: 10, NoAnonymous: true})
+	if _, err := strict.Authenticate(context.Background(), r); !errors.Is(err, ErrNoCredentials) {
+		t.Errorf("no credentials with anonymous refused: %v, want ErrNoCredentials", err)
+	}
 }
 
 func TestMayImpersonateAsksLikeTheAPIServer(t *testing.T) {
