@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rampart-io/rampart/internal/gateway"
+	"github.com/rampart-io/rampart/internal/localcluster"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
 )
 
@@ -134,7 +138,7 @@ func httpClient(t *testing.T, cfg *rest.Config) *http.Client {
 func TestLimitPolicyAppliedAndChangedWithoutRestart(t *testing.T) {
 	env := clustertest.Get(t)
 	ns := env.Namespace(t)
-	applyPolicy(t, env, "t-slow-lister", `{precedence: 50, action: Limit, limit: {qps: 2, burst: 2, key: User}, match: [{users: [lister], verbs: [list]}]}`)
+	applyPolicy(t, env, "t-slow-lister", `{precedence: 50, action: Limit, limit: {qps: 2, burst: 2, key: User}, accessLogPercent: 100, match: [{users: [lister], verbs: [list]}]}`)
 	client := httpClient(t, userConfig(t, env, "lister"))
 	other := httpClient(t, userConfig(t, env, "someone-else"))
 	url := env.GatewayURL() + "/api/v1/namespaces/" + ns + "/configmaps"
@@ -182,6 +186,14 @@ func TestLimitPolicyAppliedAndChangedWithoutRestart(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal("deleted policy still applied")
+	}
+	// accessLogPercent: 100 logs every admitted request of the policy.
+	log, err := os.ReadFile(filepath.Join(env.Dir, "logs", localcluster.GatewayName+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`"policy":"t-slow-lister","user":"lister".*"verb":"list".*"refused":false`).Match(log) {
+		t.Error("the gateway's access log has no admitted request of t-slow-lister (accessLogPercent: 100)")
 	}
 	metrics := scrape(t, env)
 	if metric(metrics, `rampart_gateway_rejections_total{policy="t-slow-lister",reason="rate"}`) < 1 ||
