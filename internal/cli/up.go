@@ -56,6 +56,9 @@ stops it.`,
 				return err
 			}
 			fmt.Fprintf(out, "\nReady in %.1fs. Kubeconfig: %s\n\n", time.Since(start).Seconds(), c.Kubeconfig)
+			if opts.Gateway {
+				fmt.Fprintf(out, "Through the gateway (%s): %s\n\n", c.GatewayURL(), c.GatewayKubeconfig())
+			}
 			fmt.Fprintf(out, "  export KUBECONFIG=%s\n", c.Kubeconfig)
 			fmt.Fprintf(out, "  kubectl create namespace demo\n")
 			fmt.Fprintf(out, "  kubectl label namespace demo rampart.io/protection=Always\n")
@@ -79,6 +82,9 @@ stops it.`,
 	f.IntVar(&opts.Nodes, "nodes", 3, "number of simulated (kwok) nodes")
 	f.BoolVar(&opts.Unprotected, "unprotected", false, "start no Rampart manager: a plain cluster, for comparison")
 	f.IntVar(&opts.Managers, "managers", 1, "manager replicas; with more than one the API server spreads webhook calls over them")
+	f.IntVar(&opts.APIServers, "apiservers", 1, "kube-apiservers on the one etcd")
+	f.BoolVar(&opts.Gateway, "gateway", false, "start rampart gateway in front of the API servers and write DIR/kubeconfig-gateway")
+	f.BoolVar(&opts.ComponentsViaGateway, "components-via-gateway", false, "point kube-controller-manager, kube-scheduler and kwok at the gateway (with --gateway)")
 	f.StringVar(&opts.Assets, "assets", defaultAssets(), "directory with the binaries `make assets` builds")
 	return cmd
 }

@@ -44,6 +44,15 @@ type Options struct {
 	// each webhook is registered once per replica and the API server
 	// spreads requests over them by request UID.
 	Managers int
+	// APIServers is the number of kube-apiservers on the one etcd
+	// (default 1).
+	APIServers int
+	// Gateway starts `rampart gateway` in front of the API servers and
+	// writes DIR/kubeconfig-gateway; DIR/kubeconfig stays direct.
+	Gateway bool
+	// ComponentsViaGateway points kube-controller-manager, kube-scheduler
+	// and kwok at the gateway instead of the first API server.
+	ComponentsViaGateway bool
 }
 
 // Cluster is a running local cluster.
@@ -76,6 +85,10 @@ type ports struct {
 	etcdClient, etcdPeer, apiserver, kcm, scheduler, kwok int
 	// managers are the ports of each manager replica.
 	managers []managerPorts
+	// moreAPIServers are the ports of API servers after the first.
+	moreAPIServers []int
+	// gateway and gatewayMetrics are 0 without a gateway.
+	gateway, gatewayMetrics int
 }
 
 type managerPorts struct{ webhook, metrics, health int }
@@ -126,7 +139,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := CheckAssets(opts.Assets); err != nil {
 		return nil, err
 	}
-	if !opts.Unprotected {
+	if !opts.Unprotected || opts.Gateway {
 		if _, err := os.Stat(opts.Rampart); err != nil {
 			return nil, fmt.Errorf("rampart binary %s is missing: run `make build`", opts.Rampart)
 		}
@@ -143,7 +156,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	// A fresh start: state of a previous cluster in dir would not match the
 	// new PKI.
-	for _, sub := range []string{"pki", "kubeconfigs", "etcd", "manager", "kcm", "scheduler"} {
+	for _, sub := range []string{"pki", "kubeconfigs", "etcd", "manager", "kcm", "scheduler", gatewayKubeconfig} {
 		if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
 			return nil, err
 		}
@@ -152,7 +165,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	managers := max(opts.Managers, 1)
-	p, err := freePorts(6 + 3*managers)
+	extra := max(opts.APIServers, 1) - 1 + 2
+	p, err := freePorts(6 + 3*managers + extra)
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +180,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	for i := range managers {
 		c.ports.managers = append(c.ports.managers, managerPorts{webhook: p[6+3*i], metrics: p[7+3*i], health: p[8+3*i]})
 	}
+	c.assignGatewayPorts(p[6+3*managers:])
 	defer func() {
 		if err != nil {
 			_ = c.Stop()
@@ -197,12 +212,15 @@ func (c *Cluster) steps() []step {
 	s := []step{
 		{"etcd", c.startEtcd},
 		{"kube-apiserver", c.startAPIServer},
+	}
+	s = append(s, c.gatewaySteps()...)
+	s = append(s, []step{
 		{"kube-controller-manager", c.startControllerManager},
 		{"kube-scheduler", c.startScheduler},
 		{"kwok", c.startKwok},
 		{fmt.Sprintf("%d simulated nodes Ready", c.opts.Nodes), func(ctx context.Context) error { return c.AddNodes(ctx, c.opts.Nodes) }},
 		{"default service account", c.waitDefaultServiceAccount},
-	}
+	}...)
 	if !c.opts.Unprotected {
 		s = append(s,
 			step{"rampart CRDs and RBAC", c.installRampart},

@@ -58,16 +58,23 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
+	if err := c.startAPIServerOn(ctx, "kube-apiserver", c.ports.apiserver, "audit.log"); err != nil {
+		return err
+	}
+	return c.startMoreAPIServers(ctx)
+}
+
+func (c *Cluster) startAPIServerOn(ctx context.Context, name string, port int, auditLog string) error {
 	policy := c.path("audit-policy.yaml")
 	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
 		return err
 	}
-	err := c.run("kube-apiserver", c.asset("kube-apiserver"),
+	err := c.run(name, c.asset("kube-apiserver"),
 		"--etcd-servers=https://127.0.0.1:"+strconv.Itoa(c.ports.etcdClient),
 		"--etcd-cafile="+c.pkiFile("etcd-ca.crt"),
 		"--etcd-certfile="+c.pkiFile("etcd-client.crt"), "--etcd-keyfile="+c.pkiFile("etcd-client.key"),
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(c.ports.apiserver),
+		"--secure-port="+strconv.Itoa(port),
 		"--tls-cert-file="+c.pkiFile("apiserver.crt"), "--tls-private-key-file="+c.pkiFile("apiserver.key"),
 		"--client-ca-file="+c.pkiFile("ca.crt"),
 		"--authorization-mode=Node,RBAC",
@@ -77,7 +84,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--service-cluster-ip-range="+serviceCIDR,
 		"--allow-privileged=true",
 		"--audit-policy-file="+policy,
-		"--audit-log-path="+c.path("audit.log"),
+		"--audit-log-path="+c.path(auditLog),
 		"--audit-log-maxsize=200", "--audit-log-maxbackup=3",
 		// Webhooks and aggregated APIs referenced by Service are reached at
 		// their endpoints: there is no kube-proxy on this machine.
@@ -93,7 +100,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.waitHealthy(ctx, "kube-apiserver", c.APIServerURL()+"/readyz", tlsCfg, adminCert(c))
+	return c.waitHealthy(ctx, name, "https://127.0.0.1:"+strconv.Itoa(port)+"/readyz", tlsCfg, adminCert(c))
 }
 
 // auditPolicy records every request's metadata except the lease heartbeats

@@ -94,7 +94,7 @@ func (c *Cluster) makePKI(now time.Time) error {
 			return err
 		}
 	}
-	return nil
+	return c.makeGatewayPKI(ca, now)
 }
 
 func writeServiceAccountKey(path string) error {
@@ -116,7 +116,7 @@ func (c *Cluster) writeKubeconfig(file string, ca, client *pki.KeyPair) error {
 	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["rampart-local"] = &clientcmdapi.Cluster{
-		Server:                   c.APIServerURL(),
+		Server:                   c.serverFor(file),
 		CertificateAuthorityData: ca.CertPEM(),
 	}
 	cfg.AuthInfos[client.Cert.Subject.CommonName] = &clientcmdapi.AuthInfo{

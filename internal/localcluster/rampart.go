@@ -35,14 +35,9 @@ func (c *Cluster) installRampart(ctx context.Context) error {
 		return err
 	}
 	objs = append(objs, localBindings()...)
-	cl, err := client.New(c.Config, client.Options{})
+	cl, err := c.applyAll(ctx, objs)
 	if err != nil {
 		return err
-	}
-	for _, o := range objs {
-		if err := cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("rampart-up"), client.ForceOwnership); err != nil {
-			return fmt.Errorf("apply %s %s: %w", o.GetKind(), o.GetName(), err)
-		}
 	}
 	// CRDs serve only once Established.
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, startTimeout, true, func(ctx context.Context) (bool, error) {
@@ -62,6 +57,20 @@ func (c *Cluster) installRampart(ctx context.Context) error {
 		}
 		return true, nil
 	})
+}
+
+// applyAll server-side applies objs as rampart-up.
+func (c *Cluster) applyAll(ctx context.Context, objs []*unstructured.Unstructured) (client.Client, error) {
+	cl, err := client.New(c.Config, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range objs {
+		if err := cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("rampart-up"), client.ForceOwnership); err != nil {
+			return nil, fmt.Errorf("apply %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return cl, nil
 }
 
 func established(conds []any) bool {

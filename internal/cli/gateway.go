@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rampart-io/rampart/internal/gateway"
+	"github.com/rampart-io/rampart/internal/gateway/identity"
+	"github.com/rampart-io/rampart/internal/gateway/upstream"
+)
+
+func newGatewayCommand() *cobra.Command {
+	o := gateway.Options{Upstream: upstream.Defaults, Identity: identity.Defaults}
+	var kubeconfig, listen, metricsAddr string
+	anonymous := true
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Run the L7 gateway in front of kube-apiserver: authentication, TrafficPolicies, balancing",
+		Long: `gateway is a reverse proxy for kube-apiserver. Clients use it as they would
+the API server (same CA, client certificates or bearer tokens); it
+authenticates them, applies TrafficPolicies (Exempt, Limit, Reject), and
+forwards each request to the least loaded ready API server, impersonating
+the client. Its own identity comes from --kubeconfig and needs the
+ClusterRole rampart-gateway.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.CertFile == "" || o.KeyFile == "" {
+				return errors.New("--tls-cert-file and --tls-private-key-file are required: clients send credentials to the gateway")
+			}
+			o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			o.Identity.NoAnonymous = !anonymous
+			cfg, err := restConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			g, err := gateway.New(cfg, o)
+			if err != nil {
+				return err
+			}
+			if metricsAddr != "0" {
+				ml, err := net.Listen("tcp", metricsAddr)
+				if err != nil {
+					return fmt.Errorf("--metrics-bind-address: %w", err)
+				}
+				srv := &http.Server{Handler: g.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+				go func() { _ = srv.Serve(ml) }()
+				defer srv.Close()
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("--listen: %w", err)
+			}
+			return g.Serve(cmd.Context(), ln)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the gateway's own identity (a client certificate); empty means $KUBECONFIG or in-cluster")
+	f.StringVar(&listen, "listen", ":6443", "address clients connect to (TLS)")
+	f.StringVar(&metricsAddr, "metrics-bind-address", ":8090", "Prometheus metrics, /healthz and /readyz ('0' disables)")
+	f.StringSliceVar(&o.Upstreams, "upstreams", nil, "kube-apiserver base URLs, e.g. https://10.0.0.1:6443,https://10.0.0.2:6443 (default: the kubeconfig's server)")
+	f.StringVar(&o.CertFile, "tls-cert-file", "", "the gateway's serving certificate")
+	f.StringVar(&o.KeyFile, "tls-private-key-file", "", "the gateway's serving key")
+	f.StringVar(&o.ClientCAFile, "client-ca-file", "", "CA that signs client certificates (the API server's --client-ca-file)")
+	f.DurationVar(&o.HealthInterval, "health-interval", 2*time.Second, "how often each API server's /readyz is checked")
+	f.IntVar(&o.Upstream.EjectAfter, "eject-after", o.Upstream.EjectAfter, "consecutive failed requests that take an API server out of rotation")
+	f.DurationVar(&o.Upstream.EjectFor, "eject-for", o.Upstream.EjectFor, "how long an ejected API server stays out")
+	f.DurationVar(&o.Upstream.SlowStart, "slow-start", o.Upstream.SlowStart, "how long an API server back in rotation takes to get its full share")
+	f.DurationVar(&o.Identity.TokenTTL, "token-cache-ttl", o.Identity.TokenTTL, "how long a TokenReview's answer is trusted (a revoked token works this long at most)")
+	f.DurationVar(&o.Identity.AccessTTL, "impersonation-cache-ttl", o.Identity.AccessTTL, "how long an impersonation SubjectAccessReview's answer is trusted")
+	f.IntVar(&o.Identity.CacheSize, "auth-cache-size", o.Identity.CacheSize, "entries in the token and impersonation caches")
+	f.BoolVar(&anonymous, "anonymous-auth", true, "forward requests without credentials as system:anonymous; set false when the API servers run with --anonymous-auth=false")
+	f.IntVar(&o.AccessLogPercent, "access-log-percent", 0, "percent of requests no TrafficPolicy matches written to the access log")
+	return cmd
+}

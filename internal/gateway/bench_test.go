@@ -1,0 +1,230 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rampart-io/rampart/internal/gateway"
+	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkGatewayVsDirect measures, in one run on one cluster, throughput
+// and latency of single-object GETs and of LISTs of 500 objects at a fixed
+// concurrency: directly against the first API server and through an
+// in-process gateway in front of that same API server only (the gateway's
+// own cost); directly against both API servers (a random one per request)
+// and through the cluster's gateway process balancing over both (as
+// deployed). Modes alternate in rounds so that the
+// machine's noise falls on all of them alike. hack/gateway-bench.sh runs
+// it and prints the table.
+//
+// GATEWAY_BENCH_CONCURRENCY (default 8), GATEWAY_BENCH_SECONDS per mode
+// and round (default 3) and GATEWAY_BENCH_ROUNDS (default 3) tune it.
+func BenchmarkGatewayVsDirect(b *testing.B) {
+	env := clustertest.Get(b)
+	ns := env.Namespace(b)
+	ctx := context.Background()
+	concurrency := envInt("GATEWAY_BENCH_CONCURRENCY", 8)
+	per := time.Duration(envInt("GATEWAY_BENCH_SECONDS", 3)) * time.Second
+	rounds := envInt("GATEWAY_BENCH_ROUNDS", 3)
+
+	const objects = 500
+	var names []string
+	for i := range objects {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%03d", i), Labels: map[string]string{"app": "bench"}},
+			Data: map[string]string{"config": strings.Repeat("x", 200)}}
+		if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		names = append(names, cm.Name)
+	}
+
+	direct := env.Config
+	// direct2 picks one of the API servers at random per request.
+	direct2 := rest.CopyConfig(env.Config)
+	direct2.Host = strings.Join(env.APIServerURLs(), ",")
+	oneUpstream := inProcessGateway(b, env, env.APIServerURLs()[:1])
+	// Each gateway mode is compared with the direct mode that reaches the
+	// same API servers: two Go API servers on two cores have longer tails
+	// than one, whoever spreads the requests.
+	modes := []struct {
+		name, base string
+		cfg        *rest.Config
+	}{
+		{"direct", "direct", direct},
+		{"gateway-1-upstream", "direct", oneUpstream},
+		{"direct-2-apiservers", "direct-2-apiservers", direct2},
+		{"gateway-2-upstreams", "direct-2-apiservers", viaGateway(b, env)},
+	}
+	ops := []struct {
+		name string
+		path func(*rand.Rand) string
+	}{
+		{"GET", func(r *rand.Rand) string {
+			return "/api/v1/namespaces/" + ns + "/configmaps/" + names[r.IntN(len(names))]
+		}},
+		{"LIST-500", func(*rand.Rand) string { return "/api/v1/namespaces/" + ns + "/configmaps?labelSelector=app%3Dbench" }},
+	}
+	results := map[string][]time.Duration{}
+	elapsed := map[string]time.Duration{}
+	clients := map[string]*http.Client{}
+	for _, m := range modes {
+		c, err := rest.HTTPClientFor(m.cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		clients[m.name] = c
+		// Warm connections and caches.
+		run(b, c, m.cfg.Host, ops[0].path, concurrency, 300*time.Millisecond)
+	}
+	b.ResetTimer()
+	for range rounds {
+		for _, op := range ops {
+			for _, m := range modes {
+				lat, took := run(b, clients[m.name], m.cfg.Host, op.path, concurrency, per)
+				key := op.name + "/" + m.name
+				results[key] = append(results[key], lat...)
+				elapsed[key] += took
+			}
+		}
+	}
+	b.StopTimer()
+
+	fmt.Printf("\nconcurrency %d, %d rounds of %v per mode, %d CPUs\n", concurrency, rounds, per, runtimeCPUs())
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "op\tmode\treq/s\tp50 ms\tp99 ms\tvs\tthroughput\tadded p50 ms\tadded p99 ms\t")
+	for _, op := range ops {
+		for _, m := range modes {
+			s := stats(results[op.name+"/"+m.name], elapsed[op.name+"/"+m.name])
+			base := stats(results[op.name+"/"+m.base], elapsed[op.name+"/"+m.base])
+			fmt.Fprintf(w, "%s\t%s\t%.0f\t%.2f\t%.2f\t%s\t%.1f%%\t%+.2f\t%+.2f\t\n", op.name, m.name, s.rps, ms(s.p50), ms(s.p99), m.base, 100*s.rps/base.rps, ms(s.p50-base.p50), ms(s.p99-base.p99))
+			b.ReportMetric(s.rps, op.name+"/"+m.name+"-req/s")
+			b.ReportMetric(ms(s.p99), op.name+"/"+m.name+"-p99-ms")
+		}
+	}
+	_ = w.Flush()
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+type summary struct {
+	rps      float64
+	p50, p99 time.Duration
+}
+
+func stats(lat []time.Duration, took time.Duration) summary {
+	if len(lat) == 0 {
+		return summary{}
+	}
+	slices.Sort(lat)
+	return summary{
+		rps: float64(len(lat)) / took.Seconds(),
+		p50: lat[len(lat)/2],
+		p99: lat[len(lat)*99/100],
+	}
+}
+
+// run keeps concurrency requests going for d and returns each one's
+// latency and the time taken.
+func run(b *testing.B, client *http.Client, host string, path func(*rand.Rand) string, concurrency int, d time.Duration) ([]time.Duration, time.Duration) {
+	var mu sync.Mutex
+	var all []time.Duration
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := range concurrency {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
+			var lat []time.Duration
+			for time.Now().Before(deadline) {
+				t0 := time.Now()
+				hosts := strings.Split(host, ",")
+				req, _ := http.NewRequest(http.MethodGet, hosts[r.IntN(len(hosts))]+path(r), nil)
+				req.Header.Set("Accept", "application/json")
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Errorf("%s: %s", req.URL.Path, resp.Status)
+					return
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return all, time.Since(start)
+}
+
+// inProcessGateway runs a gateway in this process in front of the first
+// API server only, with the gateway's own identity and certificates, and
+// returns the admin configuration through it.
+func inProcessGateway(b *testing.B, env *clustertest.Env, upstreams []string) *rest.Config {
+	own, err := clientcmd.BuildConfigFromFlags("", env.Dir+"/kubeconfigs/rampart-gateway.kubeconfig")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := gateway.New(own, gateway.Options{
+		Upstreams:    upstreams,
+		CertFile:     env.PKIFile("gateway.crt"),
+		KeyFile:      env.PKIFile("gateway.key"),
+		ClientCAFile: env.PKIFile("ca.crt"),
+		Log:          discardLog,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := g.Serve(ctx, ln); err != nil {
+			b.Error(err)
+		}
+	}()
+	b.Cleanup(func() { cancel(); <-done })
+	cfg := viaGateway(b, env)
+	cfg.Host = "https://" + ln.Addr().String()
+	return cfg
+}
+
+var discardLog = slog.New(slog.DiscardHandler)
+
+func runtimeCPUs() int { return runtime.NumCPU() }

@@ -1,0 +1,309 @@
+// Package gateway is `rampart gateway`: an L7 reverse proxy in front of one
+// or more kube-apiservers that authenticates every client itself, applies
+// TrafficPolicies (exempt, limit with a fair share per client, reject) and
+// spreads requests over the API servers.
+//
+// # How the API server learns who the client is
+//
+// The gateway terminates TLS, so the API server sees the gateway's
+// connection, not the client's. It forwards the identity it authenticated
+// by impersonation: it talks to the API server with its own client
+// certificate (user rampart-gateway) and sets Impersonate-User, -Group,
+// -Uid and -Extra-* to the client's identity; the API server then
+// authorizes and audits the request as that user ("impersonatedUser" in the
+// audit log, the gateway as "user").
+//
+// We chose impersonation over request-header authentication (X-Remote-User
+// from a front proxy) because it needs nothing from the API server's
+// configuration: request-header authentication must be switched on with
+// --requestheader-client-ca-file and a dedicated front-proxy CA, on every
+// API server, which a managed control plane does not let you do. With
+// impersonation the gateway's power is an ordinary ClusterRole
+// (ClusterRole below), visible and revocable with kubectl, and every
+// forwarded request is checked twice: by the gateway (policies) and by the
+// API server (impersonation rights, then the user's own RBAC). The price
+// is a few in-memory RBAC checks per request on the API server, and that
+// the gateway's certificate is as powerful as cluster-admin: keep its key
+// as you would an admin's.
+//
+// Clients cannot widen their rights through the gateway: their own
+// Impersonate-* and X-Remote-* headers are removed and replaced by the
+// identity the gateway authenticated, unless a SubjectAccessReview says
+// the client itself may impersonate what it asks for (package identity).
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/rampart-io/rampart/internal/gateway/identity"
+	"github.com/rampart-io/rampart/internal/gateway/traffic"
+	"github.com/rampart-io/rampart/internal/gateway/upstream"
+)
+
+// Options configure a gateway.
+type Options struct {
+	// Upstreams are the kube-apiservers' base URLs. Empty: the
+	// kubeconfig's server.
+	Upstreams []string
+	// CertFile and KeyFile are the gateway's serving certificate.
+	CertFile, KeyFile string
+	// ClientCAFile verifies client certificates (the cluster's client CA).
+	ClientCAFile string
+	// HealthInterval is how often each upstream's /readyz is asked.
+	HealthInterval time.Duration
+	// Upstream and Identity tune balancing and the authentication caches.
+	Upstream upstream.Options
+	Identity identity.Options
+	// AccessLogPercent samples requests no policy matches into the access
+	// log (a policy's own accessLogPercent applies to its requests).
+	AccessLogPercent int
+	// Log receives the access log and events; nil writes JSON to stderr.
+	Log *slog.Logger
+}
+
+// Gateway is the proxy. It is an http.Handler; Serve runs it on a listener.
+type Gateway struct {
+	opts      Options
+	log       *slog.Logger
+	pool      *upstream.Pool
+	transport *upstream.Transport
+	proxy     *httputil.ReverseProxy
+	auth      *identity.Authenticator
+	limiter   *traffic.Limiter
+	policies  atomic.Pointer[[]traffic.Policy]
+	synced    atomic.Bool
+	metrics   *metrics
+	client    kubernetes.Interface
+	restCfg   *rest.Config
+	tlsConfig *tls.Config
+	// refusalLog bounds the access-log lines of refused requests.
+	refusalLog *rate.Limiter
+	// stopLong ends when the gateway stops: long-running requests end
+	// with it.
+	stopLong context.Context
+}
+
+// New builds a gateway that reaches the API servers with cfg's
+// credentials (the gateway's own identity) and CA.
+func New(cfg *rest.Config, opts Options) (*Gateway, error) {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if opts.HealthInterval <= 0 {
+		opts.HealthInterval = 2 * time.Second
+	}
+	if opts.Upstream == (upstream.Options{}) {
+		opts.Upstream = upstream.Defaults
+	}
+	if opts.Identity.CacheSize == 0 {
+		noAnonymous := opts.Identity.NoAnonymous
+		opts.Identity = identity.Defaults
+		opts.Identity.NoAnonymous = noAnonymous
+	}
+	if len(opts.Upstreams) == 0 {
+		opts.Upstreams = []string{cfg.Host}
+	}
+	var urls []*url.URL
+	for _, s := range opts.Upstreams {
+		u, err := url.Parse(s)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			return nil, fmt.Errorf("upstream %q is not an https://HOST:PORT URL of a kube-apiserver", s)
+		}
+		urls = append(urls, u)
+	}
+	upTLS, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("TLS to the API servers from the kubeconfig: %w", err)
+	}
+	if upTLS == nil || len(upTLS.Certificates) == 0 && upTLS.GetClientCertificate == nil {
+		return nil, errors.New("the gateway's kubeconfig has no client certificate: impersonation needs the gateway to authenticate as itself by certificate")
+	}
+	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), refusalLog: rate.NewLimiter(20, 20), stopLong: context.Background()}
+	g.pool = upstream.NewPool(urls, opts.Upstream, time.Now())
+	g.transport = upstream.NewTransport(g.pool, upTLS)
+	g.transport.LongRunning = func(r *http.Request) bool {
+		return traffic.Describe(r.Method, r.URL.Path, r.URL.Query()).LongRunning()
+	}
+	g.transport.OnEject = func(s *upstream.Server) {
+		g.metrics.ejections.WithLabelValues(s.URL.Host).Inc()
+		g.log.Warn("upstream ejected after consecutive failures", "upstream", s.URL.Host, "for", opts.Upstream.EjectFor.String())
+	}
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			// The transport picks the server; the path and query go
+			// unchanged.
+			r.Out.URL.Scheme, r.Out.URL.Host = "https", "kube-apiserver"
+			// The API server records X-Forwarded-For as the audit
+			// event's source IPs; Rewrite has dropped what the client
+			// sent, so this is the client's real address.
+			r.SetXForwarded()
+			if u, ok := r.In.Context().Value(forwardKey{}).(identity.User); ok {
+				identity.Forward(r.Out.Header, u)
+			} else {
+				// Unreachable: ServeHTTP always sets it. Forwarding
+				// without an identity would act as the gateway itself.
+				identity.Forward(r.Out.Header, identity.Anonymous)
+			}
+		},
+		Transport:    g.transport,
+		BufferPool:   bufferPool{},
+		ErrorHandler: g.upstreamError,
+		ErrorLog:     slog.NewLogLogger(opts.Log.Handler(), slog.LevelWarn),
+	}
+	empty := []traffic.Policy{}
+	g.policies.Store(&empty)
+	g.metrics = newMetrics(g)
+
+	// The gateway's own calls (TokenReview, SubjectAccessReview, the
+	// policy watch) go through the pool too, so they survive an API
+	// server going away like any client's.
+	own := rest.CopyConfig(cfg)
+	own.QPS, own.Burst = 200, 400
+	own.UserAgent = "rampart-gateway"
+	own.WrapTransport = func(http.RoundTripper) http.RoundTripper { return g.transport }
+	g.restCfg = own
+	if g.client, err = kubernetes.NewForConfig(own); err != nil {
+		return nil, err
+	}
+	g.auth = identity.New(g.client.AuthenticationV1().TokenReviews(), g.client.AuthorizationV1().SubjectAccessReviews(), opts.Identity)
+
+	if opts.CertFile != "" {
+		pair, err := tls.LoadX509KeyPair(opts.CertFile, opts.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("the gateway's serving certificate: %w", err)
+		}
+		g.tlsConfig = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	}
+	if opts.ClientCAFile != "" {
+		caPEM, err := os.ReadFile(opts.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(caPEM) {
+			return nil, fmt.Errorf("client CA %s holds no PEM certificate", opts.ClientCAFile)
+		}
+		if g.tlsConfig == nil {
+			return nil, errors.New("a client CA needs a serving certificate: set --tls-cert-file and --tls-private-key-file")
+		}
+		// Certificates are optional: token and anonymous clients have
+		// none. A certificate given must verify.
+		g.tlsConfig.ClientAuth = tls.VerifyClientCertIfGiven
+		g.tlsConfig.ClientCAs = pool
+	}
+	return g, nil
+}
+
+// Serve runs the gateway on ln (TLS when a serving certificate is set)
+// until ctx ends: policy watch, upstream health checks and the proxy.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		g.transport.CheckReady(background, g.opts.HealthInterval, func(s *upstream.Server, ready bool) {
+			g.log.Info("upstream availability changed", "upstream", s.URL.Host, "ready", ready)
+		})
+	})
+	if err := g.watchPolicies(background, &wg); err != nil {
+		stopBackground()
+		return err
+	}
+	// Requests do not inherit ctx: when it ends, running requests are
+	// drained, not cut. Only long-running ones are ended at once (see
+	// ServeHTTP), since they would never finish by themselves; their
+	// clients reconnect.
+	var stopLong context.CancelFunc
+	g.stopLong, stopLong = context.WithCancel(context.Background())
+	srv := &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
+	if g.tlsConfig != nil {
+		srv.TLSConfig = g.tlsConfig.Clone()
+		ln = tls.NewListener(ln, withHTTP2(srv.TLSConfig))
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	g.log.Info("gateway serving", "address", ln.Addr().String(), "upstreams", g.opts.Upstreams)
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	stopLong()
+	drain, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	if srv.Shutdown(drain) != nil {
+		_ = srv.Close()
+	}
+	stopBackground()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// drainTimeout bounds how long a stopping gateway waits for short requests
+// (a large LIST included) to finish.
+const drainTimeout = 10 * time.Second
+
+// withHTTP2 offers HTTP/2 to clients, as kube-apiserver does.
+func withHTTP2(c *tls.Config) *tls.Config {
+	c.NextProtos = []string{"h2", "http/1.1"}
+	return c
+}
+
+// MetricsHandler serves Prometheus metrics, /healthz and /readyz (ready
+// once the TrafficPolicies are loaded).
+func (g *Gateway) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g.metrics.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !g.synced.Load() {
+			http.Error(w, "TrafficPolicies not loaded yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// Registry is the gateway's Prometheus registry (for tests and embedding).
+func (g *Gateway) Registry() *prometheus.Registry { return g.metrics.registry }
+
+// bufferPool reuses the proxy's copy buffers: a LIST of thousands of
+// objects would otherwise allocate one per request.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32*1024); return &b }}
+
+func (bufferPool) Get() []byte  { return *(buffers.Get().(*[]byte)) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
+
+// jitter is the randomness of Retry-After.
+func jitter() float64 { return rand.Float64() }

@@ -1,0 +1,208 @@
+package gateway
+
+import (
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/rampart-io/rampart/internal/gateway/traffic"
+)
+
+// maxResourceLabels bounds the resource label: a client inventing paths
+// must not invent time series.
+const maxResourceLabels = 500
+
+type metrics struct {
+	registry   *prometheus.Registry
+	requests   *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	inFlight   *prometheus.GaugeVec
+	rejections *prometheus.CounterVec
+	ejections  *prometheus.CounterVec
+	top        *topClients
+
+	mu        sync.Mutex
+	resources map[string]bool
+}
+
+var knownVerbs = map[string]bool{
+	"get": true, "list": true, "watch": true, "create": true, "update": true, "patch": true,
+	"delete": true, "deletecollection": true, "head": true, "options": true, "post": true, "put": true,
+}
+
+func newMetrics(g *Gateway) *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rampart_gateway_requests_total",
+			Help: "Requests through the gateway by TrafficPolicy (none: no policy matched), verb, resource and HTTP code.",
+		}, []string{"policy", "verb", "resource", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "rampart_gateway_request_duration_seconds",
+			Help:    "Time from the gateway receiving a request to the end of its response, by policy and verb; watches and other long-running requests are left out.",
+			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"policy", "verb"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rampart_gateway_requests_in_flight",
+			Help: "Requests being proxied, by policy and kind (short, or long: watches and streams).",
+		}, []string{"policy", "kind"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rampart_gateway_rejections_total",
+			Help: "Requests the gateway refused itself, by policy and reason (rate, in-flight, rejected, impersonation, unauthenticated).",
+		}, []string{"policy", "reason"}),
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rampart_gateway_upstream_ejections_total",
+			Help: "Times an API server was taken out of rotation after consecutive failed requests.",
+		}, []string{"upstream"}),
+		top:       newTopClients(10, 256, time.Minute),
+		resources: map[string]bool{},
+	}
+	m.registry.MustRegister(m.requests, m.latency, m.inFlight, m.rejections, m.ejections,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&upstreamCollector{g: g}, m.top)
+	return m
+}
+
+// labels are the verb and resource labels of a request: the resource only
+// once an API server has answered for it with something other than 404,
+// and only up to maxResourceLabels of them.
+func (m *metrics) labels(r traffic.Request, code int) (verb, resource string) {
+	verb = r.Verb
+	if !knownVerbs[verb] {
+		verb = "other"
+	}
+	if !r.IsResource {
+		return verb, "nonresource"
+	}
+	resource = r.Resource
+	if r.APIGroup != "" {
+		resource += "." + r.APIGroup
+	}
+	if r.Subresource != "" {
+		resource += "/" + r.Subresource
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.resources[resource] {
+		return verb, resource
+	}
+	if code == http.StatusNotFound || len(m.resources) >= maxResourceLabels {
+		return verb, "other"
+	}
+	m.resources[resource] = true
+	return verb, resource
+}
+
+var (
+	upInFlight = prometheus.NewDesc("rampart_gateway_upstream_in_flight", "Short requests running on each API server.", []string{"upstream"}, nil)
+	upStreams  = prometheus.NewDesc("rampart_gateway_upstream_streams", "Watches and other long-running requests open on each API server.", []string{"upstream"}, nil)
+	upWeight   = prometheus.NewDesc("rampart_gateway_upstream_weight", "Each API server's share of new requests: 0 out of rotation, rising from 0.1 to 1 during slow start.", []string{"upstream"}, nil)
+)
+
+// upstreamCollector reports the pool as it is at scrape time.
+type upstreamCollector struct{ g *Gateway }
+
+func (c *upstreamCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- upInFlight
+	ch <- upStreams
+	ch <- upWeight
+}
+
+func (c *upstreamCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	for _, s := range c.g.pool.Servers {
+		ch <- prometheus.MustNewConstMetric(upInFlight, prometheus.GaugeValue, float64(s.InFlight.Load()), s.URL.Host)
+		ch <- prometheus.MustNewConstMetric(upStreams, prometheus.GaugeValue, float64(s.Streams.Load()), s.URL.Host)
+		ch <- prometheus.MustNewConstMetric(upWeight, prometheus.GaugeValue, c.g.pool.Weight(s, now), s.URL.Host)
+	}
+}
+
+var topDesc = prometheus.NewDesc("rampart_gateway_top_client_requests",
+	"Decayed request counts of the busiest clients (users), at most a handful at a time so that the number of series stays bounded.",
+	[]string{"client"}, nil)
+
+// topClients finds the busiest clients in bounded memory with the
+// Space-Saving algorithm: it keeps at most capacity counters; a new client
+// when full takes over the smallest counter (and its count, which makes
+// counts upper bounds). Every halfLife the counts halve, so the ranking
+// follows current load rather than all history.
+type topClients struct {
+	mu       sync.Mutex
+	show     int
+	capacity int
+	halfLife time.Duration
+	counts   map[string]float64
+	decayed  time.Time
+	now      func() time.Time
+}
+
+func newTopClients(show, capacity int, halfLife time.Duration) *topClients {
+	return &topClients{show: show, capacity: capacity, halfLife: halfLife, counts: map[string]float64{}, now: time.Now, decayed: time.Now()}
+}
+
+// Add counts one request of client.
+func (t *topClients) Add(client string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.decay()
+	if _, ok := t.counts[client]; !ok && len(t.counts) >= t.capacity {
+		minKey, minCount := "", 0.0
+		for k, c := range t.counts {
+			if minKey == "" || c < minCount {
+				minKey, minCount = k, c
+			}
+		}
+		delete(t.counts, minKey)
+		t.counts[client] = minCount
+	}
+	t.counts[client]++
+}
+
+func (t *topClients) decay() {
+	now := t.now()
+	for now.Sub(t.decayed) >= t.halfLife {
+		t.decayed = t.decayed.Add(t.halfLife)
+		for k, c := range t.counts {
+			if c /= 2; c < 0.5 {
+				delete(t.counts, k)
+			} else {
+				t.counts[k] = c
+			}
+		}
+	}
+}
+
+// Top returns the busiest clients, most requests first.
+func (t *topClients) Top() []clientCount {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.decay()
+	out := make([]clientCount, 0, len(t.counts))
+	for k, c := range t.counts {
+		out = append(out, clientCount{k, c})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].count != out[j].count {
+			return out[i].count > out[j].count
+		}
+		return out[i].client < out[j].client
+	})
+	return out[:min(len(out), t.show)]
+}
+
+type clientCount struct {
+	client string
+	count  float64
+}
+
+func (t *topClients) Describe(ch chan<- *prometheus.Desc) { ch <- topDesc }
+
+func (t *topClients) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range t.Top() {
+		ch <- prometheus.MustNewConstMetric(topDesc, prometheus.GaugeValue, c.count, c.client)
+	}
+}

@@ -1,0 +1,132 @@
+package traffic
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection"
+)
+
+// Policy is a TrafficPolicy ready to match requests.
+type Policy struct {
+	Name string
+	// Generation tells limiter state of an edited policy from the old one.
+	Generation int64
+	Spec       v1alpha1.TrafficPolicySpec
+}
+
+// Sort orders policies as the gateway consults them: by precedence, then
+// by name so that equal precedences are decided the same way every time.
+func Sort(ps []Policy) {
+	slices.SortFunc(ps, func(a, b Policy) int {
+		return cmp.Or(cmp.Compare(a.Spec.Precedence, b.Spec.Precedence), strings.Compare(a.Name, b.Name))
+	})
+}
+
+// Select returns the first policy of sorted that matches r, or nil.
+func Select(sorted []Policy, r Request) *Policy {
+	for i := range sorted {
+		if sorted[i].Matches(r) {
+			return &sorted[i]
+		}
+	}
+	return nil
+}
+
+// Matches says whether any match clause and no except clause selects r.
+func (p *Policy) Matches(r Request) bool {
+	return anyClause(p.Spec.Match, r) && !anyClause(p.Spec.Except, r)
+}
+
+func anyClause(cs []v1alpha1.TrafficMatch, r Request) bool {
+	for _, c := range cs {
+		if clauseMatches(c, r) {
+			return true
+		}
+	}
+	return false
+}
+
+func clauseMatches(c v1alpha1.TrafficMatch, r Request) bool {
+	subjects := len(c.Users)+len(c.Groups)+len(c.ServiceAccounts) > 0
+	if subjects && !protection.Names(c.Subjects, authenticationv1.UserInfo{Username: r.User, Groups: r.Groups}) {
+		return false
+	}
+	if len(c.UserAgents) > 0 && !slices.ContainsFunc(c.UserAgents, func(p string) bool { return Glob(p, r.UserAgent) }) {
+		return false
+	}
+	if len(c.Verbs) > 0 && !slices.Contains(c.Verbs, "*") && !slices.Contains(c.Verbs, r.Verb) {
+		return false
+	}
+	if len(c.NonResourceURLs) > 0 {
+		return !r.IsResource && slices.ContainsFunc(c.NonResourceURLs, func(p string) bool { return nonResourceMatches(p, r.Path) })
+	}
+	if len(c.Resources) > 0 || len(c.Namespaces) > 0 {
+		if !r.IsResource {
+			return false
+		}
+	}
+	if len(c.Resources) > 0 && !slices.ContainsFunc(c.Resources, func(rr v1alpha1.TrafficResourceRule) bool { return resourceMatches(rr, r) }) {
+		return false
+	}
+	if len(c.Namespaces) > 0 && (r.Namespace == "" || !slices.Contains(c.Namespaces, "*") && !slices.Contains(c.Namespaces, r.Namespace)) {
+		return false
+	}
+	return true
+}
+
+func resourceMatches(rr v1alpha1.TrafficResourceRule, r Request) bool {
+	if !slices.Contains(rr.APIGroups, "*") && !slices.Contains(rr.APIGroups, r.APIGroup) {
+		return false
+	}
+	for _, name := range rr.Resources {
+		res, sub, hasSub := strings.Cut(name, "/")
+		if res != "*" && res != r.Resource {
+			continue
+		}
+		if !hasSub && (r.Subresource == "" || name == "*") {
+			return true
+		}
+		if hasSub && r.Subresource != "" && (sub == "*" || sub == r.Subresource) {
+			return true
+		}
+	}
+	return false
+}
+
+func nonResourceMatches(pattern, path string) bool {
+	if pattern == "*" {
+		return true
+	}
+	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
+		return strings.HasPrefix(path, prefix)
+	}
+	return pattern == path
+}
+
+// Glob matches s against pattern, where * matches any run of characters
+// (slashes included: user agents contain them) and nothing else is
+// special.
+func Glob(pattern, s string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == s
+	}
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	last := parts[len(parts)-1]
+	for _, mid := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, mid)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(mid):]
+	}
+	return strings.HasSuffix(s, last)
+}

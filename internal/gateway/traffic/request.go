@@ -1,0 +1,127 @@
+// Package traffic holds the gateway's pure decisions: what a request is
+// (verb, resource, namespace), which TrafficPolicy matches it, and whether
+// the policy's limit admits it now. The clock is passed in; nothing here
+// does I/O.
+package traffic
+
+import (
+	"net/url"
+	"strings"
+)
+
+// Request is what policies match on: the requester as the gateway
+// authenticated it and the request as kube-apiserver will read it.
+type Request struct {
+	User      string
+	Groups    []string
+	UserAgent string
+
+	// IsResource is true for /api and /apis requests naming a resource.
+	IsResource  bool
+	Verb        string
+	APIGroup    string
+	Resource    string
+	Subresource string
+	Namespace   string
+	Name        string
+	// Path is the URL path, for non-resource matching.
+	Path string
+}
+
+// LongRunning says whether the request holds its connection open by design
+// (watches, and upgraded or streamed subresources); it is not counted
+// against in-flight limits and is balanced separately.
+func (r Request) LongRunning() bool {
+	if r.Verb == "watch" {
+		return true
+	}
+	switch r.Subresource {
+	case "exec", "attach", "portforward", "proxy", "log":
+		return true
+	}
+	return false
+}
+
+// Describe parses a request the way kube-apiserver's RequestInfoFactory
+// does, for the paths clients send: /api/v1/..., /apis/GROUP/VERSION/...,
+// the legacy /watch/ prefix and ?watch=true. Anything else is a
+// non-resource request with the HTTP method as verb.
+func Describe(method, path string, query url.Values) Request {
+	r := Request{Path: path, Verb: strings.ToLower(method)}
+	parts := splitPath(path)
+	var rest []string
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		rest = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		r.APIGroup = parts[1]
+		rest = parts[3:]
+	default:
+		return r
+	}
+	if len(rest) == 0 {
+		return r // discovery: /api/v1, /apis/apps/v1
+	}
+	r.IsResource = true
+	watchPrefix := false
+	if rest[0] == "watch" {
+		watchPrefix = true
+		rest = rest[1:]
+	}
+	// namespaces/NS/RESOURCE... is namespaced; namespaces,
+	// namespaces/NAME and its status and finalize subresources are the
+	// namespace resource itself.
+	if len(rest) >= 3 && rest[0] == "namespaces" && rest[2] != "status" && rest[2] != "finalize" {
+		r.Namespace = rest[1]
+		rest = rest[2:]
+	}
+	if len(rest) == 0 {
+		r.IsResource = false
+		return r
+	}
+	r.Resource = rest[0]
+	if len(rest) >= 2 {
+		r.Name = rest[1]
+	}
+	if len(rest) >= 3 {
+		r.Subresource = rest[2]
+	}
+	if r.Resource == "namespaces" && r.Name != "" {
+		r.Namespace = r.Name
+	}
+	r.Verb = verb(method, r.Name != "", watchPrefix || query.Get("watch") == "true" || query.Get("watch") == "1")
+	return r
+}
+
+func verb(method string, named, watch bool) string {
+	switch method {
+	case "GET", "HEAD":
+		if watch {
+			return "watch"
+		}
+		if named {
+			return "get"
+		}
+		return "list"
+	case "POST":
+		return "create"
+	case "PUT":
+		return "update"
+	case "PATCH":
+		return "patch"
+	case "DELETE":
+		if named {
+			return "delete"
+		}
+		return "deletecollection"
+	}
+	return strings.ToLower(method)
+}
+
+func splitPath(p string) []string {
+	p = strings.Trim(p, "/")
+	if p == "" {
+		return nil
+	}
+	return strings.Split(p, "/")
+}

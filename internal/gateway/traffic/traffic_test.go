@@ -1,0 +1,330 @@
+package traffic
+
+import (
+	"net/url"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+)
+
+func TestDescribe(t *testing.T) {
+	for _, tc := range []struct {
+		method, url string
+		want        Request
+	}{
+		{"GET", "/api/v1/namespaces/shop/pods/web-1", Request{IsResource: true, Verb: "get", Resource: "pods", Namespace: "shop", Name: "web-1"}},
+		{"GET", "/api/v1/namespaces/shop/pods", Request{IsResource: true, Verb: "list", Resource: "pods", Namespace: "shop"}},
+		{"GET", "/api/v1/pods?watch=true&resourceVersion=5", Request{IsResource: true, Verb: "watch", Resource: "pods"}},
+		{"GET", "/api/v1/watch/namespaces/shop/pods", Request{IsResource: true, Verb: "watch", Resource: "pods", Namespace: "shop"}},
+		{"GET", "/api/v1/namespaces/shop/pods/web-1/log", Request{IsResource: true, Verb: "get", Resource: "pods", Subresource: "log", Namespace: "shop", Name: "web-1"}},
+		{"POST", "/api/v1/namespaces/shop/pods/web-1/exec", Request{IsResource: true, Verb: "create", Resource: "pods", Subresource: "exec", Namespace: "shop", Name: "web-1"}},
+		{"DELETE", "/apis/apps/v1/namespaces/shop/deployments", Request{IsResource: true, Verb: "deletecollection", APIGroup: "apps", Resource: "deployments", Namespace: "shop"}},
+		{"PATCH", "/apis/apps/v1/namespaces/shop/deployments/web/scale", Request{IsResource: true, Verb: "patch", APIGroup: "apps", Resource: "deployments", Subresource: "scale", Namespace: "shop", Name: "web"}},
+		{"GET", "/api/v1/namespaces/shop", Request{IsResource: true, Verb: "get", Resource: "namespaces", Namespace: "shop", Name: "shop"}},
+		{"GET", "/api/v1/namespaces", Request{IsResource: true, Verb: "list", Resource: "namespaces"}},
+		{"PUT", "/api/v1/namespaces/shop/finalize", Request{IsResource: true, Verb: "update", Resource: "namespaces", Namespace: "shop", Name: "shop", Subresource: "finalize"}},
+		{"GET", "/apis/rampart.io/v1alpha1/trafficpolicies", Request{IsResource: true, Verb: "list", APIGroup: "rampart.io", Resource: "trafficpolicies"}},
+		{"GET", "/apis/apps/v1", Request{Verb: "get", APIGroup: "apps"}},
+		{"GET", "/readyz", Request{Verb: "get"}},
+		{"GET", "/version", Request{Verb: "get"}},
+	} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := Describe(tc.method, u.Path, u.Query())
+		tc.want.Path = u.Path
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s %s:\n got %+v\nwant %+v", tc.method, tc.url, got, tc.want)
+		}
+	}
+}
+
+func policy(t testing.TB, name string, spec string) Policy {
+	t.Helper()
+	p := Policy{Name: name, Generation: 1}
+	if err := yaml.UnmarshalStrict([]byte(spec), &p.Spec); err != nil {
+		t.Fatalf("policy %s: %v", name, err)
+	}
+	return p
+}
+
+func TestPolicyMatches(t *testing.T) {
+	listPods := Request{User: "alice", Groups: []string{"dev"}, UserAgent: "kubectl/v1.36.3 (linux/amd64)", IsResource: true, Verb: "list", Resource: "pods", Namespace: "shop"}
+	podLog := Request{User: "alice", UserAgent: "python-requests/2.31", IsResource: true, Verb: "get", Resource: "pods", Subresource: "log", Namespace: "shop", Name: "web"}
+	allPods := Request{User: "system:serviceaccount:ci:deployer", UserAgent: "deployer", IsResource: true, Verb: "list", Resource: "pods"}
+	healthz := Request{User: "system:anonymous", Verb: "get", Path: "/healthz"}
+	scale := Request{User: "bob", IsResource: true, Verb: "patch", APIGroup: "apps", Resource: "deployments", Subresource: "scale", Namespace: "shop"}
+	for _, tc := range []struct {
+		name, spec string
+		matches    []Request
+		misses     []Request
+	}{
+		{"everything", `{precedence: 1, action: Exempt, match: [{}]}`, []Request{listPods, podLog, allPods, healthz}, nil},
+		{"users and groups", `{precedence: 1, action: Exempt, match: [{users: [bob], groups: [dev]}]}`, []Request{listPods, scale}, []Request{allPods}},
+		{"service account", `{precedence: 1, action: Exempt, match: [{serviceAccounts: [{namespace: ci, name: deployer}]}]}`, []Request{allPods}, []Request{listPods}},
+		{"user agent glob", `{precedence: 1, action: Exempt, match: [{userAgents: ["kubectl/*", "*python*"]}]}`, []Request{listPods, podLog}, []Request{allPods, healthz}},
+		{"verbs", `{precedence: 1, action: Exempt, match: [{verbs: [list, watch]}]}`, []Request{listPods, allPods}, []Request{podLog, scale}},
+		{"plain resource is not its subresource", `{precedence: 1, action: Exempt, match: [{resources: [{apiGroups: [""], resources: [pods]}]}]}`, []Request{listPods, allPods}, []Request{podLog, healthz}},
+		{"subresource", `{precedence: 1, action: Exempt, match: [{resources: [{apiGroups: ["*"], resources: ["pods/log", "*/scale"]}]}]}`, []Request{podLog, scale}, []Request{listPods}},
+		{"any resource, any subresource", `{precedence: 1, action: Exempt, match: [{resources: [{apiGroups: ["*"], resources: ["*"]}]}]}`, []Request{podLog, scale, listPods}, []Request{healthz}},
+		{"group must match", `{precedence: 1, action: Exempt, match: [{resources: [{apiGroups: [""], resources: ["*/scale"]}]}]}`, nil, []Request{scale}},
+		{"namespaces leave out all-namespace lists", `{precedence: 1, action: Exempt, match: [{namespaces: ["*"]}]}`, []Request{listPods, scale}, []Request{allPods, healthz}},
+		{"named namespace", `{precedence: 1, action: Exempt, match: [{namespaces: [other]}]}`, nil, []Request{listPods}},
+		{"non-resource URLs", `{precedence: 1, action: Exempt, match: [{nonResourceURLs: ["/health*"]}]}`, []Request{healthz}, []Request{listPods}},
+		{"clauses are or-ed, fields and-ed", `{precedence: 1, action: Exempt, match: [{users: [alice], verbs: [get]}, {verbs: [patch]}]}`, []Request{podLog, scale}, []Request{listPods}},
+		{"except", `{precedence: 1, action: Exempt, match: [{verbs: [list]}], except: [{serviceAccounts: [{namespace: ci, name: deployer}]}]}`, []Request{listPods}, []Request{allPods}},
+	} {
+		p := policy(t, tc.name, tc.spec)
+		for _, r := range tc.matches {
+			if !p.Matches(r) {
+				t.Errorf("%s: does not match %+v", tc.name, r)
+			}
+		}
+		for _, r := range tc.misses {
+			if p.Matches(r) {
+				t.Errorf("%s: matches %+v", tc.name, r)
+			}
+		}
+	}
+}
+
+func TestSelectByPrecedenceThenName(t *testing.T) {
+	ps := []Policy{
+		policy(t, "catch-all", `{precedence: 9000, action: Limit, limit: {qps: 10}, match: [{}]}`),
+		policy(t, "b-lists", `{precedence: 100, action: Limit, limit: {qps: 1}, match: [{verbs: [list]}]}`),
+		policy(t, "a-lists", `{precedence: 100, action: Reject, match: [{verbs: [list]}]}`),
+		policy(t, "system", `{precedence: 10, action: Exempt, match: [{groups: ["system:masters"]}]}`),
+	}
+	Sort(ps)
+	for _, tc := range []struct {
+		r    Request
+		want string
+	}{
+		{Request{User: "admin", Groups: []string{"system:masters"}, Verb: "list", IsResource: true}, "system"},
+		{Request{User: "bob", Verb: "list", IsResource: true}, "a-lists"},
+		{Request{User: "bob", Verb: "get", IsResource: true}, "catch-all"},
+	} {
+		if got := Select(ps, tc.r); got == nil || got.Name != tc.want {
+			t.Errorf("%+v: selected %v, want %s", tc.r, got, tc.want)
+		}
+	}
+	if got := Select(ps[:1], Request{Verb: "get"}); got != nil {
+		t.Errorf("a get matched the lists-only policy %s", got.Name)
+	}
+}
+
+func TestGlob(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"kubectl/*", "kubectl/v1.36 (linux/amd64)", true},
+		{"kubectl/*", "xkubectl/v1", false},
+		{"*python*", "my-python-app/1", true},
+		{"a*b*c", "abc", true},
+		{"a*b*c", "acb", false},
+		{"a*a", "a", false},
+		{"exact", "exact", true},
+		{"*", "", true},
+	} {
+		if got := Glob(tc.pattern, tc.s); got != tc.want {
+			t.Errorf("Glob(%q, %q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
+		}
+	}
+}
+
+// clock steps a simulated time; the limiter takes time as an argument.
+type clock struct{ now time.Time }
+
+func (c *clock) tick(d time.Duration) time.Time { c.now = c.now.Add(d); return c.now }
+
+// A noisy client far over a shared limit does not starve a quiet one: the
+// quiet client's requests all pass while the noisy one gets about its
+// share, and together they stay within the policy's rate.
+func TestNoisyClientDoesNotStarveOthersInSharedPolicy(t *testing.T) {
+	p := policy(t, "controllers", `{precedence: 1, action: Limit, limit: {qps: 20, burst: 20}, match: [{}]}`)
+	l := NewLimiter()
+	c := &clock{now: time.Unix(1_800_000_000, 0)}
+	noisy := Request{User: "runaway", Verb: "list", IsResource: true}
+	quiet := Request{User: "scheduler", Verb: "get", IsResource: true}
+	var noisyOK, quietOK, quietSent int
+	// 10 simulated seconds: the noisy client sends 500 requests/s, the
+	// quiet one 5/s.
+	for ms := range 10_000 {
+		now := c.tick(time.Millisecond)
+		if ms%2 == 0 {
+			if v := l.Admit(&p, noisy, now); v.Admitted {
+				noisyOK++
+				v.Done()
+			}
+		}
+		if ms%200 == 0 {
+			quietSent++
+			v := l.Admit(&p, quiet, now)
+			if !v.Admitted {
+				t.Fatalf("quiet client refused at %dms: %s", ms, v.Message)
+			}
+			quietOK++
+			v.Done()
+		}
+	}
+	// 20/s for 10s, the burst, and at most one burst of debt taken by
+	// clients within their share.
+	if total := noisyOK + quietOK; total > 20*10+2*20 {
+		t.Errorf("%d requests admitted in 10s, over the policy's 20/s plus burst", total)
+	}
+	if noisyOK < 80 {
+		t.Errorf("noisy client got %d requests in 10s; its share is about 10/s", noisyOK)
+	}
+	t.Logf("noisy admitted %d of 5000, quiet %d of %d", noisyOK, quietOK, quietSent)
+}
+
+// Without fair sharing (fairShare: None) the same storm does starve the
+// quiet client: what fairness is for.
+func TestWithoutFairShareNoisyClientStarvesOthers(t *testing.T) {
+	p := policy(t, "controllers", `{precedence: 1, action: Limit, limit: {qps: 20, burst: 20, fairShare: None}, match: [{}]}`)
+	l := NewLimiter()
+	c := &clock{now: time.Unix(1_800_000_000, 0)}
+	refused := 0
+	for ms := range 10_000 {
+		now := c.tick(time.Millisecond)
+		if v := l.Admit(&p, Request{User: "runaway"}, now); v.Admitted {
+			v.Done()
+		}
+		if ms%200 == 0 {
+			if v := l.Admit(&p, Request{User: "scheduler"}, now); !v.Admitted {
+				refused++
+			}
+		}
+	}
+	if refused < 25 {
+		t.Errorf("quiet client refused %d of 50 times without fair share; expected most", refused)
+	}
+}
+
+func TestAloneClientGetsWholeSharedLimit(t *testing.T) {
+	p := policy(t, "p", `{precedence: 1, action: Limit, limit: {qps: 10, burst: 10}, match: [{}]}`)
+	l := NewLimiter()
+	now := time.Unix(1_800_000_000, 0)
+	for i := range 10 {
+		if v := l.Admit(&p, Request{User: "only"}, now); !v.Admitted {
+			t.Fatalf("request %d of a burst of 10 refused: %s", i, v.Message)
+		}
+	}
+	v := l.Admit(&p, Request{User: "only"}, now)
+	if v.Admitted || v.Reason != "rate" || !strings.Contains(v.Message, `TrafficPolicy "p"`) {
+		t.Fatalf("11th request: %+v, want a rate refusal naming the policy", v)
+	}
+	if v.Wait <= 0 || v.Wait > 200*time.Millisecond {
+		t.Errorf("wait %v, want about 100ms (one token at 10/s)", v.Wait)
+	}
+}
+
+func TestPerUserBucketsAreIndependent(t *testing.T) {
+	p := policy(t, "per-user", `{precedence: 1, action: Limit, limit: {qps: 2, key: User}, match: [{}]}`)
+	l := NewLimiter()
+	now := time.Unix(1_800_000_000, 0)
+	for _, u := range []string{"a", "b", "c"} {
+		for i := range 2 {
+			if v := l.Admit(&p, Request{User: u}, now); !v.Admitted {
+				t.Fatalf("user %s request %d refused: %s", u, i, v.Message)
+			}
+		}
+		if v := l.Admit(&p, Request{User: u}, now); v.Admitted || !strings.Contains(v.Message, `user "`+u+`" is over it`) {
+			t.Fatalf("user %s third request: %+v", u, v)
+		}
+	}
+}
+
+func TestInFlightLimitSharedFairlyAndReleased(t *testing.T) {
+	p := policy(t, "lists", `{precedence: 1, action: Limit, limit: {maxInFlight: 4}, match: [{}]}`)
+	l := NewLimiter()
+	now := time.Unix(1_800_000_000, 0)
+	// Two clients active: each may hold 2 of the 4 slots.
+	l.Admit(&p, Request{User: "b"}, now).Done()
+	var held []Verdict
+	for i := range 2 {
+		v := l.Admit(&p, Request{User: "a"}, now)
+		if !v.Admitted {
+			t.Fatalf("a's request %d refused: %s", i, v.Message)
+		}
+		held = append(held, v)
+	}
+	v := l.Admit(&p, Request{User: "a"}, now)
+	if v.Admitted || v.Reason != "in-flight" {
+		t.Fatalf("a's third concurrent request: %+v, want refused over its in-flight share", v)
+	}
+	if v := l.Admit(&p, Request{User: "b"}, now); !v.Admitted {
+		t.Fatalf("b refused while a holds only its share: %s", v.Message)
+	}
+	// Watches do not hold slots.
+	if v := l.Admit(&p, Request{User: "a", Verb: "watch"}, now); !v.Admitted {
+		t.Fatalf("a's watch refused: %s", v.Message)
+	}
+	held[0].Done()
+	held[0].Done() // twice is once
+	if v := l.Admit(&p, Request{User: "a"}, now); !v.Admitted {
+		t.Fatalf("a refused after one of its requests ended: %s", v.Message)
+	}
+	if v := l.Admit(&p, Request{User: "a"}, now); v.Admitted {
+		t.Fatal("a admitted a third concurrent request after a double Done")
+	}
+}
+
+func TestEditedPolicyStartsFresh(t *testing.T) {
+	p := policy(t, "p", `{precedence: 1, action: Limit, limit: {qps: 1}, match: [{}]}`)
+	l := NewLimiter()
+	now := time.Unix(1_800_000_000, 0)
+	l.Admit(&p, Request{User: "u"}, now)
+	if l.Admit(&p, Request{User: "u"}, now).Admitted {
+		t.Fatal("second request admitted at 1/s")
+	}
+	p.Generation, p.Spec.Limit.QPS = 2, ptr.To[int32](100)
+	if v := l.Admit(&p, Request{User: "u"}, now); !v.Admitted {
+		t.Fatalf("refused after the limit was raised: %s", v.Message)
+	}
+}
+
+func TestKeysBeyondMaxShareOverflowBucket(t *testing.T) {
+	p := policy(t, "per-agent", `{precedence: 1, action: Limit, limit: {qps: 1, key: UserAgent}, match: [{}]}`)
+	l := NewLimiter()
+	now := time.Unix(1_800_000_000, 0)
+	for i := range MaxKeys {
+		l.Admit(&p, Request{UserAgent: "agent-" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)}, now)
+	}
+	if v := l.Admit(&p, Request{UserAgent: "one-more"}, now); !v.Admitted {
+		t.Fatalf("first key beyond the bound refused: %s", v.Message)
+	}
+	if v := l.Admit(&p, Request{UserAgent: "and-another"}, now); v.Admitted {
+		t.Fatal("keys beyond the bound do not share one bucket")
+	}
+	if n := len(l.policies["per-agent"].keys); n != MaxKeys+1 {
+		t.Errorf("%d buckets, want %d plus the overflow one", n, MaxKeys)
+	}
+}
+
+func TestRetryAfterIsJitteredAndAtLeastTheWait(t *testing.T) {
+	for _, tc := range []struct {
+		wait     time.Duration
+		jitter   float64
+		min, max int
+	}{
+		{0, 0, 1, 1},
+		{100 * time.Millisecond, 0.99, 1, 2},
+		{2500 * time.Millisecond, 0, 3, 3},
+		{2500 * time.Millisecond, 0.99, 3, 6},
+	} {
+		got := RetryAfter(tc.wait, tc.jitter)
+		if got < tc.min || got > tc.max {
+			t.Errorf("RetryAfter(%v, %v) = %d, want %d..%d", tc.wait, tc.jitter, got, tc.min, tc.max)
+		}
+	}
+	if RetryAfter(time.Second, 0) == RetryAfter(time.Second, 0.9) {
+		t.Error("jitter does not change Retry-After")
+	}
+}

@@ -1,0 +1,46 @@
+package upstream
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// CheckReady asks every server's /readyz each interval until ctx ends and
+// records the answers; onChange hears each change of readiness. A
+// kube-apiserver answers /readyz with 200 only once its storage, caches
+// and post-start hooks are ready, and with 500 as soon as it starts
+// shutting down: a better signal than a TCP connect.
+func (t *Transport) CheckReady(ctx context.Context, interval time.Duration, onChange func(s *Server, ready bool)) {
+	client := t.HealthClient()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		for _, s := range t.Pool.Servers {
+			ready := probe(ctx, client, s)
+			was := s.Available(t.Now())
+			t.Pool.Checked(s, ready, t.Now())
+			if s.Available(t.Now()) != was && onChange != nil {
+				onChange(s, ready)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func probe(ctx context.Context, client *http.Client, s *Server) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL.JoinPath("/readyz").String(), nil)
+	if err != nil {
+		return false
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
