@@ -43,14 +43,14 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 			create := func(name, app string) error {
 				if c.kind == "native" {
 					pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name},
-						Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptrTo(intstr.FromInt32(1)),
+						Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptrTo(intstr.FromInt32(1)),
 							Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}}}
 					_, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{})
 					return err
 				}
 				u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "rampart.io/v1alpha1", "kind": "PodUnavailableBudget",
 					"metadata": map[string]any{"name": name},
-					"spec":     map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": app}}, "maxUnavailable": int64(1)}}}
+					"spec":     map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": app}}, "minAvailable": int64(1)}}}
 				_, err := env.Dynamic.Resource(budgetsGVR).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
 				return err
 			}
@@ -60,7 +60,8 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 			if err := create("target", "target"); err != nil {
 				b.Fatal(err)
 			}
-			// Wait until the target's budget allows the disruption.
+			// Wait until the target's budget allows the disruption (its pods
+			// have no controller: minAvailable, as PodDisruptionBudgets need).
 			if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 				if c.kind == "native" {
 					pdb, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "target", metav1.GetOptions{})
