@@ -104,21 +104,23 @@ func Selectors(b *v1alpha1.PodUnavailableBudget) (sel, ignored labels.Selector, 
 	return sel, ignored, true, nil
 }
 
-// SetBudget files or refiles a budget. A budget whose selector cannot be
-// resolved yet covers nothing.
-func (x *Index) SetBudget(b *v1alpha1.PodUnavailableBudget) {
+// SetBudget files or refiles a budget and says whether the pods it
+// covers may have changed. A budget whose selector cannot be resolved yet
+// covers nothing.
+func (x *Index) SetBudget(b *v1alpha1.PodUnavailableBudget) (changed bool) {
 	sel, ignored, ok, err := Selectors(b)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	n := x.namespace(b.Namespace)
 	if old := n.budgets[b.Name]; old != nil {
 		if ok && err == nil && old.selector.String() == sel.String() && selString(old.ignored) == selString(ignored) {
-			return // same pods as before
+			return false // same pods as before
 		}
 		n.remove(old)
+		changed = true
 	}
 	if !ok || err != nil {
-		return
+		return changed
 	}
 	e := &entry{key: Key{b.Namespace, b.Name}, selector: sel, ignored: ignored, pods: map[string]*podEntry{}}
 	n.budgets[b.Name] = e
@@ -137,6 +139,7 @@ func (x *Index) SetBudget(b *v1alpha1.PodUnavailableBudget) {
 			p.budgets = insertSorted(p.budgets, e)
 		}
 	}
+	return true
 }
 
 func selString(s labels.Selector) string {

@@ -80,9 +80,13 @@ func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View,
 	}
 	// A namespace gaining its first budget or losing its last changes
 	// what the webhooks reach.
-	changed := func(ns string, file func()) {
+	// Relabel a namespace's pods only when a budget's coverage changed:
+	// status writes (one per disruption) change nothing here.
+	changed := func(ns string, file func() bool) {
 		had := index.HasBudgets(ns)
-		file()
+		if !file() {
+			return
+		}
 		if index.HasBudgets(ns) != had {
 			reg.poke()
 		}
@@ -90,7 +94,7 @@ func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View,
 	}
 	set := func(o any) {
 		if b, ok := o.(*v1alpha1.PodUnavailableBudget); ok {
-			changed(b.Namespace, func() { index.SetBudget(b) })
+			changed(b.Namespace, func() bool { return index.SetBudget(b) })
 		}
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -101,7 +105,10 @@ func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View,
 				o = d.Obj
 			}
 			if b, ok := o.(*v1alpha1.PodUnavailableBudget); ok {
-				changed(b.Namespace, func() { index.DeleteBudget(budget.Key{Namespace: b.Namespace, Name: b.Name}) })
+				changed(b.Namespace, func() bool {
+					index.DeleteBudget(budget.Key{Namespace: b.Namespace, Name: b.Name})
+					return true
+				})
 			}
 		},
 	}); err != nil {
