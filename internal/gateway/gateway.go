@@ -8,7 +8,7 @@
 // The gateway terminates TLS, so the API server sees the gateway's
 // connection, not the client's. It forwards the identity it authenticated
 // by impersonation: it talks to the API server with its own client
-// certificate (user rampart-gateway) and sets Impersonate-User, -Group,
+// certificate (user rampart-gateway) or token and sets Impersonate-User, -Group,
 // -Uid and -Extra-* to the client's identity; the API server then
 // authorizes and audits the request as that user ("impersonatedUser" in the
 // audit log, the gateway as "user").
