@@ -23,6 +23,9 @@ func (t *Transport) CheckReady(ctx context.Context, interval time.Duration, onCh
 		for _, s := range t.Pool.Servers {
 			wg.Go(func() {
 				ready := probe(ctx, client, s)
+				if ctx.Err() != nil {
+					return // stopping: a cut probe says nothing about s
+				}
 				was := s.Available(t.Now())
 				t.Pool.Checked(s, ready, t.Now())
 				if s.Available(t.Now()) != was && onChange != nil {
