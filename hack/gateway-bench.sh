@@ -8,7 +8,7 @@
 # process balancing over both (as deployed). Prints one table per
 # concurrency, each gateway mode against its direct counterpart.
 # Usage: hack/gateway-bench.sh [CONCURRENCY...]   (default: 2 8)
-# GATEWAY_BENCH_SECONDS (default 3) and GATEWAY_BENCH_ROUNDS (default 3)
+# GATEWAY_BENCH_SECONDS (default 1) and GATEWAY_BENCH_ROUNDS (default 8)
 # set the time per mode and round.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -169,7 +169,9 @@ type TrafficLimit struct {
 	// FairShare splits a Policy bucket between the clients using it: each
 	// client active in the last seconds gets an equal share of qps,
 	// burst and maxInFlight, so one client over its share is refused
-	// while the others still pass. A client alone gets the whole limit.
+	// while the others still pass; beyond its share a client may use
+	// the rate the others leave unused. A client alone gets the whole
+	// limit.
 	// None lets the first comer take everything. Default: User.
 	// +optional
 	FairShare FairShare `json:"fairShare,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 func newGatewayCommand() *cobra.Command {
 	o := gateway.Options{Upstream: upstream.Defaults, Identity: identity.Defaults}
 	var kubeconfig, listen, metricsAddr string
+	var profiling bool
 	anonymous := true
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -49,7 +51,16 @@ ClusterRole rampart-gateway.`,
 				if err != nil {
 					return fmt.Errorf("--metrics-bind-address: %w", err)
 				}
-				srv := &http.Server{Handler: g.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+				handler := g.MetricsHandler()
+				if profiling {
+					mux := http.NewServeMux()
+					mux.Handle("/", handler)
+					mux.HandleFunc("/debug/pprof/", pprof.Index)
+					mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+					mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+					handler = mux
+				}
+				srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 				go func() { _ = srv.Serve(ml) }()
 				defer srv.Close()
 			}
@@ -64,6 +75,7 @@ ClusterRole rampart-gateway.`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the gateway's own identity (a client certificate); empty means $KUBECONFIG or in-cluster")
 	f.StringVar(&listen, "listen", ":6443", "address clients connect to (TLS)")
 	f.StringVar(&metricsAddr, "metrics-bind-address", ":8090", "Prometheus metrics, /healthz and /readyz ('0' disables)")
+	f.BoolVar(&profiling, "profiling", false, "serve Go profiles at /debug/pprof/ on the metrics address")
 	f.StringSliceVar(&o.Upstreams, "upstreams", nil, "kube-apiserver base URLs, e.g. https://10.0.0.1:6443,https://10.0.0.2:6443 (default: the kubeconfig's server)")
 	f.StringVar(&o.CertFile, "tls-cert-file", "", "the gateway's serving certificate")
 	f.StringVar(&o.KeyFile, "tls-private-key-file", "", "the gateway's serving key")

@@ -45,14 +45,15 @@ func envInt(name string, def int) int {
 // it and prints the table.
 //
 // GATEWAY_BENCH_CONCURRENCY (default 8), GATEWAY_BENCH_SECONDS per mode
-// and round (default 3) and GATEWAY_BENCH_ROUNDS (default 3) tune it.
+// and round (default 1) and GATEWAY_BENCH_ROUNDS (default 8) tune it:
+// short rounds spread a noisy neighbour's bursts over every mode.
 func BenchmarkGatewayVsDirect(b *testing.B) {
 	env := clustertest.Get(b)
 	ns := env.Namespace(b)
 	ctx := context.Background()
 	concurrency := envInt("GATEWAY_BENCH_CONCURRENCY", 8)
-	per := time.Duration(envInt("GATEWAY_BENCH_SECONDS", 3)) * time.Second
-	rounds := envInt("GATEWAY_BENCH_ROUNDS", 3)
+	per := time.Duration(envInt("GATEWAY_BENCH_SECONDS", 1)) * time.Second
+	rounds := envInt("GATEWAY_BENCH_ROUNDS", 8)
 
 	const objects = 500
 	var names []string

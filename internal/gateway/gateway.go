@@ -8,7 +8,7 @@
 // The gateway terminates TLS, so the API server sees the gateway's
 // connection, not the client's. It forwards the identity it authenticated
 // by impersonation: it talks to the API server with its own client
-// certificate (user rampart-gateway) and sets Impersonate-User, -Group,
+// certificate (user rampart-gateway) or token and sets Impersonate-User, -Group,
 // -Uid and -Extra-* to the client's identity; the API server then
 // authorizes and audits the request as that user ("impersonatedUser" in the
 // audit log, the gateway as "user").
@@ -54,6 +54,7 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
 
 	"github.com/rampart-io/rampart/internal/gateway/identity"
 	"github.com/rampart-io/rampart/internal/gateway/traffic"
@@ -135,8 +136,10 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("TLS to the API servers from the kubeconfig: %w", err)
 	}
-	if upTLS == nil || len(upTLS.Certificates) == 0 && upTLS.GetClientCertificate == nil {
-		return nil, errors.New("the gateway's kubeconfig has no client certificate: impersonation needs the gateway to authenticate as itself by certificate")
+	hasCert := upTLS != nil && (len(upTLS.Certificates) > 0 || upTLS.GetClientCertificate != nil)
+	hasToken := cfg.BearerToken != "" || cfg.BearerTokenFile != ""
+	if !hasCert && !hasToken {
+		return nil, errors.New("the gateway's kubeconfig has neither a client certificate nor a token: the gateway must authenticate as itself (bound to ClusterRole rampart-gateway) to impersonate its clients")
 	}
 	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), refusalLog: rate.NewLimiter(20, 20), stopLong: context.Background()}
 	g.pool = upstream.NewPool(urls, opts.Upstream, time.Now())
@@ -147,6 +150,15 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	g.transport.OnEject = func(s *upstream.Server) {
 		g.metrics.ejections.WithLabelValues(s.URL.Host).Inc()
 		g.log.Warn("upstream ejected after consecutive failures", "upstream", s.URL.Host, "for", opts.Upstream.EjectFor.String())
+	}
+	// The proxy's requests carry the gateway's own credentials: its
+	// certificate (in the transport's TLS) or its token, which in a
+	// cluster is a service account's, re-read as it is rotated.
+	var proxyTransport http.RoundTripper = g.transport
+	if hasToken {
+		if proxyTransport, err = transport.NewBearerAuthWithRefreshRoundTripper(cfg.BearerToken, cfg.BearerTokenFile, g.transport); err != nil {
+			return nil, fmt.Errorf("the gateway's token: %w", err)
+		}
 	}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
@@ -165,7 +177,7 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 				identity.Forward(r.Out.Header, identity.Anonymous)
 			}
 		},
-		Transport:    g.transport,
+		Transport:    proxyTransport,
 		BufferPool:   bufferPool{},
 		ErrorHandler: g.upstreamError,
 		ErrorLog:     slog.NewLogLogger(opts.Log.Handler(), slog.LevelWarn),

@@ -143,6 +143,13 @@ func TestClusterComponentsWorkThroughGateway(t *testing.T) {
 			t.Errorf("gateway metrics lack %s: the component does not go through the gateway", want)
 		}
 	}
+	// Both API servers take a share.
+	for _, u := range env.APIServerURLs() {
+		series := `rampart_gateway_upstream_requests_total{upstream="` + strings.TrimPrefix(u, "https://") + `"}`
+		if n := metric(metrics, series); n < 10 {
+			t.Errorf("%s = %v: the gateway does not spread requests over both API servers", series, n)
+		}
+	}
 }
 
 // runDeployment creates a Deployment of replicas pods with the admin's

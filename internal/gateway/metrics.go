@@ -100,6 +100,7 @@ func (m *metrics) labels(r traffic.Request, code int) (verb, resource string) {
 var (
 	upInFlight = prometheus.NewDesc("rampart_gateway_upstream_in_flight", "Short requests running on each API server.", []string{"upstream"}, nil)
 	upStreams  = prometheus.NewDesc("rampart_gateway_upstream_streams", "Watches and other long-running requests open on each API server.", []string{"upstream"}, nil)
+	upRequests = prometheus.NewDesc("rampart_gateway_upstream_requests_total", "Requests sent to each API server, retries on another included.", []string{"upstream"}, nil)
 	upWeight   = prometheus.NewDesc("rampart_gateway_upstream_weight", "Each API server's share of new requests: 0 out of rotation, rising from 0.1 to 1 during slow start.", []string{"upstream"}, nil)
 )
 
@@ -109,6 +110,7 @@ type upstreamCollector struct{ g *Gateway }
 func (c *upstreamCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- upInFlight
 	ch <- upStreams
+	ch <- upRequests
 	ch <- upWeight
 }
 
@@ -117,6 +119,7 @@ func (c *upstreamCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range c.g.pool.Servers {
 		ch <- prometheus.MustNewConstMetric(upInFlight, prometheus.GaugeValue, float64(s.InFlight.Load()), s.URL.Host)
 		ch <- prometheus.MustNewConstMetric(upStreams, prometheus.GaugeValue, float64(s.Streams.Load()), s.URL.Host)
+		ch <- prometheus.MustNewConstMetric(upRequests, prometheus.CounterValue, float64(s.Requests.Load()), s.URL.Host)
 		ch <- prometheus.MustNewConstMetric(upWeight, prometheus.GaugeValue, c.g.pool.Weight(s, now), s.URL.Host)
 	}
 }

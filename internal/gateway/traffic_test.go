@@ -264,6 +264,7 @@ func TestNoisyClientCannotStarveOthersInPolicy(t *testing.T) {
 	if quietOK != quietSent {
 		t.Errorf("quiet client refused %d of %d times while under its share: %q", quietSent-quietOK, quietSent, refusals)
 	}
+	// At most the policy's 20/s and its burst, plus one burst of debt.
 	if max := 4*20 + 20 + 20; noisyOK.Load() > int64(max) {
 		t.Errorf("noisy client got %d requests in 4s through a 20/s policy", noisyOK.Load())
 	}

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,5 +59,20 @@ func TestAPIServerOutageAndSlowStartReturn(t *testing.T) {
 	}
 	if first >= 0.5 {
 		t.Errorf("restarted API server came back with weight %v, want a small share first (slow start)", first)
+	}
+	requests := `rampart_gateway_upstream_requests_total{upstream="` + second + `"}`
+	before := metric(scrape(t, env), requests)
+	// Under load it takes its (small) share at once: bursts of concurrent
+	// requests keep the other busy enough.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		var wg sync.WaitGroup
+		for range 30 {
+			wg.Go(func() { _, _ = client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}) })
+		}
+		wg.Wait()
+		return metric(scrape(t, env), requests) > before, nil
+	})
+	if err != nil {
+		t.Fatal("the restarted API server is back in rotation but receives no requests")
 	}
 }

@@ -107,6 +107,7 @@ func (l *Limiter) Admit(p *Policy, r Request, now time.Time) Verdict {
 	k, name := s.keyFor(r, now)
 	long := r.LongRunning()
 	var held *rate.Reservation
+	var overShare time.Duration // > 0: over its share, admitted only from spare capacity
 	if k != nil {
 		if s.maxInFlight > 0 && !long && k.inFlight >= s.keyInFlight() {
 			return refuse("in-flight", 0, s.keyMessage(p, name, "in-flight"))
@@ -115,7 +116,11 @@ func (l *Limiter) Admit(p *Policy, r Request, now time.Time) Verdict {
 			if held = k.bucket.ReserveN(now, 1); held.DelayFrom(now) > 0 {
 				wait := held.DelayFrom(now)
 				held.CancelAt(now)
-				return refuse("rate", wait, s.keyMessage(p, name, "rate"))
+				held = nil
+				if !s.shares() {
+					return refuse("rate", wait, s.keyMessage(p, name, "rate"))
+				}
+				overShare = wait
 			}
 		}
 	}
@@ -124,7 +129,18 @@ func (l *Limiter) Admit(p *Policy, r Request, now time.Time) Verdict {
 			giveBack(held, now) // the policy refused it, not the client's share
 			return refuse("in-flight", 0, s.policyMessage(p, "in-flight"))
 		}
-		if s.qps > 0 {
+		switch {
+		case s.qps == 0:
+		case overShare > 0:
+			// Over its share, a client may still use what the others
+			// leave unused: tokens beyond a reserve of one share of the
+			// burst, kept for a client within its share. The limit is
+			// fair when contended and wastes nothing when not.
+			if s.shared.TokensAt(now) < float64(s.reserve())+1 {
+				return refuse("rate", overShare, s.keyMessage(p, name, "rate"))
+			}
+			s.shared.ReserveN(now, 1)
+		default:
 			res := s.shared.ReserveN(now, 1)
 			// A client within its fair share is admitted even when the
 			// policy's bucket is empty (someone over their share drained
@@ -302,7 +318,7 @@ func (s *policyState) keyMessage(p *Policy, name, reason string) string {
 		return fmt.Sprintf("TrafficPolicy %q shares %d requests in flight fairly between the %d %ss using it; %s %q has its share (%d) running. Wait for them to finish (kubectl get trafficpolicy %s -o yaml shows the limit)",
 			p.Name, s.maxInFlight, s.active, who, who, name, s.keyInFlight(), p.Name)
 	}
-	return fmt.Sprintf("TrafficPolicy %q shares %s fairly between the %d %ss using it; %s %q is over its share (%.3g requests/s). Slow down (kubectl get trafficpolicy %s -o yaml shows the limit)",
+	return fmt.Sprintf("TrafficPolicy %q shares %s fairly between the %d %ss using it; %s %q is over its share (%.3g requests/s) and the others leave none spare. Slow down (kubectl get trafficpolicy %s -o yaml shows the limit)",
 		p.Name, s.rateText(), s.active, who, who, name, s.qps/float64(max(s.active, 1)), p.Name)
 }
 
@@ -313,6 +329,12 @@ func (s *policyState) policyMessage(p *Policy, reason string) string {
 	}
 	return fmt.Sprintf("TrafficPolicy %q allows %s for everything it matches, and that is used up. Retry later (kubectl get trafficpolicy %s -o yaml shows the limit)",
 		p.Name, s.rateText(), p.Name)
+}
+
+// reserve is the tokens of a shared bucket that clients over their share
+// may not take: one client's share of the burst.
+func (s *policyState) reserve() int {
+	return max(1, int(math.Ceil(float64(s.burst)/float64(max(s.active, 1)))))
 }
 
 // maxDebt is how far a fair-share policy's bucket may go into debt: one

@@ -178,8 +178,9 @@ func TestNoisyClientDoesNotStarveOthersInSharedPolicy(t *testing.T) {
 	if total := noisyOK + quietOK; total > 20*10+2*20 {
 		t.Errorf("%d requests admitted in 10s, over the policy's 20/s plus burst", total)
 	}
-	if noisyOK < 80 {
-		t.Errorf("noisy client got %d requests in 10s; its share is about 10/s", noisyOK)
+	// It also gets what the quiet client leaves unused: 20/s minus 5/s.
+	if noisyOK < 130 {
+		t.Errorf("noisy client got %d requests in 10s; its share is 10/s, and 15/s are unused by the other", noisyOK)
 	}
 	t.Logf("noisy admitted %d of 5000, quiet %d of %d", noisyOK, quietOK, quietSent)
 }

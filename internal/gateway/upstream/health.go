@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -16,14 +17,23 @@ func (t *Transport) CheckReady(ctx context.Context, interval time.Duration, onCh
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
+		// Concurrently: a server that hangs must not delay the news
+		// about the others.
+		var wg sync.WaitGroup
 		for _, s := range t.Pool.Servers {
-			ready := probe(ctx, client, s)
-			was := s.Available(t.Now())
-			t.Pool.Checked(s, ready, t.Now())
-			if s.Available(t.Now()) != was && onChange != nil {
-				onChange(s, ready)
-			}
+			wg.Go(func() {
+				ready := probe(ctx, client, s)
+				if ctx.Err() != nil {
+					return // stopping: a cut probe says nothing about s
+				}
+				was := s.Available(t.Now())
+				t.Pool.Checked(s, ready, t.Now())
+				if s.Available(t.Now()) != was && onChange != nil {
+					onChange(s, ready)
+				}
+			})
 		}
+		wg.Wait()
 		select {
 		case <-ctx.Done():
 			return

@@ -35,6 +35,8 @@ type Server struct {
 	// a server holding many watches still takes its share of short ones.
 	InFlight atomic.Int64
 	Streams  atomic.Int64
+	// Requests counts every request sent to it, retries included.
+	Requests atomic.Int64
 
 	mu sync.Mutex
 	// ready is what the last /readyz check said.

@@ -104,6 +104,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			counter = &s.Streams
 		}
 		counter.Add(1)
+		s.Requests.Add(1)
 		resp, err := rt.RoundTrip(out)
 		if err != nil {
 			counter.Add(-1)

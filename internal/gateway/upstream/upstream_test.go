@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -192,5 +193,38 @@ func TestUpgradedConnectionPassesThroughBothWays(t *testing.T) {
 	line, err := r.ReadString('\n')
 	if err != nil || line != "echo: hello through the gateway\n" {
 		t.Fatalf("read %q, %v through the upgraded connection", line, err)
+	}
+}
+
+// An API server failing /readyz (starting, or shutting down) leaves
+// rotation on the first check, before any request fails on it.
+func TestReadyzCheckTakesUnreadyServerOut(t *testing.T) {
+	ready := tlsServer(t, "ready")
+	unready := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
+	}))
+	unready.EnableHTTP2 = true
+	unready.StartTLS()
+	defer unready.Close()
+	p := NewPool(urls(t, unready.URL, ready.URL), Defaults, time.Now())
+	tlsConfig := ready.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	tlsConfig.RootCAs.AddCert(unready.Certificate())
+	tr := NewTransport(p, tlsConfig)
+	changed := make(chan *Server, 2)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tr.CheckReady(ctx, time.Hour, func(s *Server, _ bool) { changed <- s })
+	}()
+	if s := <-changed; s != p.Servers[0] {
+		t.Fatalf("%s changed availability, want the unready server", s.URL)
+	}
+	cancel()
+	<-done
+	for range 5 {
+		if got := p.Pick(false, time.Now()); got != p.Servers[1] {
+			t.Fatal("a server failing /readyz was picked")
+		}
 	}
 }
