@@ -51,9 +51,12 @@ func init() { metrics.Registry.MustRegister(budgetDecisions) }
 // them; the status controller returns it once the pod is seen unavailable
 // or after a timeout.
 type Budgets struct {
-	// Client reads and writes budgets directly: the latest status decides.
+	// Client reads and writes budgets directly: the latest status decides
+	// every denial and every write.
 	Client client.Client
-	Index  *budget.Index
+	// Cache, the manager's informer cache, is where a judgement starts.
+	Cache client.Reader
+	Index *budget.Index
 	// Pods are cached pods, for evictions (their requests carry no pod).
 	Pods PodLabels
 	// Namespaces says which namespaces are being deleted: their pods go
@@ -194,33 +197,29 @@ func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, d
 	lock.Lock()
 	defer lock.Unlock()
 	deadline := time.Now().Add(8 * time.Second) // inside the webhook's 10 s timeout
-	fresh := false
+	latest := false
 	for attempt := 0; ; attempt++ {
-		b, cached := h.written.get(k.String())
-		if !cached || fresh || attempt > 0 {
-			b = &v1alpha1.PodUnavailableBudget{}
-			if err := h.Client.Get(ctx, client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, b); err != nil {
-				if apierrors.IsNotFound(err) {
-					h.written.forget(k.String())
-					return true, "", false, nil // deleted since: it guards nothing
-				}
-				return false, "", false, fmt.Errorf("reading PodUnavailableBudget %s: %w", k, err)
-			}
+		b, stale, err := h.read(ctx, k, latest)
+		if apierrors.IsNotFound(err) {
+			h.written.forget(k.String())
+			return true, "", false, nil // deleted since: it guards nothing
+		}
+		if err != nil {
+			return false, "", false, fmt.Errorf("reading PodUnavailableBudget %s: %w", k, err)
 		}
 		v := budget.Judge(b, r)
-		if !v.Allowed && cached && !fresh && attempt == 0 {
-			// The copy this replica wrote last may be stale: the status
-			// controller returns disruptions and counts pods that became
-			// Ready. Deny only on the latest.
-			fresh = true
-			attempt--
+		if !v.Allowed && stale {
+			// A cached copy lags the status controller, which returns
+			// disruptions and counts pods that became Ready: deny only on
+			// the latest.
+			latest = true
 			continue
 		}
 		if !v.Allowed || !v.Consume || dry {
 			return v.Allowed, v.Message, false, nil
 		}
 		budget.Consume(&b.Status, r.Pod, now)
-		err := h.Client.Status().Update(ctx, b)
+		err = h.Client.Status().Update(ctx, b)
 		if err == nil {
 			h.written.set(k.String(), b)
 			return true, "", true, nil
@@ -228,11 +227,33 @@ func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, d
 		if (apierrors.IsConflict(err) || apierrors.IsNotFound(err)) && time.Now().Before(deadline) {
 			// Another replica (or the status controller) wrote first:
 			// read again and judge again.
+			latest = true
 			time.Sleep(time.Duration(rand.IntN(5*(attempt+1))) * time.Millisecond)
 			continue
 		}
 		return false, "", false, fmt.Errorf("recording the disruption in PodUnavailableBudget %s: %w", k, err)
 	}
+}
+
+// read is the budget to judge on. Unless latest is asked for, it is the
+// copy this replica wrote last or the informer's (stale says so): an
+// admission then costs no read, and a write from a stale copy conflicts
+// and is retried on the latest.
+func (h *Budgets) read(ctx context.Context, k budget.Key, latest bool) (b *v1alpha1.PodUnavailableBudget, stale bool, err error) {
+	key := client.ObjectKey{Namespace: k.Namespace, Name: k.Name}
+	if !latest {
+		if b, ok := h.written.get(k.String()); ok {
+			return b, true, nil
+		}
+		if h.Cache != nil {
+			b = &v1alpha1.PodUnavailableBudget{}
+			if h.Cache.Get(ctx, key, b) == nil {
+				return b, true, nil
+			}
+		}
+	}
+	b = &v1alpha1.PodUnavailableBudget{}
+	return b, false, h.Client.Get(ctx, key, b)
 }
 
 // giveBack removes a disruption this request recorded, when another budget

@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -94,7 +96,7 @@ func waitBudget(t testing.TB, env *clustertest.Env, ns, name string, timeout tim
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		b := getBudget(t, env, ns, name)
 		last = b.Status
-		return b.Status.ObservedGeneration == b.Generation && ok(b.Status), nil
+		return b.Status.ObservedGeneration == b.Generation && meta.IsStatusConditionTrue(b.Status.Conditions, "Ready") && ok(b.Status), nil
 	})
 	if err != nil {
 		t.Fatalf("budget %s/%s: status never as expected; last %+v", ns, name, last)
@@ -263,6 +265,47 @@ func waitEvent(t testing.TB, env *clustertest.Env, ns, name, reason string) {
 	}
 }
 
+// Resize is judged only by budgets that list it, and deletes only by
+// budgets that list Delete.
+func TestBudgetJudgesResizeOnlyWhenAsked(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	pods := env.Client.CoreV1().Pods(ns)
+	// rs-0 cannot be scheduled: a kwok node runs containers without the
+	// resources status the API server wants before a resize, a pod with
+	// no running container may be resized. It is not Ready, and judged.
+	for i, sel := range []map[string]string{{"no-such-node": "true"}, nil} {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("rs-", i), Labels: map[string]string{"app": "rs"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "web:1", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m")},
+			}}}, NodeSelector: sel, TerminationGracePeriodSeconds: ptr.To(int64(0))},
+		}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createBudget(t, env, ns, "resize", `{selector: {matchLabels: {app: rs}}, minAvailable: 1, protectOperations: [Resize]}`)
+	waitBudget(t, env, ns, "resize", 30*time.Second, func(s v1alpha1.PodUnavailableBudgetStatus) bool {
+		return s.TotalReplicas == 2 && s.CurrentAvailable == 1 && s.UnavailableAllowed == 0
+	})
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return covered(t, env, ns, "rs-0") && covered(t, env, ns, "rs-1"), nil
+	}); err != nil {
+		t.Fatal("pods never labelled covered")
+	}
+	resize := []byte(`{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"150m"}}}]}}`)
+	_, err := pods.Patch(ctx, "rs-0", types.StrategicMergePatchType, resize, metav1.PatchOptions{}, "resize")
+	if !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "may not be resized now") {
+		t.Fatalf("resize under a budget allowing nothing: %v", err)
+	}
+	if err := pods.Delete(ctx, "rs-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete under a budget that judges resizes only: %v", err)
+	}
+}
+
 // A disruption admitted by the budget and then refused by another webhook
 // never happens; the budget gets it back within the disruption timeout
 // (5 s in this package's cluster).
@@ -280,8 +323,9 @@ func TestBudgetConsumedByAFailedRequestComesBack(t *testing.T) {
 		t.Fatalf("delete of a protected pod: %v", err)
 	}
 	s := getBudget(t, env, ns, "db").Status
+	// The API server consults every validating webhook and waits for all.
 	if _, took := s.Disruptions["db-0"]; !took {
-		t.Skipf("the budget webhook was not consulted before the denial (status %+v)", s)
+		t.Fatalf("the budget did not record the disruption it admitted: %+v", s)
 	}
 	waitBudget(t, env, ns, "db", 20*time.Second, func(s v1alpha1.PodUnavailableBudgetStatus) bool {
 		return s.UnavailableAllowed == 1 && len(s.Disruptions) == 0

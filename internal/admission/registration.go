@@ -189,7 +189,7 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 	pub.TimeoutSeconds = ptr.To(int32(10))
 	hooks = append(hooks, pub)
 	if len(reg.BudgetNamespaces) > 0 {
-		evict := webhook("evictions.budgets.rampart.io", BudgetPath, rule(admissionregistrationv1.Create, "", "pods/eviction"))
+		evict := webhook(EvictionWebhookName, BudgetPath, rule(admissionregistrationv1.Create, "", "pods/eviction"))
 		evict.NamespaceSelector = inNamespaces(reg.BudgetNamespaces)
 		evict.TimeoutSeconds = ptr.To(int32(10))
 		hooks = append(hooks, evict)
@@ -252,6 +252,9 @@ func inNamespaces(names []string) *metav1.LabelSelector {
 		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: names,
 	}}}
 }
+
+// EvictionWebhookName judges evictions in namespaces holding budgets.
+const EvictionWebhookName = "evictions.budgets.rampart.io"
 
 // MutatingConfigName is the name of Rampart's MutatingWebhookConfiguration.
 const MutatingConfigName = "rampart-mutating"

@@ -83,6 +83,9 @@ func printPUBStatus(ctx context.Context, out io.Writer, cfg *rest.Config, ns str
 	fmt.Fprintln(tw, "NAMESPACE\tNAME\tCOVERS\tTOTAL\tAVAILABLE\tDESIRED\tALLOWED\tIN PROGRESS\tREADY")
 	for _, b := range list.Items {
 		covers := b.Status.Selector
+		if b.Spec.Selector != nil {
+			covers = metav1.FormatLabelSelector(b.Spec.Selector)
+		}
 		if b.Spec.TargetRef != nil {
 			covers = b.Spec.TargetRef.Kind + "/" + b.Spec.TargetRef.Name
 		}

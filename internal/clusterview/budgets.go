@@ -95,26 +95,6 @@ func (v *View) workloadReplicasHandler() cache.ResourceEventHandler {
 	}
 }
 
-func scaledWorkloadReplicas(obj any) (int32, bool) {
-	var r *int32
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		r = o.Spec.Replicas
-	case *appsv1.StatefulSet:
-		r = o.Spec.Replicas
-	case *appsv1.ReplicaSet:
-		r = o.Spec.Replicas
-	case *corev1.ReplicationController:
-		r = o.Spec.Replicas
-	default:
-		return 0, false
-	}
-	if r == nil {
-		return 1, true
-	}
-	return *r, true
-}
-
 // ControllerReplicas follows a pod's controller ("Kind/name", see
 // BudgetPod) up through a ReplicaSet to its Deployment and returns the top
 // workload ("Kind/name") and its desired replicas; ok is false when the

@@ -85,24 +85,34 @@ func boundClaimNamespace(obj any) ([]string, error) {
 // scaledWorkloadNamespace indexes workloads with replicas > 0 by
 // namespace. An unset replicas field defaults to 1.
 func scaledWorkloadNamespace(obj any) ([]string, error) {
-	var replicas *int32
-	var ns string
+	n, ok := scaledWorkloadReplicas(obj)
+	m, err := meta.Accessor(obj)
+	if !ok || n == 0 || err != nil {
+		return nil, nil
+	}
+	return []string{m.GetNamespace()}, nil
+}
+
+// scaledWorkloadReplicas is a built-in workload's spec.replicas (an unset
+// field defaults to 1); ok is false for other objects.
+func scaledWorkloadReplicas(obj any) (int32, bool) {
+	var r *int32
 	switch o := obj.(type) {
 	case *appsv1.Deployment:
-		replicas, ns = o.Spec.Replicas, o.Namespace
+		r = o.Spec.Replicas
 	case *appsv1.StatefulSet:
-		replicas, ns = o.Spec.Replicas, o.Namespace
+		r = o.Spec.Replicas
 	case *appsv1.ReplicaSet:
-		replicas, ns = o.Spec.Replicas, o.Namespace
+		r = o.Spec.Replicas
 	case *corev1.ReplicationController:
-		replicas, ns = o.Spec.Replicas, o.Namespace
+		r = o.Spec.Replicas
 	default:
-		return nil, nil
+		return 0, false
 	}
-	if replicas != nil && *replicas == 0 {
-		return nil, nil
+	if r == nil {
+		return 1, true
 	}
-	return []string{ns}, nil
+	return *r, true
 }
 
 // ownerUIDs indexes an object by the UIDs of its owners, unless it is

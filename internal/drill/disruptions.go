@@ -311,6 +311,13 @@ func (t Target) waitBudget(ctx context.Context, ns, name string, allowed int64) 
 		}
 		status, _ := u.Object["status"].(map[string]any)
 		n, _ := status["unavailableAllowed"].(int64)
-		return n == allowed, nil
+		conds, _ := status["conditions"].([]any)
+		ready := false
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
+				ready = true // evictions are judged in its namespace too
+			}
+		}
+		return ready && n == allowed, nil
 	})
 }

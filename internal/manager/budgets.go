@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/budget"
 	"github.com/rampart-io/rampart/internal/clusterview"
 )
@@ -193,12 +196,21 @@ func (r *budgetStatus) Reconcile(ctx context.Context, req reconcile.Request) (re
 		st.UnavailableAllowed = 0
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Invalid", err.Error()
 	}
+	var requeue time.Duration
+	if cond.Status == metav1.ConditionTrue && !r.evictionsJudged(ctx, b.Namespace) {
+		// Deletes of covered pods are judged already (by label); evictions
+		// once the webhook reaches the namespace.
+		cond.Status, cond.Reason = metav1.ConditionFalse, "Registering"
+		cond.Message = "waiting for the eviction webhook to reach namespace " + b.Namespace
+		requeue = time.Second
+	}
 	st.Conditions = b.Status.Conditions
 	b.Status = st
 	meta.SetStatusCondition(&b.Status.Conditions, cond)
-	var requeue time.Duration
 	if next := budget.NextExpiry(b.Status, r.timeout); !next.IsZero() {
-		requeue = max(time.Until(next)+100*time.Millisecond, 100*time.Millisecond)
+		if d := max(time.Until(next)+100*time.Millisecond, 100*time.Millisecond); requeue == 0 || d < requeue {
+			requeue = d
+		}
 	}
 	if equality.Semantic.DeepEqual(before, &b.Status) {
 		return reconcile.Result{RequeueAfter: requeue}, nil
@@ -213,6 +225,27 @@ func (r *budgetStatus) Reconcile(ctx context.Context, req reconcile.Request) (re
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
+// evictionsJudged says whether the registered webhook configuration judges
+// evictions in ns (every replica's copy, when there are several).
+func (r *budgetStatus) evictionsJudged(ctx context.Context, ns string) bool {
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := r.client.Get(ctx, client.ObjectKey{Name: rampartadmission.ValidatingConfigName}, cfg); err != nil {
+		return false
+	}
+	found := false
+	for _, w := range cfg.Webhooks {
+		if rampartadmission.BaseName(w.Name) != rampartadmission.EvictionWebhookName {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
+		if err != nil || !sel.Matches(labels.Set{corev1.LabelMetadataName: ns}) {
+			return false
+		}
+		found = true
+	}
+	return found
+}
+
 func (r *budgetStatus) podsOf(b *v1alpha1.PodUnavailableBudget) []budget.Pod {
 	pods, _ := r.view.Budgets().Pods(budget.Key{Namespace: b.Namespace, Name: b.Name})
 	return pods
@@ -224,21 +257,18 @@ func (r *budgetStatus) podsOf(b *v1alpha1.PodUnavailableBudget) []budget.Pod {
 // For a targetRef it also resolves the target's selector into the status.
 func (r *budgetStatus) total(ctx context.Context, b *v1alpha1.PodUnavailableBudget) (int32, error) {
 	if t := b.Spec.TargetRef; t != nil {
-		if b.Status.Selector == "" || b.Status.ObservedGeneration != b.Generation || !r.targetCached(b.Namespace, t) {
-			selector, replicas, err := r.scale(ctx, b.Namespace, t)
-			if err != nil {
-				return 0, err
-			}
-			// Every replica's index files the budget once this status is
-			// written; the next reconcile counts its pods.
-			b.Status.Selector = selector
-			return replicas, nil
-		}
-		if _, n, ok := r.view.ControllerReplicas(b.Namespace, t.Kind+"/"+t.Name); ok {
+		_, n, cached := r.view.ControllerReplicas(b.Namespace, t.Kind+"/"+t.Name)
+		if cached && b.Status.Selector != "" && b.Status.ObservedGeneration == b.Generation {
 			return n, nil
 		}
-		_, replicas, err := r.scale(ctx, b.Namespace, t)
-		return replicas, err
+		selector, replicas, err := r.scale(ctx, b.Namespace, t)
+		if err != nil {
+			return 0, err
+		}
+		// Every replica's index files the budget once this status is
+		// written; the next reconcile counts its pods.
+		b.Status.Selector = selector
+		return replicas, nil
 	}
 	var total int32
 	seen := map[string]bool{}
@@ -257,11 +287,6 @@ func (r *budgetStatus) total(ctx context.Context, b *v1alpha1.PodUnavailableBudg
 		}
 	}
 	return total, nil
-}
-
-func (r *budgetStatus) targetCached(ns string, t *v1alpha1.TargetReference) bool {
-	_, _, ok := r.view.ControllerReplicas(ns, t.Kind+"/"+t.Name)
-	return ok
 }
 
 // scale reads a workload's scale subresource: its pod selector and

@@ -208,7 +208,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		Handler:         &rampartadmission.FlowControl{Client: direct, Pods: view, Recorder: recorder},
 		WithContextFunc: rampartadmission.FlowControlFromPath})
 	server.Register(rampartadmission.BudgetPath, &webhook.Admission{Handler: &rampartadmission.Budgets{
-		Client: direct, Index: view.Budgets(), Pods: view, Namespaces: view, Recorder: recorder}})
+		Client: direct, Cache: mgr.GetCache(), Index: view.Budgets(), Pods: view, Namespaces: view, Recorder: recorder}})
 	server.Register(rampartadmission.BudgetCoverPath, &webhook.Admission{Handler: &rampartadmission.BudgetCover{Index: view.Budgets()}})
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
