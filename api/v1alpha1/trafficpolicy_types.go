@@ -5,11 +5,12 @@ import (
 )
 
 // TrafficPolicySpec tells `rampart gateway` what to do with the requests it
-// matches: let them through unlimited (Exempt), limit their rate and
-// concurrency (Limit), or refuse them (Reject). A request is judged by the
-// first policy that matches it, by ascending precedence, then by name.
+// matches: let them through unguarded (Exempt), guard them (Limit: rate
+// and concurrency, LIST cost, watches, a circuit breaker), or refuse them
+// (Reject). A request is judged by the first policy that matches it, by
+// ascending precedence, then by name.
 //
-// +kubebuilder:validation:XValidation:rule="(self.action == 'Limit') == has(self.limit)",message="set limit exactly when action is Limit"
+// +kubebuilder:validation:XValidation:rule="(self.action == 'Limit') == (has(self.limit) || has(self.list) || has(self.watch) || has(self.breaker))",message="action Limit needs at least one of limit, list, watch or breaker, and only action Limit may have them"
 // +kubebuilder:validation:XValidation:rule="self.action == 'Reject' || !has(self.rejectMessage)",message="rejectMessage is only for action Reject"
 type TrafficPolicySpec struct {
 	// Precedence orders policies: the lowest number that matches wins.
@@ -36,6 +37,21 @@ type TrafficPolicySpec struct {
 	// Limit is the token bucket and concurrency limit of action Limit.
 	// +optional
 	Limit *TrafficLimit `json:"limit,omitempty"`
+
+	// List guards the API servers against expensive LISTs (action Limit).
+	// +optional
+	List *TrafficListGuard `json:"list,omitempty"`
+
+	// Watch guards the API servers against too many watches and against
+	// reconnect storms (action Limit).
+	// +optional
+	Watch *TrafficWatchGuard `json:"watch,omitempty"`
+
+	// Breaker is a circuit breaker for the requests the policy matches
+	// (action Limit): opened by hand or on upstream distress, it refuses
+	// them at once; closing, it lets them back gradually.
+	// +optional
+	Breaker *TrafficBreaker `json:"breaker,omitempty"`
 
 	// RejectMessage is added to the refusal of action Reject, e.g. where
 	// to read the data instead.
@@ -188,6 +204,17 @@ const (
 	FairShareNone      FairShare = "None"
 )
 
+// ClientKey says what makes two requests the same client's: their user
+// or their user agent.
+// +kubebuilder:validation:Enum=User;UserAgent
+type ClientKey string
+
+// The client keys.
+const (
+	ClientUser      ClientKey = "User"
+	ClientUserAgent ClientKey = "UserAgent"
+)
+
 // TrafficLimitKey says who owns a token bucket.
 // +kubebuilder:validation:Enum=Policy;User;UserAgent
 type TrafficLimitKey string
@@ -199,6 +226,183 @@ const (
 	KeyUserAgent TrafficLimitKey = "UserAgent"
 )
 
+// TrafficListGuard prices a LIST by the objects it will return: the
+// number of objects of its resource in its scope (the namespace, or the
+// whole cluster), at most its limit. Other requests cost nothing here.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.objectsPerSecond) || has(self.maxUnpaginatedObjects)",message="set objectsPerSecond, maxUnpaginatedObjects, or both"
+// +kubebuilder:validation:XValidation:rule="!has(self.objectsBurst) || has(self.objectsPerSecond)",message="objectsBurst needs objectsPerSecond"
+// +kubebuilder:validation:XValidation:rule="!has(self.objectsBurst) || self.objectsBurst >= self.objectsPerSecond",message="objectsBurst must be at least objectsPerSecond"
+type TrafficListGuard struct {
+	// ObjectsPerSecond is each client's budget of LIST cost, in objects
+	// per second. A LIST larger than the burst is admitted when the
+	// client's budget is full and leaves it in debt: the client's next
+	// LISTs wait until it is paid back.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000000
+	// +optional
+	ObjectsPerSecond *int32 `json:"objectsPerSecond,omitempty"`
+	// ObjectsBurst is the most a client's budget holds. Default:
+	// objectsPerSecond.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	// +optional
+	ObjectsBurst *int32 `json:"objectsBurst,omitempty"`
+	// Key says who a budget belongs to: User (default) or UserAgent.
+	// +optional
+	Key ClientKey `json:"key,omitempty"`
+	// MaxUnpaginatedObjects refuses a LIST that the API server would read
+	// whole from etcd (no limit, resourceVersion not "0") when its scope
+	// holds more objects than this. The refusal tells the client to
+	// paginate (limit=500, as kubectl does) or to read from the API
+	// server's cache (resourceVersion=0, as informers do).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000000
+	// +optional
+	MaxUnpaginatedObjects *int32 `json:"maxUnpaginatedObjects,omitempty"`
+}
+
+// TrafficWatchGuard bounds each client's watches and the rate at which
+// new ones reach the API servers.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.maxPerClient) || has(self.newPerSecond) || has(self.policyNewPerSecond)",message="set at least one of maxPerClient, newPerSecond or policyNewPerSecond"
+// +kubebuilder:validation:XValidation:rule="!has(self.newBurst) || has(self.newPerSecond)",message="newBurst needs newPerSecond"
+// +kubebuilder:validation:XValidation:rule="!has(self.newBurst) || self.newBurst >= self.newPerSecond",message="newBurst must be at least newPerSecond"
+type TrafficWatchGuard struct {
+	// MaxPerClient bounds the watches a client holds open at once.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	// +optional
+	MaxPerClient *int32 `json:"maxPerClient,omitempty"`
+	// NewPerSecond bounds the watches a client opens per second.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	// +optional
+	NewPerSecond *int32 `json:"newPerSecond,omitempty"`
+	// NewBurst is how many watches a client may open at once after a
+	// quiet period. Default: newPerSecond.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	// +optional
+	NewBurst *int32 `json:"newBurst,omitempty"`
+	// PolicyNewPerSecond bounds the new watches of all the policy's
+	// clients together. A reconnect storm beyond it is spread out: each
+	// refused watch gets a Retry-After drawn over the time the storm
+	// needs at this rate, and client-go retries a refused watch without
+	// relisting.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	// +optional
+	PolicyNewPerSecond *int32 `json:"policyNewPerSecond,omitempty"`
+	// Key says who a client is: User (default) or UserAgent.
+	// +optional
+	Key ClientKey `json:"key,omitempty"`
+}
+
+// TrafficBreaker is a circuit breaker. Open, it refuses every request the
+// policy matches at once (429 with Retry-After, which client-go honours);
+// closing, it lets through a share of them that grows from none to all
+// over rampSeconds. Requests matched by an Exempt policy of lower
+// precedence (the control plane's own components) never reach it.
+type TrafficBreaker struct {
+	// Open opens the breaker by hand until it is set back to false:
+	// `rampart gateway breaker open|close --policy NAME`.
+	// +optional
+	Open bool `json:"open,omitempty"`
+	// RampSeconds is how long, after the breaker closes, the share of
+	// matched requests let through takes to grow from none to all.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	// +kubebuilder:default=30
+	// +optional
+	RampSeconds int32 `json:"rampSeconds,omitempty"`
+	// Trip opens the breaker by itself when the API servers show
+	// distress, and closes it (through the ramp) after openSeconds.
+	// +optional
+	Trip *TrafficBreakerTrip `json:"trip,omitempty"`
+}
+
+// TrafficBreakerTrip says when the API servers are in distress: any one
+// threshold crossed, judged over every response the gateway's API servers
+// gave in the last forSeconds (the gateway's own refusals are not
+// counted).
+//
+// +kubebuilder:validation:XValidation:rule="has(self.errorPercent) || has(self.tooManyRequestsPercent) || has(self.latencyMilliseconds)",message="set at least one of errorPercent, tooManyRequestsPercent or latencyMilliseconds"
+type TrafficBreakerTrip struct {
+	// ErrorPercent trips on this share of 5xx answers, or more.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	ErrorPercent *int32 `json:"errorPercent,omitempty"`
+	// TooManyRequestsPercent trips on this share of 429 answers (the API
+	// server's own priority and fairness refusing), or more.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	TooManyRequestsPercent *int32 `json:"tooManyRequestsPercent,omitempty"`
+	// LatencyMilliseconds trips when the 90th percentile latency of
+	// short requests (not watches) is above this.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=600000
+	// +optional
+	LatencyMilliseconds *int32 `json:"latencyMilliseconds,omitempty"`
+	// ForSeconds is how long a threshold must stay crossed.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=600
+	// +kubebuilder:default=10
+	// +optional
+	ForSeconds int32 `json:"forSeconds,omitempty"`
+	// MinRequestsPerSecond: below this rate of answers, the API servers
+	// are not judged (a few slow requests are not distress).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	// +kubebuilder:default=5
+	// +optional
+	MinRequestsPerSecond int32 `json:"minRequestsPerSecond,omitempty"`
+	// OpenSeconds is how long a tripped breaker stays open before it
+	// ramps back; if the distress is still there, it opens again.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	// +kubebuilder:default=30
+	// +optional
+	OpenSeconds int32 `json:"openSeconds,omitempty"`
+}
+
+// BreakerState is Closed, Open or Ramping.
+// +kubebuilder:validation:Enum=Closed;Open;Ramping
+type BreakerState string
+
+// The breaker states.
+const (
+	BreakerClosed  BreakerState = "Closed"
+	BreakerOpen    BreakerState = "Open"
+	BreakerRamping BreakerState = "Ramping"
+)
+
+// TrafficPolicyStatus is what the gateways report about a policy.
+type TrafficPolicyStatus struct {
+	// Breakers is the breaker's state in each gateway replica that has
+	// one.
+	// +listType=map
+	// +listMapKey=gateway
+	// +optional
+	Breakers []GatewayBreakerStatus `json:"breakers,omitempty"`
+}
+
+// GatewayBreakerStatus is one gateway replica's breaker for a policy.
+type GatewayBreakerStatus struct {
+	// Gateway names the replica (its pod or host name).
+	Gateway string `json:"gateway"`
+	// State is Closed, Open or Ramping.
+	State BreakerState `json:"state"`
+	// Reason says why it is in this state: opened by hand, or which
+	// threshold tripped it with the measured value.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Since is when it entered this state.
+	Since metav1.Time `json:"since"`
+}
+
 // TrafficPolicy is a rule of `rampart gateway`: which requests it matches
 // and whether they pass unlimited, under a limit, or not at all.
 //
@@ -208,11 +412,15 @@ const (
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.action`
 // +kubebuilder:printcolumn:name="QPS",type=integer,JSONPath=`.spec.limit.qps`
 // +kubebuilder:printcolumn:name="InFlight",type=integer,JSONPath=`.spec.limit.maxInFlight`
+// +kubebuilder:printcolumn:name="Breaker",type=string,JSONPath=`.status.breakers[0].state`
+// +kubebuilder:subresource:status
 type TrafficPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	Spec TrafficPolicySpec `json:"spec"`
+	// +optional
+	Status TrafficPolicyStatus `json:"status,omitempty"`
 }
 
 // TrafficPolicyList is a list of TrafficPolicy.

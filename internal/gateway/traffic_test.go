@@ -71,14 +71,25 @@ func TestMalformedTrafficPoliciesAreRejected(t *testing.T) {
 		`{precedence: 100, action: Limit, limit: {qps: 10, burst: 20, maxInFlight: 5}, match: [{verbs: [list], resources: [{apiGroups: [""], resources: [pods, "pods/log", "*/status"]}], namespaces: ["*"]}], except: [{userAgents: ["kube-controller-manager/*"]}]}`,
 		`{precedence: 100, action: Limit, limit: {maxInFlight: 5, key: UserAgent}, match: [{nonResourceURLs: ["/metrics", "/debug/*"]}]}`,
 		`{precedence: 100, action: Reject, rejectMessage: "read from the cache service", match: [{verbs: [list], userAgents: ["*python*"]}]}`,
+		`{precedence: 100, action: Limit, list: {objectsPerSecond: 20000, objectsBurst: 50000, maxUnpaginatedObjects: 5000}, watch: {maxPerClient: 100, newPerSecond: 5, newBurst: 50, policyNewPerSecond: 100}, match: [{}]}`,
+		`{precedence: 100, action: Limit, breaker: {open: true}, match: [{}]}`,
+		`{precedence: 100, action: Limit, breaker: {rampSeconds: 60, trip: {errorPercent: 50, latencyMilliseconds: 5000, forSeconds: 5}}, match: [{}]}`,
 	} {
 		if err := create(ok); err != nil {
 			t.Errorf("valid policy %s rejected: %v", ok, err)
 		}
 	}
 	for spec, want := range map[string]string{
-		`{precedence: 1, action: Limit, match: [{}]}`:                                                           "set limit exactly when action is Limit",
-		`{precedence: 1, action: Exempt, limit: {qps: 1}, match: [{}]}`:                                         "set limit exactly when action is Limit",
+		`{precedence: 1, action: Limit, match: [{}]}`:                                                           "action Limit needs at least one of limit, list, watch or breaker",
+		`{precedence: 1, action: Exempt, limit: {qps: 1}, match: [{}]}`:                                         "only action Limit may have them",
+		`{precedence: 1, action: Reject, breaker: {open: true}, match: [{}]}`:                                   "only action Limit may have them",
+		`{precedence: 1, action: Limit, list: {objectsBurst: 5}, match: [{}]}`:                                  "set objectsPerSecond, maxUnpaginatedObjects, or both",
+		`{precedence: 1, action: Limit, list: {objectsPerSecond: 10, objectsBurst: 5}, match: [{}]}`:            "objectsBurst must be at least objectsPerSecond",
+		`{precedence: 1, action: Limit, list: {maxUnpaginatedObjects: 10, key: Policy}, match: [{}]}`:           `Unsupported value: "Policy"`,
+		`{precedence: 1, action: Limit, watch: {newBurst: 5}, match: [{}]}`:                                     "set at least one of maxPerClient, newPerSecond or policyNewPerSecond",
+		`{precedence: 1, action: Limit, watch: {newPerSecond: 10, newBurst: 5}, match: [{}]}`:                   "newBurst must be at least newPerSecond",
+		`{precedence: 1, action: Limit, breaker: {trip: {forSeconds: 5}}, match: [{}]}`:                         "set at least one of errorPercent, tooManyRequestsPercent or latencyMilliseconds",
+		`{precedence: 1, action: Limit, breaker: {trip: {errorPercent: 101}}, match: [{}]}`:                     "should be less than or equal to 100",
 		`{precedence: 1, action: Limit, limit: {burst: 5}, match: [{}]}`:                                        "set qps, maxInFlight, or both",
 		`{precedence: 1, action: Limit, limit: {qps: 10, burst: 5}, match: [{}]}`:                               "burst must be at least qps",
 		`{precedence: 1, action: Limit, limit: {qps: 10, key: User, fairShare: UserAgent}, match: [{}]}`:        "fairShare applies to key Policy only",
