@@ -148,7 +148,7 @@ func drillTargets(ctx context.Context, kubeconfig, dir string, scale int, drills
 		fmt.Fprintf(progress, "Starting the %s cluster (%d simulated nodes)...\n", name, nodes)
 		c, err := localcluster.Start(ctx, localcluster.Options{
 			Dir: filepath.Join(dir, name), Assets: defaultAssets(), Rampart: exe,
-			Nodes: nodes, Unprotected: !side.protected,
+			Nodes: nodes, Unprotected: !side.protected, Gateway: true,
 		})
 		if err != nil {
 			stop()
@@ -159,6 +159,7 @@ func drillTargets(ctx context.Context, kubeconfig, dir string, scale int, drills
 			stop()
 			return drill.Target{}, drill.Target{}, nil, err
 		}
+		side.target.Local = c
 	}
 	return unprotected, protected, stop, nil
 }

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/rampart-io/rampart/internal/localcluster"
 )
 
 // Target is a cluster a drill runs against.
@@ -32,6 +34,10 @@ type Target struct {
 	Prefix string
 	// Scale divides the drill's size, for quick runs (1 = as in the report).
 	Scale int
+	// Local is the local cluster behind the target when the drill started
+	// it (nil with --kubeconfig). The gateway drills need it: they reach
+	// the gateway, restart it and read the API server's memory.
+	Local *localcluster.Cluster
 }
 
 // NewTarget builds the clients of a target.

@@ -22,8 +22,10 @@ func TestDrills(t *testing.T) {
 	}
 	// One simulated node per custom resource of the meta-cluster drill.
 	const nodes = 1000
-	unprotectedEnv := clustertest.Start(t, localcluster.Options{Unprotected: true, Nodes: nodes})
-	protectedEnv := clustertest.Start(t, localcluster.Options{Nodes: nodes})
+	// Both run a gateway: the gateway drills compare going around it (or
+	// killing it) with going through it (or stopping it gracefully).
+	unprotectedEnv := clustertest.Start(t, localcluster.Options{Unprotected: true, Nodes: nodes, Gateway: true})
+	protectedEnv := clustertest.Start(t, localcluster.Options{Nodes: nodes, Gateway: true})
 	unprotected, err := drill.NewTarget(unprotectedEnv.Config, false, "u", 1)
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +34,7 @@ func TestDrills(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	unprotected.Local, protected.Local = unprotectedEnv.Cluster, protectedEnv.Cluster
 	var progress bytes.Buffer
 	results, err := drill.Run(context.Background(), drill.All(), unprotected, protected, &progress)
 	if err != nil {
