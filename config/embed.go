@@ -9,3 +9,9 @@ import "embed"
 //
 //go:embed crd/*.yaml rbac/*.yaml
 var Manifests embed.FS
+
+// GatewayPolicies are the default TrafficPolicies of `rampart gateway`,
+// applied by `rampart up --gateway` (see the file for what they do).
+//
+//go:embed gateway/default-policies.yaml
+var GatewayPolicies []byte

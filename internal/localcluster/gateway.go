@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rampart-io/rampart/config"
 	"github.com/rampart-io/rampart/internal/gateway"
 	"github.com/rampart-io/rampart/internal/pki"
 )
@@ -121,7 +123,8 @@ func (c *Cluster) gatewaySteps() []step {
 	}
 }
 
-// installGateway applies the TrafficPolicy CRD and the gateway's RBAC.
+// installGateway applies the TrafficPolicy CRD, the gateway's RBAC and,
+// on a protected cluster, the default TrafficPolicies.
 func (c *Cluster) installGateway(ctx context.Context) error {
 	all, err := manifests()
 	if err != nil {
@@ -144,7 +147,7 @@ func (c *Cluster) installGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, startTimeout, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, startTimeout, true, func(ctx context.Context) (bool, error) {
 		crd := &unstructured.Unstructured{}
 		crd.SetGroupVersionKind(objs[0].GroupVersionKind())
 		if err := cl.Get(ctx, client.ObjectKey{Name: objs[0].GetName()}, crd); err != nil {
@@ -153,6 +156,23 @@ func (c *Cluster) installGateway(ctx context.Context) error {
 		conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
 		return established(conds), nil
 	})
+	if err != nil || c.opts.Unprotected {
+		return err
+	}
+	policies, err := decodeManifests("config/gateway/default-policies.yaml", config.GatewayPolicies)
+	if err != nil {
+		return err
+	}
+	// Established is not yet served everywhere: retry until the policies
+	// are accepted, then fail with the API server's reason.
+	var applyErr error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, applyErr = c.applyAll(ctx, policies)
+		return applyErr == nil, nil
+	}); err != nil {
+		return fmt.Errorf("default TrafficPolicies: %w", cmp.Or(applyErr, err))
+	}
+	return nil
 }
 
 // StartGateway starts `rampart gateway` in front of every API server and

@@ -98,24 +98,33 @@ func manifests() ([]*unstructured.Unstructured, error) {
 		if err != nil {
 			return err
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-				return nil
-			} else if err != nil {
-				return fmt.Errorf("%s: %w", path, err)
-			}
-			if len(u.Object) == 0 {
-				continue
-			}
+		objs, err := decodeManifests(path, data)
+		for _, u := range objs {
 			if u.GetNamespace() == "" && u.GetKind() == "Role" {
 				u.SetNamespace(ManagerNamespace)
 			}
-			out = append(out, u)
 		}
+		out = append(out, objs...)
+		return err
 	})
 	return out, err
+}
+
+// decodeManifests decodes the YAML documents of one file.
+func decodeManifests(name string, data []byte) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return out, fmt.Errorf("%s: %w", name, err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
 }
 
 // localBindings bind the manager's roles to its local user; in a real
