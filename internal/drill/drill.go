@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -70,6 +72,9 @@ type Loss struct {
 	Denied string `json:"denied,omitempty"`
 	// Bound is the loss protection allows: 0, or a flow control's limit.
 	Bound int `json:"bound,omitempty"`
+	// Measured are figures beyond the loss, by name with the unit as
+	// suffix (business_p99_ms, apiserver_peak_rss_mib).
+	Measured map[string]float64 `json:"measured,omitempty"`
 }
 
 func (l Loss) String() string { return fmt.Sprintf("%d/%d %s", l.Lost, l.Total, l.Unit) }
@@ -84,7 +89,7 @@ type Drill struct {
 
 // All are the drills, in the order they run.
 func All() []Drill {
-	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout, runawayController, nodeOfflining, concurrentDisruptions}
+	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout, runawayController, nodeOfflining, concurrentDisruptions, listStorm}
 }
 
 // Select returns the named drills, or all for no names.
@@ -147,7 +152,44 @@ func WriteTable(w io.Writer, results []Result) error {
 	for _, r := range results {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Drill, r.Unprotected, r.Protected)
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeFigures(w, results)
+}
+
+// writeFigures prints, under the table, the figures drills measured
+// beyond their loss, unprotected and protected side by side.
+func writeFigures(w io.Writer, results []Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := false
+	for _, r := range results {
+		if len(r.Unprotected.Measured)+len(r.Protected.Measured) == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(tw, "\nDRILL\tFIGURE\tUNPROTECTED\tPROTECTED")
+			header = true
+		}
+		keys := slices.Sorted(maps.Keys(r.Unprotected.Measured))
+		for k := range maps.Keys(r.Protected.Measured) {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+		for _, k := range keys {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Drill, k, figure(r.Unprotected.Measured, k), figure(r.Protected.Measured, k))
+		}
+	}
 	return tw.Flush()
+}
+
+func figure(m map[string]float64, k string) string {
+	v, ok := m[k]
+	if !ok {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
 }
 
 // WriteJSON writes the results as the JSON report.

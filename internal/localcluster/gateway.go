@@ -242,3 +242,14 @@ func (c *Cluster) StartAPIServer(ctx context.Context, i int) error {
 // PKIFile is a file of the cluster's PKI, e.g. "ca.crt" (for tests that
 // issue their own client certificates).
 func (c *Cluster) PKIFile(name string) string { return filepath.Join(c.Dir, "pki", name) }
+
+// PID is the process id of the running component name (e.g.
+// APIServerName(0)), or 0 if none runs.
+func (c *Cluster) PID(name string) int {
+	for _, p := range c.procs {
+		if p.Name == name && p.alive() {
+			return p.PID
+		}
+	}
+	return 0
+}
