@@ -92,7 +92,9 @@ func TestListBudgetPerClientWithDebt(t *testing.T) {
 	p := policy(t, "list-budget", `{precedence: 1, action: Limit, match: [{}], list: {objectsPerSecond: 100, objectsBurst: 1000}}`)
 	g := NewGuards()
 	t0 := time.Unix(1000, 0)
-	counts := func(n int64) ObjectCounts { return ObjectCounts{Namespace: n, NamespaceKnown: true, Cluster: n, ClusterKnown: true} }
+	counts := func(n int64) ObjectCounts {
+		return ObjectCounts{Namespace: n, NamespaceKnown: true, Cluster: n, ClusterKnown: true}
+	}
 	list := func(user string, n int64, at time.Duration) Verdict {
 		return g.AdmitList(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: user}, counts(n), t0.Add(at))
 	}
