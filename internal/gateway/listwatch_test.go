@@ -188,9 +188,9 @@ func TestListGuardCountFollowsObjects(t *testing.T) {
 	var a answer
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		a = get(t, client, url)
-		return a.code == http.StatusForbidden, nil
+		return a.code == http.StatusForbidden && strings.Contains(a.message, "holds 61"), nil
 	})
-	if err != nil || !strings.Contains(a.message, "holds 61") {
+	if err != nil {
 		t.Fatalf("after growing to 61 objects: %+v (%v), want a refusal naming 61", a, err)
 	}
 	for i := range 20 {
@@ -404,9 +404,11 @@ func (c *countingListWatch) ListWatch() *cache.ListWatch {
 			} else {
 				c.watches.Add(1)
 			}
-			// Short watches: the reflector re-watches every second or
-			// two, so that a refused re-watch shows within the test.
-			o.TimeoutSeconds = ptr.To(int64(1))
+			// Short watches: the reflector re-watches every few
+			// seconds, so that a refused re-watch shows within the
+			// test. (Under a second with no event, a reflector takes
+			// the watch for broken and relists.)
+			o.TimeoutSeconds = ptr.To(int64(3))
 			return c.client.CoreV1().ConfigMaps(c.ns).Watch(ctx, o)
 		},
 	}
