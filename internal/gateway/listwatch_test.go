@@ -258,6 +258,25 @@ func TestWatchCapPerClient(t *testing.T) {
 	if err != nil || len(stops) < 3 || refused.code != http.StatusTooManyRequests {
 		t.Fatalf("opened %d watches, then %+v (%v); want a 429 after 3", len(stops), refused, err)
 	}
+	// Watches opened before the policy arrived were not counted: start
+	// again from none, now that it is in force.
+	for _, s := range stops {
+		s()
+	}
+	stops = nil
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		code, _, stop := openWatch(t, client, url)
+		if code == http.StatusOK {
+			stops = append(stops, stop)
+		}
+		return len(stops) == 3, nil
+	})
+	if err != nil {
+		t.Fatal("after closing every watch, the client could not open 3 again")
+	}
+	if refused = get(t, client, url); refused.code != http.StatusTooManyRequests {
+		t.Fatalf("a fourth open watch: %+v, want 429", refused)
+	}
 	for _, want := range []string{`TrafficPolicy "t-lw-watchcap"`, "3 open watches", `"lw-watcher" holds 3`} {
 		if !strings.Contains(refused.message, want) {
 			t.Errorf("refusal %q lacks %q", refused.message, want)
