@@ -131,12 +131,11 @@ func (g *Guards) Forget(keep []Policy) {
 }
 
 type listState struct {
-	generation     int64
-	perSecond      float64 // 0: no cost budget
-	burst          int
-	maxUnpaginated int64 // 0: no refusal of unpaginated LISTs
-	key            v1alpha1.ClientKey
-	clients        clients[*rate.Limiter]
+	generation int64
+	perSecond  float64 // 0: no cost budget
+	burst      int
+	key        v1alpha1.ClientKey
+	clients    clients[*rate.Limiter]
 }
 
 // AdmitList decides whether policy p's list guard admits the LIST r,
@@ -221,9 +220,6 @@ func (g *Guards) listState(p *Policy, now time.Time) *listState {
 			s.burst = int(*lg.ObjectsBurst)
 		}
 	}
-	if lg.MaxUnpaginatedObjects != nil {
-		s.maxUnpaginated = int64(*lg.MaxUnpaginatedObjects)
-	}
 	g.lists[p.Name] = s
 	return s
 }
@@ -271,22 +267,18 @@ func newClients[T any](now time.Time) clients[T] {
 	return clients[T]{m: map[string]*client[T]{}, lastSweep: now}
 }
 
-func (c *clients[T]) get(name string, now time.Time, make func() T) T {
-	return c.entry(name, now, make).v
-}
-
-func (c *clients[T]) entry(name string, now time.Time, make func() T) *client[T] {
+func (c *clients[T]) get(name string, now time.Time, newV func() T) T {
 	e, ok := c.m[name]
 	if !ok && len(c.m) >= MaxKeys {
 		name = overflowKey
 		e, ok = c.m[name]
 	}
 	if !ok {
-		e = &client[T]{v: make()}
+		e = &client[T]{v: newV()}
 		c.m[name] = e
 	}
 	e.lastSeen = now
-	return e
+	return e.v
 }
 
 // sweep, at most once a second, drops clients idle for forgetAfter
