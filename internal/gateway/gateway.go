@@ -91,6 +91,8 @@ type Gateway struct {
 	proxy     *httputil.ReverseProxy
 	auth      *identity.Authenticator
 	limiter   *traffic.Limiter
+	guards    *traffic.Guards
+	counts    *objectCounts
 	policies  atomic.Pointer[[]traffic.Policy]
 	synced    atomic.Bool
 	metrics   *metrics
@@ -141,7 +143,7 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	if !hasCert && !hasToken {
 		return nil, errors.New("the gateway's kubeconfig has neither a client certificate nor a token: the gateway must authenticate as itself (bound to ClusterRole rampart-gateway) to impersonate its clients")
 	}
-	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), refusalLog: rate.NewLimiter(20, 20), stopLong: context.Background()}
+	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), guards: traffic.NewGuards(), refusalLog: rate.NewLimiter(20, 20), stopLong: context.Background()}
 	g.pool = upstream.NewPool(urls, opts.Upstream, time.Now())
 	g.transport = upstream.NewTransport(g.pool, upTLS)
 	g.transport.LongRunning = func(r *http.Request) bool {
@@ -197,6 +199,10 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	if g.client, err = kubernetes.NewForConfig(own); err != nil {
 		return nil, err
 	}
+	if g.counts, err = newObjectCounts(own, g.client.CoreV1().RESTClient(), g.log); err != nil {
+		return nil, err
+	}
+	g.metrics.registry.MustRegister(g.counts)
 	g.auth = identity.New(g.client.AuthenticationV1().TokenReviews(), g.client.AuthorizationV1().SubjectAccessReviews(), opts.Identity)
 
 	if opts.CertFile != "" {
@@ -238,6 +244,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			g.log.Info("upstream availability changed", "upstream", s.URL.Host, "ready", ready)
 		})
 	})
+	wg.Go(func() { g.counts.run(background) })
 	if err := g.watchPolicies(background, &wg); err != nil {
 		stopBackground()
 		return err

@@ -87,6 +87,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			defer v.Done()
+			gv := g.guardListWatch(p, req, start)
+			if !gv.Admitted {
+				g.refused(w, r, req, p.Name, gv.Reason, gv.StatusCode(), gv.Message, gv.RetryAfterSeconds(jitter()), start)
+				return
+			}
+			defer gv.Done()
 		}
 	}
 

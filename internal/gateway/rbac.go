@@ -10,7 +10,8 @@ const RoleName = "rampart-gateway"
 
 // ClusterRole is what the gateway's own identity needs: impersonate every
 // kind of identity it forwards (package comment), review tokens and
-// impersonation rights, and watch TrafficPolicies. It is written here, not
+// impersonation rights, watch TrafficPolicies, and count objects for the
+// LIST guard. It is written here, not
 // generated from markers into the manager's role: the manager must not
 // be able to impersonate.
 func ClusterRole() *rbacv1.ClusterRole {
@@ -27,6 +28,12 @@ func ClusterRole() *rbacv1.ClusterRole {
 			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 			{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 			{APIGroups: []string{"rampart.io"}, Resources: []string{"trafficpolicies"}, Verbs: []string{"get", "list", "watch"}},
+			// The LIST guard counts objects: cluster-wide from the API
+			// server's own metrics, per namespace by watching the
+			// metadata of the resources LISTed under a guard (any
+			// resource; the impersonation above already reaches further).
+			{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"list", "watch"}},
 		},
 	}
 }

@@ -6,6 +6,7 @@ package traffic
 
 import (
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -17,15 +18,24 @@ type Request struct {
 	UserAgent string
 
 	// IsResource is true for /api and /apis requests naming a resource.
-	IsResource  bool
-	Verb        string
-	APIGroup    string
+	IsResource bool
+	Verb       string
+	APIGroup   string
+	// Version is the API version in the path (v1, v1beta1): the gateway
+	// needs it to watch a resource it counts.
+	Version     string
 	Resource    string
 	Subresource string
 	Namespace   string
 	Name        string
 	// Path is the URL path, for non-resource matching.
 	Path string
+
+	// Limit and ResourceVersion are what a LIST's query says about how
+	// it will be served: in pages of Limit objects (0: all at once), and
+	// from the API server's cache (ResourceVersion "0") or from etcd.
+	Limit           int64
+	ResourceVersion string
 }
 
 // LongRunning says whether the request holds its connection open by design
@@ -52,9 +62,10 @@ func Describe(method, path string, query url.Values) Request {
 	var rest []string
 	switch {
 	case len(parts) >= 2 && parts[0] == "api":
+		r.Version = parts[1]
 		rest = parts[2:]
 	case len(parts) >= 3 && parts[0] == "apis":
-		r.APIGroup = parts[1]
+		r.APIGroup, r.Version = parts[1], parts[2]
 		rest = parts[3:]
 	default:
 		return r
@@ -90,6 +101,10 @@ func Describe(method, path string, query url.Values) Request {
 		r.Namespace = r.Name
 	}
 	r.Verb = verb(method, r.Name != "", watchPrefix || query.Get("watch") == "true" || query.Get("watch") == "1")
+	// A limit that does not parse is refused by the API server; reading
+	// it as 0 here prices the request as unpaginated, the safe side.
+	r.Limit, _ = strconv.ParseInt(query.Get("limit"), 10, 64)
+	r.ResourceVersion = query.Get("resourceVersion")
 	return r
 }
 

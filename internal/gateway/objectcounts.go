@@ -1,0 +1,273 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/rampart-io/rampart/internal/gateway/traffic"
+)
+
+const (
+	// countScrapeInterval is how often the API server's object counts
+	// are read. The API server itself refreshes them every
+	// --etcd-count-metric-poll-period (1 minute by default), so they
+	// are at worst that old; the watches below are current.
+	countScrapeInterval = 5 * time.Second
+	// maxCountedResources bounds the resources the gateway watches to
+	// count per namespace: only resources LISTed under a list guard are
+	// watched, and a handful of kinds (pods, configmaps, secrets, events)
+	// are the ones that matter.
+	maxCountedResources = 64
+)
+
+// objectCounts knows how many objects each resource has, cluster-wide and
+// per namespace, cheaply:
+//
+//   - cluster-wide from the API server's own count (apiserver_resource_objects,
+//     or apiserver_storage_objects before it), scraped from /metrics of a
+//     ready API server through the gateway's own transport;
+//   - per namespace from metadata-only informers, started the first time a
+//     guarded LIST of the resource is seen and holding only each object's
+//     namespace and name, counted as events arrive.
+//
+// A namespaced LIST must be priced by its namespace, not by the cluster:
+// charging it the cluster's count would refuse a small namespace's LIST
+// because the cluster is big.
+type objectCounts struct {
+	log  *slog.Logger
+	rest rest.Interface
+	md   metadata.Interface
+
+	mu sync.Mutex
+	// ctx is the gateway's background context, set by run: informers
+	// started later live as long as it.
+	ctx       context.Context
+	cluster   map[schema.GroupResource]int64 // from the API server's metric
+	resources map[schema.GroupResource]*namespaceCounts
+}
+
+// namespaceCounts counts one resource's objects per namespace.
+type namespaceCounts struct {
+	mu     sync.Mutex
+	perNS  map[string]int64
+	total  int64
+	synced cache.InformerSynced
+}
+
+func newObjectCounts(cfg *rest.Config, restClient rest.Interface, log *slog.Logger) (*objectCounts, error) {
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &objectCounts{log: log, rest: restClient, md: md, cluster: map[schema.GroupResource]int64{}, resources: map[schema.GroupResource]*namespaceCounts{}}, nil
+}
+
+// For is what the gateway knows of r's resource's objects. A first guarded
+// LIST of a resource starts counting it per namespace.
+func (c *objectCounts) For(r traffic.Request) traffic.ObjectCounts {
+	gr := schema.GroupResource{Group: r.APIGroup, Resource: r.Resource}
+	c.mu.Lock()
+	cluster, known := c.cluster[gr]
+	nc := c.resources[gr]
+	// Only resources the API server counts are watched: a LIST of a
+	// resource that does not exist starts nothing.
+	if nc == nil && known && c.ctx != nil && len(c.resources) < maxCountedResources && r.Version != "" {
+		nc = c.start(schema.GroupVersionResource{Group: r.APIGroup, Version: r.Version, Resource: r.Resource})
+		c.resources[gr] = nc
+	}
+	c.mu.Unlock()
+	out := traffic.ObjectCounts{Cluster: cluster, ClusterKnown: known}
+	if nc != nil && nc.synced() {
+		nc.mu.Lock()
+		out.Cluster, out.ClusterKnown = nc.total, true // fresher than the metric
+		if r.Namespace != "" {
+			out.Namespace, out.NamespaceKnown = nc.perNS[r.Namespace], true
+		}
+		nc.mu.Unlock()
+	}
+	return out
+}
+
+// start watches gvr's metadata and counts its objects per namespace.
+// Called with c.mu held.
+func (c *objectCounts) start(gvr schema.GroupVersionResource) *namespaceCounts {
+	nc := &namespaceCounts{perNS: map[string]int64{}}
+	informer := metadatainformer.NewFilteredMetadataInformer(c.md, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	// Only the namespace and name are kept: the cache of a resource with
+	// many objects stays small.
+	_ = informer.SetTransform(func(obj any) (any, error) {
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name}}, nil
+		}
+		return obj, nil
+	})
+	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { nc.add(obj, 1) },
+		DeleteFunc: func(obj any) { nc.add(obj, -1) },
+	})
+	if err != nil { // only when the informer has stopped: it has not started
+		nc.synced = func() bool { return false }
+		return nc
+	}
+	nc.synced = reg.HasSynced
+	c.log.Info("counting objects per namespace for the LIST guard", "resource", gvr.String())
+	go informer.Run(c.ctx.Done())
+	return nc
+}
+
+func (nc *namespaceCounts) add(obj any, delta int64) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	ns, _, _ := cache.SplitMetaNamespaceKey(key)
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	nc.total += delta
+	if nc.perNS[ns] += delta; nc.perNS[ns] <= 0 {
+		delete(nc.perNS, ns)
+	}
+}
+
+// run scrapes the API server's object counts until ctx ends; informers
+// started by For stop with ctx.
+func (c *objectCounts) run(ctx context.Context) {
+	c.mu.Lock()
+	c.ctx = ctx
+	c.mu.Unlock()
+	t := time.NewTicker(countScrapeInterval)
+	defer t.Stop()
+	for {
+		if err := c.scrape(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("reading the API server's object counts for the LIST guard (the gateway needs get on nonResourceURL /metrics, ClusterRole rampart-gateway)", "err", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Names of the API server's object-count metric: apiserver_resource_objects
+// (group and resource labels) since Kubernetes 1.34, and the older
+// apiserver_storage_objects (resource label "RESOURCE.GROUP"), deprecated
+// but still there.
+const (
+	resourceObjectsMetric = "apiserver_resource_objects"
+	storageObjectsMetric  = "apiserver_storage_objects"
+)
+
+func (c *objectCounts) scrape(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	body, err := c.rest.Get().AbsPath("/metrics").Stream(ctx)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	// The API server's /metrics is megabytes of histograms; only the two
+	// object-count families are handed to the parser.
+	var keep bytes.Buffer
+	lines := bufio.NewScanner(body)
+	lines.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for lines.Scan() {
+		line := lines.Text()
+		name := line
+		if rest, ok := strings.CutPrefix(line, "# "); ok && len(rest) > 5 {
+			name = rest[5:] // after "HELP " or "TYPE "
+		}
+		if strings.HasPrefix(name, resourceObjectsMetric) || strings.HasPrefix(name, storageObjectsMetric) {
+			keep.WriteString(line)
+			keep.WriteByte('\n')
+		}
+	}
+	if err := lines.Err(); err != nil {
+		return err
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(&keep)
+	if err != nil {
+		return err
+	}
+	counts := objectCountsFrom(families)
+	c.mu.Lock()
+	c.cluster = counts
+	c.mu.Unlock()
+	return nil
+}
+
+// objectCountsFrom reads the counts, preferring apiserver_resource_objects;
+// a count of -1 (the API server failed to read it) is left out.
+func objectCountsFrom(families map[string]*dto.MetricFamily) map[schema.GroupResource]int64 {
+	counts := map[schema.GroupResource]int64{}
+	if f := families[storageObjectsMetric]; f != nil {
+		for _, m := range f.GetMetric() {
+			if v := m.GetGauge().GetValue(); v >= 0 {
+				counts[schema.ParseGroupResource(label(m, "resource"))] = int64(v)
+			}
+		}
+	}
+	if f := families[resourceObjectsMetric]; f != nil {
+		for _, m := range f.GetMetric() {
+			if v := m.GetGauge().GetValue(); v >= 0 {
+				counts[schema.GroupResource{Group: label(m, "group"), Resource: label(m, "resource")}] = int64(v)
+			}
+		}
+	}
+	return counts
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+var knownObjectsDesc = prometheus.NewDesc("rampart_gateway_known_objects",
+	"Objects of each resource in the cluster as the LIST guard knows them: from its own watch once a guarded LIST has started one, else from the API server's apiserver_resource_objects.",
+	[]string{"resource"}, nil)
+
+func (c *objectCounts) Describe(ch chan<- *prometheus.Desc) { ch <- knownObjectsDesc }
+
+func (c *objectCounts) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	counts := make(map[schema.GroupResource]int64, len(c.cluster))
+	for gr, n := range c.cluster {
+		counts[gr] = n
+	}
+	watched := make(map[schema.GroupResource]*namespaceCounts, len(c.resources))
+	for gr, nc := range c.resources {
+		watched[gr] = nc
+	}
+	c.mu.Unlock()
+	for gr, nc := range watched {
+		if nc.synced() {
+			nc.mu.Lock()
+			counts[gr] = nc.total
+			nc.mu.Unlock()
+		}
+	}
+	for gr, n := range counts {
+		ch <- prometheus.MustNewConstMetric(knownObjectsDesc, prometheus.GaugeValue, float64(n), gr.String())
+	}
+}

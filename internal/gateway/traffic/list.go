@@ -1,0 +1,296 @@
+package traffic
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+)
+
+// Refusal reasons of the list and watch guards, for metrics and for the
+// status code of the answer.
+const (
+	ReasonListCost    = "list-cost"
+	ReasonUnpaginated = "unpaginated-list"
+	ReasonWatchMax    = "watch-max"
+	ReasonWatchRate   = "watch-rate"
+	ReasonWatchStorm  = "watch-storm"
+)
+
+// ObjectCounts is what the gateway knows of the objects of a LIST's
+// resource. A count is only as good as its Known flag: the cluster total
+// comes from the API server's own metric or from a synced watch, the
+// namespace's only from a synced watch.
+type ObjectCounts struct {
+	Cluster        int64
+	ClusterKnown   bool
+	Namespace      int64
+	NamespaceKnown bool
+}
+
+// ScopeObjects is the number of objects in r's scope: its namespace, or
+// the whole cluster for a cluster-scoped or all-namespaces LIST; false
+// when the gateway does not know it.
+func ScopeObjects(r Request, c ObjectCounts) (int64, bool) {
+	if r.Namespace == "" {
+		return c.Cluster, c.ClusterKnown
+	}
+	return c.Namespace, c.NamespaceKnown
+}
+
+// ListCost estimates the objects a LIST will return: the objects in its
+// scope, at most its limit. Until a namespace's count is known, a
+// namespaced LIST is priced at the cluster's count (at most its limit):
+// an upper bound, used for the cost budget only (AdmitList), for the few
+// moments until the resource's watch has synced. With no count at all it
+// costs nothing: the gateway does not refuse on a guess.
+func ListCost(r Request, c ObjectCounts) int64 {
+	n, ok := ScopeObjects(r, c)
+	if !ok {
+		if !c.ClusterKnown {
+			return 0
+		}
+		n = c.Cluster
+	}
+	if r.Limit > 0 {
+		n = min(n, r.Limit)
+	}
+	return max(n, 0)
+}
+
+// Unpaginated says whether the API server would read r whole from etcd
+// and build the whole answer in memory: no limit, and not from its cache
+// (resourceVersion "0").
+func Unpaginated(r Request) bool {
+	return r.Limit <= 0 && r.ResourceVersion != "0"
+}
+
+// StatusCode is the HTTP status of a refusal. An unpaginated LIST is
+// refused with 403, not 429: retrying it unchanged can never succeed, and
+// client-go's REST client retries a 429 (honouring Retry-After, up to 10
+// times) while it returns a 403 at once; kubectl prints the message
+// ("Error from server (Forbidden): ..."), and a reflector falls back to
+// its own exponential backoff, not a hot loop. Everything else is "retry
+// later": 429 with Retry-After.
+func (v Verdict) StatusCode() int {
+	if v.Reason == ReasonUnpaginated {
+		return http.StatusForbidden
+	}
+	return http.StatusTooManyRequests
+}
+
+// RetryAfterSeconds is the Retry-After of a refusal: a storm refusal's
+// wait is already spread over the storm (AdmitWatch) and is sent as it
+// is; others are jittered by RetryAfter. None for a 403.
+func (v Verdict) RetryAfterSeconds(jitter float64) int {
+	switch v.Reason {
+	case ReasonUnpaginated:
+		return 0
+	case ReasonWatchStorm:
+		return max(1, int((v.Wait+time.Second-1)/time.Second))
+	}
+	return RetryAfter(v.Wait, jitter)
+}
+
+// Guards holds the state of the list and watch guards of every Limit
+// policy: per-client budgets of LIST cost, open watches and new-watch
+// rates. It is safe for concurrent use.
+type Guards struct {
+	mu      sync.Mutex
+	lists   map[string]*listState
+	watches map[string]*watchState
+}
+
+// NewGuards returns empty guards.
+func NewGuards() *Guards {
+	return &Guards{lists: map[string]*listState{}, watches: map[string]*watchState{}}
+}
+
+// Forget drops the state of policies not in keep, e.g. deleted ones.
+func (g *Guards) Forget(keep []Policy) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	names := map[string]bool{}
+	for _, p := range keep {
+		names[p.Name] = true
+	}
+	for name := range g.lists {
+		if !names[name] {
+			delete(g.lists, name)
+		}
+	}
+	for name := range g.watches {
+		if !names[name] {
+			delete(g.watches, name)
+		}
+	}
+}
+
+type listState struct {
+	generation int64
+	perSecond  float64 // 0: no cost budget
+	burst      int
+	key        v1alpha1.ClientKey
+	clients    clients[*rate.Limiter]
+}
+
+// AdmitList decides whether policy p's list guard admits the LIST r,
+// given what the gateway knows of its resource's objects.
+func (g *Guards) AdmitList(p *Policy, r Request, counts ObjectCounts, now time.Time) Verdict {
+	lg := p.Spec.List
+	if lg == nil || r.Verb != "list" {
+		return Verdict{Admitted: true}
+	}
+	// The refusal needs a real count of the scope: a namespaced LIST is
+	// never refused because the cluster as a whole is large.
+	if n, known := ScopeObjects(r, counts); lg.MaxUnpaginatedObjects != nil && Unpaginated(r) && known && n > int64(*lg.MaxUnpaginatedObjects) {
+		return refuse(ReasonUnpaginated, 0, fmt.Sprintf(
+			"TrafficPolicy %q refuses LISTs that the API server would read whole from etcd when they hold more than %d objects, and %s holds %d. "+
+				"Send limit=500 and follow metadata.continue (kubectl does so by default; client-go: ListOptions{Limit: 500} or k8s.io/client-go/tools/pager), "+
+				"or resourceVersion=0 to be served from the API server's cache as informers are",
+			p.Name, *lg.MaxUnpaginatedObjects, scopeText(r), n))
+	}
+	if lg.ObjectsPerSecond == nil {
+		return Verdict{Admitted: true}
+	}
+	cost := ListCost(r, counts)
+	if cost <= 0 {
+		return Verdict{Admitted: true}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.listState(p, now)
+	// A client in debt is remembered until it has paid.
+	s.clients.sweep(now, func(b *rate.Limiter) bool { return b.TokensAt(now) < 0 })
+	name := clientName(s.key, r)
+	bucket := s.clients.get(name, now, func() *rate.Limiter { return rate.NewLimiter(rate.Limit(s.perSecond), s.burst) })
+	wait, ok := charge(bucket, int(min(cost, int64(maxCharge))), s.burst, s.perSecond, now)
+	if ok {
+		return Verdict{Admitted: true}
+	}
+	return refuse(ReasonListCost, wait, fmt.Sprintf(
+		"TrafficPolicy %q gives each %s a LIST budget of %g objects/s (burst %d); this LIST of %s costs about %d objects and %s %q has spent its budget: retry in %s. "+
+			"Paginate (limit=500), read from the API server's cache with resourceVersion=0 (an informer does so and then only watches), or LIST less often",
+		p.Name, keyText(s.key), s.perSecond, s.burst, scopeText(r), cost, keyText(s.key), name, wait.Round(100*time.Millisecond)))
+}
+
+// maxCharge bounds one LIST's charge so that the int conversions below
+// cannot overflow; no budget is anywhere near it.
+const maxCharge = 1 << 30
+
+// charge takes cost tokens from a client's bucket. A cost within the
+// burst waits for its tokens like any reservation. A cost above the burst
+// is admitted only from a full bucket and leaves it in debt: x/time/rate
+// refuses a reservation above the burst, so the burst is raised to the
+// cost for that one reservation and set back; the tokens go negative by
+// cost-burst, and the client's next LIST waits until that is paid back at
+// perSecond.
+func charge(b *rate.Limiter, cost, burst int, perSecond float64, now time.Time) (time.Duration, bool) {
+	if cost <= burst {
+		res := b.ReserveN(now, cost)
+		if wait := res.DelayFrom(now); wait > 0 {
+			res.CancelAt(now)
+			return wait, false
+		}
+		return 0, true
+	}
+	if tokens := b.TokensAt(now); tokens < float64(burst) {
+		return time.Duration((float64(burst) - tokens) / perSecond * float64(time.Second)), false
+	}
+	b.SetBurstAt(now, cost)
+	b.ReserveN(now, cost)
+	b.SetBurstAt(now, burst)
+	return 0, true
+}
+
+func (g *Guards) listState(p *Policy, now time.Time) *listState {
+	if s, ok := g.lists[p.Name]; ok && s.generation == p.Generation {
+		return s
+	}
+	lg := p.Spec.List
+	s := &listState{generation: p.Generation, key: lg.Key, clients: newClients[*rate.Limiter](now)}
+	if lg.ObjectsPerSecond != nil {
+		s.perSecond = float64(*lg.ObjectsPerSecond)
+		s.burst = int(*lg.ObjectsPerSecond)
+		if lg.ObjectsBurst != nil {
+			s.burst = int(*lg.ObjectsBurst)
+		}
+	}
+	g.lists[p.Name] = s
+	return s
+}
+
+func scopeText(r Request) string {
+	res := r.Resource
+	if r.APIGroup != "" {
+		res += "." + r.APIGroup
+	}
+	if r.Namespace == "" {
+		return res + " in the whole cluster"
+	}
+	return res + " in namespace " + r.Namespace
+}
+
+// clientName is who a request belongs to under key.
+func clientName(key v1alpha1.ClientKey, r Request) string {
+	if key == v1alpha1.ClientUserAgent {
+		return r.UserAgent
+	}
+	return r.User
+}
+
+func keyText(key v1alpha1.ClientKey) string {
+	if key == v1alpha1.ClientUserAgent {
+		return "user agent"
+	}
+	return "user"
+}
+
+// clients holds per-client state in bounded memory, like the limiter's
+// keys: clients beyond MaxKeys share one overflow entry, and entries idle
+// for forgetAfter (and not held, see busy) are dropped.
+type clients[T any] struct {
+	m         map[string]*client[T]
+	lastSweep time.Time
+}
+
+type client[T any] struct {
+	v        T
+	lastSeen time.Time
+}
+
+func newClients[T any](now time.Time) clients[T] {
+	return clients[T]{m: map[string]*client[T]{}, lastSweep: now}
+}
+
+func (c *clients[T]) get(name string, now time.Time, newV func() T) T {
+	e, ok := c.m[name]
+	if !ok && len(c.m) >= MaxKeys {
+		name = overflowKey
+		e, ok = c.m[name]
+	}
+	if !ok {
+		e = &client[T]{v: newV()}
+		c.m[name] = e
+	}
+	e.lastSeen = now
+	return e.v
+}
+
+// sweep, at most once a second, drops clients idle for forgetAfter
+// unless busy says they still hold something (an open watch).
+func (c *clients[T]) sweep(now time.Time, busy func(T) bool) {
+	if now.Sub(c.lastSweep) < sweepEvery {
+		return
+	}
+	c.lastSweep = now
+	for name, e := range c.m {
+		if now.Sub(e.lastSeen) > forgetAfter && (busy == nil || !busy(e.v)) {
+			delete(c.m, name)
+		}
+	}
+}

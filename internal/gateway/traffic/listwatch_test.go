@@ -1,0 +1,293 @@
+package traffic
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestListCost(t *testing.T) {
+	ns := Request{Verb: "list", Resource: "configmaps", Namespace: "big"}
+	all := Request{Verb: "list", Resource: "configmaps"}
+	paged := ns
+	paged.Limit = 500
+	synced := ObjectCounts{Cluster: 5000, ClusterKnown: true, Namespace: 1200, NamespaceKnown: true}
+	metricOnly := ObjectCounts{Cluster: 5000, ClusterKnown: true}
+	for _, tc := range []struct {
+		name   string
+		r      Request
+		counts ObjectCounts
+		want   int64
+	}{
+		{"namespaced LIST costs its namespace", ns, synced, 1200},
+		{"all-namespaces LIST costs the cluster", all, synced, 5000},
+		{"a limit caps the cost", paged, synced, 500},
+		{"a limit above the count does not raise it", Request{Verb: "list", Namespace: "small", Limit: 500}, ObjectCounts{Cluster: 5000, ClusterKnown: true, Namespace: 3, NamespaceKnown: true}, 3},
+		{"namespace not synced yet: the cluster count bounds it", ns, metricOnly, 5000},
+		{"namespace not synced yet, with a limit", paged, metricOnly, 500},
+		{"nothing known costs nothing", ns, ObjectCounts{}, 0},
+		{"cluster-scoped LIST with nothing known", all, ObjectCounts{}, 0},
+		{"an empty namespace costs nothing", ns, ObjectCounts{Cluster: 5000, ClusterKnown: true, NamespaceKnown: true}, 0},
+	} {
+		if got := ListCost(tc.r, tc.counts); got != tc.want {
+			t.Errorf("%s: ListCost = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestUnpaginatedLargeListRefusedOnlyOnARealCount(t *testing.T) {
+	p := policy(t, "no-big-lists", `{precedence: 1, action: Limit, match: [{}], list: {maxUnpaginatedObjects: 1000}}`)
+	big := ObjectCounts{Cluster: 5000, ClusterKnown: true, Namespace: 1200, NamespaceKnown: true}
+	small := ObjectCounts{Cluster: 5000, ClusterKnown: true, Namespace: 3, NamespaceKnown: true}
+	ns := func(q string) Request {
+		r := Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: "alice"}
+		switch q {
+		case "limit":
+			r.Limit = 500
+		case "rv0":
+			r.ResourceVersion = "0"
+		case "rv-exact":
+			r.ResourceVersion = "12345"
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name    string
+		r       Request
+		counts  ObjectCounts
+		refused bool
+	}{
+		{"unpaginated LIST of a big namespace", ns(""), big, true},
+		{"unpaginated LIST at an exact resourceVersion is read from etcd too", ns("rv-exact"), big, true},
+		{"paginated with limit=500", ns("limit"), big, false},
+		{"from the API server's cache (resourceVersion=0)", ns("rv0"), big, false},
+		{"a small namespace in a big cluster", ns(""), small, false},
+		{"namespace count not synced: not refused on the cluster's count", ns(""), ObjectCounts{Cluster: 5000, ClusterKnown: true}, false},
+		{"all namespaces, cluster count from the metric", Request{Verb: "list", Resource: "configmaps", User: "alice"}, ObjectCounts{Cluster: 5000, ClusterKnown: true}, true},
+		{"all namespaces, count unknown", Request{Verb: "list", Resource: "configmaps", User: "alice"}, ObjectCounts{}, false},
+		{"exactly at the threshold", ns(""), ObjectCounts{Namespace: 1000, NamespaceKnown: true}, false},
+	} {
+		v := NewGuards().AdmitList(&p, tc.r, tc.counts, time.Unix(0, 0))
+		if v.Admitted == tc.refused {
+			t.Errorf("%s: admitted %v, want %v (%s)", tc.name, v.Admitted, !tc.refused, v.Message)
+			continue
+		}
+		if !tc.refused {
+			continue
+		}
+		if v.StatusCode() != http.StatusForbidden || v.RetryAfterSeconds(0.5) != 0 {
+			t.Errorf("%s: status %d, Retry-After %d; want 403 without Retry-After: a retry as-is cannot succeed", tc.name, v.StatusCode(), v.RetryAfterSeconds(0.5))
+		}
+		for _, want := range []string{`"no-big-lists"`, "configmaps in", "limit=500", "resourceVersion=0", "more than 1000"} {
+			if !strings.Contains(v.Message, want) {
+				t.Errorf("%s: message %q lacks %q", tc.name, v.Message, want)
+			}
+		}
+	}
+}
+
+func TestListBudgetPerClientWithDebt(t *testing.T) {
+	p := policy(t, "list-budget", `{precedence: 1, action: Limit, match: [{}], list: {objectsPerSecond: 100, objectsBurst: 1000}}`)
+	g := NewGuards()
+	t0 := time.Unix(1000, 0)
+	counts := func(n int64) ObjectCounts {
+		return ObjectCounts{Namespace: n, NamespaceKnown: true, Cluster: n, ClusterKnown: true}
+	}
+	list := func(user string, n int64, at time.Duration) Verdict {
+		return g.AdmitList(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: user}, counts(n), t0.Add(at))
+	}
+	// A LIST larger than the burst passes from a full budget...
+	if v := list("alice", 1500, 0); !v.Admitted {
+		t.Fatalf("a 1500-object LIST from a full 1000-object budget: refused (%s), want admitted into debt", v.Message)
+	}
+	// ...and leaves alice 500 objects in debt: 10 more objects need
+	// (500+10)/100 = 5.1 s.
+	v := list("alice", 10, time.Second)
+	if v.Admitted || v.Reason != ReasonListCost || v.StatusCode() != http.StatusTooManyRequests {
+		t.Fatalf("alice right after her big LIST: %+v, want a 429 list-cost refusal", v)
+	}
+	if v.Wait < 4*time.Second || v.Wait > 4200*time.Millisecond {
+		t.Errorf("alice's wait %v, want 4.1s (debt 500 + cost 10 at 100/s, 1s already paid)", v.Wait)
+	}
+	for _, want := range []string{`"list-budget"`, "100 objects/s", "burst 1000", "costs about 10 objects", `user "alice"`, "limit=500", "resourceVersion=0"} {
+		if !strings.Contains(v.Message, want) {
+			t.Errorf("message %q lacks %q", v.Message, want)
+		}
+	}
+	if ra := v.RetryAfterSeconds(0); ra < 5 {
+		t.Errorf("Retry-After %d, want at least the wait (5 s)", ra)
+	}
+	// Bob, in the same policy, has a budget of his own.
+	if v := list("bob", 800, time.Second); !v.Admitted {
+		t.Errorf("bob: %s, want admitted: each client has its own budget", v.Message)
+	}
+	if v := list("alice", 10, 5200*time.Millisecond); !v.Admitted {
+		t.Errorf("alice after paying her debt: %s", v.Message)
+	}
+	// An over-burst LIST waits for a full budget, not just for its
+	// burst's worth.
+	if v := list("alice", 2000, 6*time.Second); v.Admitted || v.Wait < 9*time.Second {
+		t.Errorf("alice's 2000-object LIST from a nearly empty budget: admitted %v, wait %v; want a refusal until the budget is full (~9.9s)", v.Admitted, v.Wait)
+	}
+	if v := list("alice", 2000, 16*time.Second); !v.Admitted {
+		t.Errorf("alice's 2000-object LIST from a full budget: %s", v.Message)
+	}
+	// Unknown counts cost nothing: no refusal on a guess.
+	if v := g.AdmitList(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: "alice"}, ObjectCounts{}, t0.Add(16*time.Second)); !v.Admitted {
+		t.Errorf("a LIST of unknown size while in debt: %s, want admitted", v.Message)
+	}
+}
+
+func TestListBudgetKeysBounded(t *testing.T) {
+	p := policy(t, "list-budget", `{precedence: 1, action: Limit, match: [{}], list: {objectsPerSecond: 10, key: UserAgent}}`)
+	g := NewGuards()
+	now := time.Unix(0, 0)
+	c := ObjectCounts{Namespace: 10, NamespaceKnown: true}
+	for i := range MaxKeys + 50 {
+		g.AdmitList(&p, Request{Verb: "list", Namespace: "x", UserAgent: fmt.Sprint("agent-", i)}, c, now)
+	}
+	if n := len(g.lists["list-budget"].clients.m); n > MaxKeys+1 { // +1: the overflow
+		t.Fatalf("%d budgets, want at most %d", n, MaxKeys)
+	}
+	// A minute later the idle budgets are gone.
+	g.AdmitList(&p, Request{Verb: "list", Namespace: "x", UserAgent: "late"}, c, now.Add(2*time.Minute))
+	if n := len(g.lists["list-budget"].clients.m); n != 1 {
+		t.Fatalf("%d budgets after everyone went idle, want 1", n)
+	}
+}
+
+func TestWatchCapPerClientReleasedWhenWatchEnds(t *testing.T) {
+	p := policy(t, "watches", `{precedence: 1, action: Limit, match: [{}], watch: {maxPerClient: 2}}`)
+	g := NewGuards()
+	now := time.Unix(0, 0)
+	w := func(user string) Verdict { return g.AdmitWatch(&p, Request{Verb: "watch", User: user}, now) }
+	a1, a2 := w("alice"), w("alice")
+	if !a1.Admitted || !a2.Admitted {
+		t.Fatal("alice's first two watches refused")
+	}
+	v := w("alice")
+	if v.Admitted || v.Reason != ReasonWatchMax || v.StatusCode() != http.StatusTooManyRequests {
+		t.Fatalf("alice's third watch: %+v, want a watch-max refusal", v)
+	}
+	for _, want := range []string{`"watches"`, "2 open watches", `"alice" holds 2`, "SharedInformerFactory"} {
+		if !strings.Contains(v.Message, want) {
+			t.Errorf("message %q lacks %q", v.Message, want)
+		}
+	}
+	if !w("bob").Admitted {
+		t.Error("bob refused: the cap is per client")
+	}
+	a1.Done()
+	a1.Done() // twice is once
+	if !w("alice").Admitted {
+		t.Fatal("alice refused after closing a watch")
+	}
+	if w("alice").Admitted {
+		t.Fatal("alice admitted a third open watch: a double Done counted twice")
+	}
+	// An edited policy keeps counting the watches still open.
+	p.Generation++
+	p.Spec.Watch.MaxPerClient = ptrTo(int32(3))
+	if !w("alice").Admitted || w("alice").Admitted {
+		t.Fatal("after raising the cap to 3, alice (2 open) should get exactly one more")
+	}
+	a2.Done()
+	if !w("alice").Admitted {
+		t.Fatal("a watch opened before the edit, once closed, did not free its place")
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func TestNewWatchRatePerClient(t *testing.T) {
+	p := policy(t, "watch-rate", `{precedence: 1, action: Limit, match: [{}], watch: {newPerSecond: 2, newBurst: 4}}`)
+	g := NewGuards()
+	t0 := time.Unix(0, 0)
+	admitted := 0
+	var last Verdict
+	for range 10 {
+		if last = g.AdmitWatch(&p, Request{Verb: "watch", User: "alice"}, t0); last.Admitted {
+			admitted++
+		}
+	}
+	if admitted != 4 || last.Reason != ReasonWatchRate || last.Wait != 500*time.Millisecond {
+		t.Fatalf("10 watches at once with burst 4: %d admitted, last %+v; want 4 and a 0.5s wait", admitted, last)
+	}
+	if !g.AdmitWatch(&p, Request{Verb: "watch", User: "bob"}, t0).Admitted {
+		t.Error("bob refused: rates are per client")
+	}
+	if !g.AdmitWatch(&p, Request{Verb: "watch", User: "alice"}, t0.Add(500*time.Millisecond)).Admitted {
+		t.Error("alice refused after the wait")
+	}
+}
+
+// 200 watchers reconnect in the same instant against a policy-wide 50
+// new watches/s. Each refused one comes back at its Retry-After, as
+// client-go does: they are admitted over about 4 s, at about the rate,
+// not at once and not in one crowd a few seconds later.
+func TestReconnectStormSpreadOverTheRate(t *testing.T) {
+	p := policy(t, "storm", `{precedence: 1, action: Limit, match: [{}], watch: {policyNewPerSecond: 50}}`)
+	g := NewGuards()
+	t0 := time.Unix(0, 0)
+	perSecond := map[int]int{} // admissions by whole second
+	retryAfters := map[int]int{}
+	pending := map[int][]int{} // second -> watchers coming back then
+	for i := range 200 {
+		pending[0] = append(pending[0], i)
+	}
+	for sec := 0; sec < 30 && len(pending) > 0; sec++ {
+		for n, i := range pending[sec] {
+			// The storm's first wave comes in one instant; later ones
+			// a millisecond apart.
+			at := t0.Add(time.Duration(sec)*time.Second + time.Duration(min(sec, 1)*n)*time.Millisecond)
+			v := g.AdmitWatch(&p, Request{Verb: "watch", User: fmt.Sprint("node-", i)}, at)
+			if v.Admitted {
+				perSecond[sec]++
+				continue
+			}
+			if v.Reason != ReasonWatchStorm || v.StatusCode() != http.StatusTooManyRequests {
+				t.Fatalf("refusal %+v, want a watch-storm 429", v)
+			}
+			ra := v.RetryAfterSeconds(0.99)
+			if sec == 0 {
+				retryAfters[ra]++
+			}
+			pending[sec+ra] = append(pending[sec+ra], i)
+		}
+		delete(pending, sec)
+	}
+	total, last := 0, 0
+	for sec, n := range perSecond {
+		total += n
+		last = max(last, sec)
+		if n > 50+3 { // 50, plus what refills while a wave arrives
+			t.Errorf("second %d admitted %d watches, want about the rate (50)", sec, n)
+		}
+	}
+	if total != 200 || last < 3 || last > 5 {
+		t.Errorf("admitted %d by second %d (%v), want all 200 over ~4 s", total, last, perSecond)
+	}
+	// The 150 refused at once are told to come back at different times:
+	// about 50 for each of the next seconds, not all at the same one.
+	for ra, n := range retryAfters {
+		if n > 51 {
+			t.Errorf("%d watchers told Retry-After %d: the storm is not spread (%v)", n, ra, retryAfters)
+		}
+	}
+	if len(retryAfters) < 3 {
+		t.Errorf("Retry-Afters %v: want at least 3 distinct seconds for 150 refusals at 50/s", retryAfters)
+	}
+	for _, want := range []string{`"storm"`, "50 new watches/s", "without relisting"} {
+		v := g.AdmitWatch(&p, Request{Verb: "watch", User: "late"}, t0.Add(10*time.Second))
+		for range 60 {
+			if v.Admitted {
+				v = g.AdmitWatch(&p, Request{Verb: "watch", User: "late"}, t0.Add(10*time.Second))
+			}
+		}
+		if !strings.Contains(v.Message, want) {
+			t.Errorf("message %q lacks %q", v.Message, want)
+		}
+	}
+}
