@@ -10,7 +10,7 @@ const RoleName = "rampart-gateway"
 
 // ClusterRole is what the gateway's own identity needs: impersonate every
 // kind of identity it forwards (package comment), review tokens and
-// impersonation rights, and watch TrafficPolicies. It is written here, not
+// impersonation rights, watch TrafficPolicies and report their breakers. It is written here, not
 // generated from markers into the manager's role: the manager must not
 // be able to impersonate.
 func ClusterRole() *rbacv1.ClusterRole {
@@ -27,6 +27,8 @@ func ClusterRole() *rbacv1.ClusterRole {
 			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 			{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 			{APIGroups: []string{"rampart.io"}, Resources: []string{"trafficpolicies"}, Verbs: []string{"get", "list", "watch"}},
+			// Each replica writes its own entry of status.breakers.
+			{APIGroups: []string{"rampart.io"}, Resources: []string{"trafficpolicies/status"}, Verbs: []string{"patch"}},
 		},
 	}
 }
