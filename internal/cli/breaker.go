@@ -153,4 +153,3 @@ func printBreakers(ctx context.Context, tw io.Writer, cl client.Client, all bool
 	}
 	return nil
 }
-
