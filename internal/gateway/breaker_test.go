@@ -175,6 +175,16 @@ func TestBreakerOpenedByHandRefusesAtOnceAndRampsBack(t *testing.T) {
 	if metric(metrics, `rampart_gateway_rejections_total{policy="t-breaker",reason="breaker"}`) < 10 {
 		t.Errorf("the breaker's refusals are not counted as rejections")
 	}
+
+	// A policy that loses its breaker loses the gateway's status entry.
+	applyPolicy(t, env, "t-breaker", `{precedence: 20, action: Limit, limit: {qps: 1000}, match: [{groups: [breaker-testers]}]}`)
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		state, _ := breakerStatus(t, env, "t-breaker")
+		return state == "", nil
+	})
+	if err != nil {
+		t.Error("status.breakers still has the gateway's entry after spec.breaker was removed")
+	}
 }
 
 // With a trip, the breaker opens by itself when the API servers' answers

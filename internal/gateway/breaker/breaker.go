@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -178,8 +179,8 @@ func (b *Breaker) Refusal(policy string, cfg Config, now time.Time) (msg string,
 		return fmt.Sprintf("TrafficPolicy %q has its circuit breaker open, %s since %s: every request it matches is refused. Retry later; an operator closes it with: %s",
 			policy, b.Reason, since, closeCmd), byHandRetry
 	case b.State == Open:
-		return fmt.Sprintf("TrafficPolicy %q has its circuit breaker open since %s: the API servers are in distress (%s). It lets requests back gradually from %s; retry then. An operator who opened it by hand closes it with: %s",
-			policy, since, b.Reason, b.openUntil.UTC().Format(time.RFC3339), closeCmd), b.openUntil.Sub(now)
+		return fmt.Sprintf("TrafficPolicy %q has its circuit breaker open since %s: the API servers are in distress (%s). It lets requests back gradually from %s; retry then. It opened by itself and closes by itself once the distress is gone; to stop it opening by itself, remove spec.breaker.trip (kubectl edit trafficpolicy %s)",
+			policy, since, strings.TrimPrefix(b.Reason, "tripped: "), b.openUntil.UTC().Format(time.RFC3339), policy), b.openUntil.Sub(now)
 	}
 	share := 100 * float64(now.Sub(b.Since)) / float64(max(cfg.Ramp, 1))
 	return fmt.Sprintf("TrafficPolicy %q is letting requests back gradually after its circuit breaker was open (%.0f%% admitted now, all from %s): this one was not. Retry shortly",

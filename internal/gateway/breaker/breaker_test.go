@@ -236,3 +236,13 @@ func BenchmarkSummarize10s(b *testing.B) {
 		_ = s.Percentile(0.9)
 	}
 }
+
+// BenchmarkSetAdmit is what a request of a policy with a breaker pays.
+func BenchmarkSetAdmit(b *testing.B) {
+	s := NewSet()
+	cfg := Config{Ramp: 30 * time.Second}
+	now := time.Now()
+	for b.Loop() {
+		s.Admit("web", cfg, now, 0.5)
+	}
+}
