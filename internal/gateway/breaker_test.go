@@ -230,6 +230,9 @@ func TestBreakerTripsOnDistressAndRecovers(t *testing.T) {
 		t.Fatalf("the breaker did not trip under load (%d requests sent); last answer %+v", sent.Load(), refused)
 	}
 	t.Logf("tripped %s after the load began: %s", time.Since(loaded).Round(time.Millisecond), refused.message)
+	if took := time.Since(loaded); took < 2*time.Second {
+		t.Errorf("tripped %s after the load began: the distress must last forSeconds (2s) first", took)
+	}
 	for _, want := range []string{`TrafficPolicy "t-breaker-trip" has its circuit breaker open`, "p90 latency of short requests", "> latencyMilliseconds 1", "lets requests back gradually from"} {
 		if !strings.Contains(refused.message, want) {
 			t.Errorf("refusal %q lacks %q", refused.message, want)

@@ -98,6 +98,9 @@ type Breaker struct {
 	// otherwise an Open breaker tripped and ramps back at openUntil.
 	byHand    bool
 	openUntil time.Time
+	// distressSince is when the judgements began to say distress, zero
+	// while they do not: a threshold must stay crossed for forSeconds.
+	distressSince time.Time
 }
 
 // New is a Closed breaker.
@@ -112,8 +115,10 @@ type Transition struct {
 }
 
 // Advance moves b to the state that cfg and the clock say, and, when
-// distress was judged (judged true), that the judgement says: distressed
-// with reason. It returns the transitions made, in order.
+// distress was judged (judged true), that the judgements say: a breaker
+// trips when they have said distressed for forSeconds without a break
+// (also while it was open: distress still there when it ramps back opens
+// it again at once). It returns the transitions made, in order.
 func (b *Breaker) Advance(cfg Config, judged, distressed bool, reason string, now time.Time) []Transition {
 	var out []Transition
 	move := func(to v1alpha1.BreakerState, why string) {
@@ -143,7 +148,14 @@ func (b *Breaker) Advance(cfg Config, judged, distressed bool, reason string, no
 	if b.State == Ramping && now.Sub(b.Since) >= cfg.Ramp {
 		move(Closed, "ramp done")
 	}
-	if judged && distressed && cfg.Trip != nil && b.State != Open {
+	if judged && !distressed {
+		b.distressSince = time.Time{}
+	}
+	if judged && distressed && b.distressSince.IsZero() {
+		b.distressSince = now
+	}
+	held := cfg.Trip != nil && !b.distressSince.IsZero() && now.Sub(b.distressSince) >= time.Duration(cfg.Trip.ForSeconds)*time.Second
+	if judged && distressed && held && b.State != Open {
 		b.openUntil = now.Add(cfg.Trip.OpenFor)
 		move(Open, reason)
 	}

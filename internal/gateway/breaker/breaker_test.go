@@ -15,7 +15,7 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 
 func TestBreakerCycle(t *testing.T) {
-	trip := &Trip{ErrorPercent: 50, ForSeconds: 10, MinRequestsPerSecond: 5, OpenFor: 30 * time.Second}
+	trip := &Trip{ErrorPercent: 50, ForSeconds: 5, MinRequestsPerSecond: 5, OpenFor: 30 * time.Second}
 	type step struct {
 		at         float64
 		cfg        Config
@@ -40,28 +40,41 @@ func TestBreakerCycle(t *testing.T) {
 			{2, Config{}, false, Closed, "closed by hand"},
 		}},
 		{"trip opens, ramps after openSeconds, closes when distress is gone", []step{
-			{0, Config{Ramp: 10 * time.Second, Trip: trip}, false, Closed, ""},
+			{0, Config{Ramp: 10 * time.Second, Trip: trip}, true, Closed, ""},
+			{4.9, Config{Ramp: 10 * time.Second, Trip: trip}, true, Closed, ""},
 			{5, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
 			{34, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
 			{35, Config{Ramp: 10 * time.Second, Trip: trip}, false, Ramping, "openSeconds"},
 			{45, Config{Ramp: 10 * time.Second, Trip: trip}, false, Closed, "ramp done"},
 		}},
 		{"distress while ramping opens again", []step{
+			{0, Config{Ramp: 10 * time.Second, Trip: trip}, true, Closed, ""},
 			{5, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
 			{35, Config{Ramp: 10 * time.Second, Trip: trip}, false, Ramping, ""},
-			{38, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
-			{67, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
+			{38, Config{Ramp: 10 * time.Second, Trip: trip}, true, Ramping, ""},
+			{43, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
+			{72, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
 		}},
 		{"distress still there when openSeconds end opens again at once", []step{
+			{0, Config{Ramp: 10 * time.Second, Trip: trip}, true, Closed, ""},
 			{5, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
 			{35, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
 		}},
+		{"distress broken off before forSeconds does not trip", []step{
+			{0, Config{Ramp: 10 * time.Second, Trip: trip}, true, Closed, ""},
+			{3, Config{Ramp: 10 * time.Second, Trip: trip}, false, Closed, ""},
+			{4, Config{Ramp: 10 * time.Second, Trip: trip}, true, Closed, ""},
+			{8.9, Config{Ramp: 10 * time.Second, Trip: trip}, true, Closed, ""},
+			{9, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
+		}},
 		{"open by hand wins over a trip and is not ended by openSeconds", []step{
+			{0, Config{Ramp: 10 * time.Second, Trip: trip}, true, Closed, ""},
 			{5, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
 			{6, Config{Open: true, Ramp: 10 * time.Second, Trip: trip}, true, Open, "by hand"},
 			{100, Config{Open: true, Ramp: 10 * time.Second, Trip: trip}, false, Open, "by hand"},
 		}},
 		{"trip removed while tripped ramps back", []step{
+			{0, Config{Ramp: 10 * time.Second, Trip: trip}, true, Closed, ""},
 			{5, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
 			{6, Config{Ramp: 10 * time.Second}, false, Ramping, ""},
 		}},
@@ -122,6 +135,9 @@ func TestRefusalTellsWhatToDo(t *testing.T) {
 	tripped := New(t0)
 	cfg.Trip = &Trip{OpenFor: 30 * time.Second}
 	tripped.Advance(cfg, true, true, "tripped: p90 latency of short requests 12ms > latencyMilliseconds 5", at(0))
+	if tripped.State != Open {
+		t.Fatalf("tripped breaker %s", tripped.State)
+	}
 	msg, wait = tripped.Refusal("web", cfg, at(10))
 	if !strings.Contains(msg, "p90 latency of short requests 12ms") || !strings.Contains(msg, "2026-03-01T12:00:30Z") || wait != 20*time.Second {
 		t.Errorf("tripped refusal %q, wait %s: want the threshold, its value and when it ramps back (in 20s)", msg, wait)
