@@ -127,6 +127,11 @@ func printStatus(ctx context.Context, out io.Writer, cfg *rest.Config, maxDenial
 		fmt.Fprintln(tw, "(none)")
 	}
 
+	fmt.Fprintln(tw, "\nGATEWAY BREAKERS (not closed)")
+	if err := printBreakers(ctx, tw, cl, false); err != nil {
+		fmt.Fprintf(tw, "(cannot list: %v)\n", err)
+	}
+
 	fmt.Fprintln(tw, "\nRECENT DENIALS AND OVERRIDES")
 	fmt.Fprintln(tw, "AGE\tOBJECT\tREASON\tNOTE")
 	evs, err := cs.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reportingController=rampart"})

@@ -80,6 +80,9 @@ type Options struct {
 	AccessLogPercent int
 	// Log receives the access log and events; nil writes JSON to stderr.
 	Log *slog.Logger
+	// Name is this replica's name in status.breakers; empty: the host
+	// name.
+	Name string
 }
 
 // Gateway is the proxy. It is an http.Handler; Serve runs it on a listener.
@@ -96,6 +99,7 @@ type Gateway struct {
 	policies  atomic.Pointer[[]traffic.Policy]
 	synced    atomic.Bool
 	metrics   *metrics
+	breakers  *breakers
 	client    kubernetes.Interface
 	restCfg   *rest.Config
 	tlsConfig *tls.Config
@@ -125,6 +129,9 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	}
 	if len(opts.Upstreams) == 0 {
 		opts.Upstreams = []string{cfg.Host}
+	}
+	if opts.Name == "" {
+		opts.Name, _ = os.Hostname()
 	}
 	var urls []*url.URL
 	for _, s := range opts.Upstreams {
@@ -187,6 +194,7 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	empty := []traffic.Policy{}
 	g.policies.Store(&empty)
 	g.metrics = newMetrics(g)
+	g.breakers = newBreakers(g)
 
 	// The gateway's own calls (TokenReview, SubjectAccessReview, the
 	// policy watch) go through the pool too, so they survive an API
@@ -249,6 +257,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		stopBackground()
 		return err
 	}
+	wg.Go(func() { g.breakers.run(background, &wg) })
 	// Requests do not inherit ctx: when it ends, running requests are
 	// drained, not cut. Only long-running ones are ended at once (see
 	// ServeHTTP), since they would never finish by themselves; their

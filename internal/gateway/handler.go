@@ -81,6 +81,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			g.refused(w, r, req, p.Name, "rejected", http.StatusForbidden, msg, 0, start)
 			return
 		case v1alpha1.ActionLimit:
+			if p.Spec.Breaker != nil {
+				if d := g.breakers.admit(p, start); !d.Admitted {
+					g.refused(w, r, req, p.Name, "breaker", http.StatusTooManyRequests, d.Message, traffic.RetryAfter(d.Wait, jitter()), start)
+					return
+				}
+			}
 			v := g.limiter.Admit(p, req, start)
 			if !v.Admitted {
 				g.refused(w, r, req, p.Name, v.Reason, http.StatusTooManyRequests, v.Message, traffic.RetryAfter(v.Wait, jitter()), start)
@@ -113,7 +119,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// panicking with http.ErrAbortHandler.
 	defer inFlight.Dec()
 	rec := &recorder{ResponseWriter: w, code: http.StatusOK}
+	sent := time.Now()
 	g.proxy.ServeHTTP(rec, out)
+	end := time.Now()
+	g.breakers.record(end, rec.code, end.Sub(sent), kind == "long")
 
 	verb, resource := g.metrics.labels(req, rec.code)
 	code := strconv.Itoa(rec.code)

@@ -10,8 +10,8 @@ const RoleName = "rampart-gateway"
 
 // ClusterRole is what the gateway's own identity needs: impersonate every
 // kind of identity it forwards (package comment), review tokens and
-// impersonation rights, watch TrafficPolicies, and count objects for the
-// LIST guard. It is written here, not
+// impersonation rights, watch TrafficPolicies and report their breakers,
+// and count objects for the LIST guard. It is written here, not
 // generated from markers into the manager's role: the manager must not
 // be able to impersonate.
 func ClusterRole() *rbacv1.ClusterRole {
@@ -34,6 +34,8 @@ func ClusterRole() *rbacv1.ClusterRole {
 			// resource; the impersonation above already reaches further).
 			{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"list", "watch"}},
+			// Each replica writes its own entry of status.breakers.
+			{APIGroups: []string{"rampart.io"}, Resources: []string{"trafficpolicies/status"}, Verbs: []string{"patch"}},
 		},
 	}
 }

@@ -188,6 +188,7 @@ func (c *Cluster) StartGateway(ctx context.Context) error {
 		"--tls-cert-file="+c.pkiFile("gateway.crt"), "--tls-private-key-file="+c.pkiFile("gateway.key"),
 		"--client-ca-file="+c.pkiFile("ca.crt"),
 		"--health-interval=1s",
+		"--name="+GatewayName,
 	)
 	if err != nil {
 		return err

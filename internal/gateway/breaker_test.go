@@ -1,0 +1,269 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/rampart-io/rampart/internal/cli"
+	"github.com/rampart-io/rampart/internal/gateway"
+	"github.com/rampart-io/rampart/internal/localcluster"
+	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
+)
+
+// rampart runs the rampart command tree in-process with the admin's
+// direct kubeconfig.
+func rampart(t *testing.T, env *clustertest.Env, args ...string) (string, error) {
+	t.Helper()
+	root := cli.NewRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(append(args, "--kubeconfig", env.Kubeconfig))
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+// breakerStatus is the gateway's entry of status.breakers of policy.
+func breakerStatus(t *testing.T, env *clustertest.Env, policy string) (state, reason string) {
+	t.Helper()
+	u, err := env.Dynamic.Resource(gateway.TrafficPolicies).Get(context.Background(), policy, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _, _ := unstructured.NestedSlice(u.Object, "status", "breakers")
+	for _, e := range list {
+		m, _ := e.(map[string]any)
+		if m["gateway"] == localcluster.GatewayName {
+			state, _ = m["state"].(string)
+			reason, _ = m["reason"].(string)
+		}
+	}
+	return state, reason
+}
+
+func waitBreakerState(t *testing.T, env *clustertest.Env, policy, want string, timeout time.Duration) string {
+	t.Helper()
+	var state, reason string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		state, reason = breakerStatus(t, env, policy)
+		return state == want, nil
+	})
+	if err != nil {
+		t.Fatalf("status.breakers of %s: %q (%s), want %s", policy, state, reason, want)
+	}
+	return reason
+}
+
+// An operator opens a breaker by hand: the policy's clients are refused
+// at once with a message that says how to close it, an identity exempted
+// at lower precedence still passes, and status, the CLI and the metrics
+// show it. Closed, the share let through grows over the ramp.
+func TestBreakerOpenedByHandRefusesAtOnceAndRampsBack(t *testing.T) {
+	env := clustertest.Get(t)
+	applyPolicy(t, env, "t-breaker-exempt", `{precedence: 10, action: Exempt, match: [{users: [breaker-admin]}]}`)
+	applyPolicy(t, env, "t-breaker", `{precedence: 20, action: Limit, breaker: {rampSeconds: 6}, match: [{groups: [breaker-testers]}]}`)
+	user := httpClient(t, userConfig(t, env, "breaker-user", "breaker-testers"))
+	admin := httpClient(t, userConfig(t, env, "breaker-admin", "breaker-testers"))
+	url := env.GatewayURL() + "/version"
+	waitBreakerState(t, env, "t-breaker", "Closed", 20*time.Second)
+
+	if out, err := rampart(t, env, "gateway", "breaker", "open", "--policy", "t-breaker-exempt"); err == nil || !strings.Contains(err.Error(), "action Exempt") {
+		t.Errorf("opening the breaker of an Exempt policy: %v %s; want an error saying it is Exempt", err, out)
+	}
+	opened := time.Now()
+	if out, err := rampart(t, env, "gateway", "breaker", "open", "--policy", "t-breaker"); err != nil {
+		t.Fatalf("breaker open: %v\n%s", err, out)
+	}
+	var refused answer
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		refused = get(t, user, url)
+		return refused.code == http.StatusTooManyRequests, nil
+	})
+	if err != nil {
+		t.Fatalf("breaker-user not refused after the breaker was opened; last answer %+v", refused)
+	}
+	t.Logf("refused %s after `breaker open`", time.Since(opened).Round(time.Millisecond))
+	for _, want := range []string{`TrafficPolicy "t-breaker" has its circuit breaker open`, "opened by hand", "rampart gateway breaker close --policy t-breaker", "kubectl patch trafficpolicy t-breaker"} {
+		if !strings.Contains(refused.message, want) {
+			t.Errorf("refusal %q lacks %q", refused.message, want)
+		}
+	}
+	if n, err := strconv.Atoi(refused.retryAfter); err != nil || n < 5 || n > 11 {
+		t.Errorf("Retry-After %q, want 5 to 11 seconds", refused.retryAfter)
+	}
+	for range 10 {
+		if a := get(t, user, url); a.code != http.StatusTooManyRequests {
+			t.Fatalf("an open breaker let a request through: %+v", a)
+		}
+		if a := get(t, admin, url); a.code != http.StatusOK {
+			t.Fatalf("breaker-admin, exempt at lower precedence, got %+v", a)
+		}
+	}
+	waitBreakerState(t, env, "t-breaker", "Open", 20*time.Second)
+	out, err := rampart(t, env, "gateway", "breaker", "status")
+	if err != nil || !regexpMatch(`t-breaker\s+true\s+rampart-gateway\s+Open\s+.*opened by hand`, out) {
+		t.Errorf("rampart gateway breaker status: %v\n%s", err, out)
+	}
+	t.Logf("rampart gateway breaker status:\n%s", out)
+	out, err = rampart(t, env, "status")
+	if err != nil || !regexpMatch(`(?s)GATEWAY BREAKERS.*t-breaker\s+true\s+rampart-gateway\s+Open`, out) {
+		t.Errorf("rampart status shows no open breaker: %v\n%s", err, out)
+	}
+
+	// Closed, a client firing steadily is let through more and more.
+	if out, err := rampart(t, env, "gateway", "breaker", "close", "--policy", "t-breaker"); err != nil {
+		t.Fatalf("breaker close: %v\n%s", err, out)
+	}
+	closed := time.Now()
+	type shot struct {
+		at time.Duration
+		ok bool
+	}
+	var shots []shot
+	for time.Since(closed) < 10*time.Second {
+		a := get(t, user, url)
+		if a.code != http.StatusOK && a.code != http.StatusTooManyRequests {
+			t.Fatalf("unexpected answer while ramping: %+v", a)
+		}
+		if a.code == http.StatusTooManyRequests && time.Since(closed) > time.Second && !strings.Contains(a.message, "letting requests back gradually") {
+			t.Errorf("refusal while ramping: %q", a.message)
+		}
+		shots = append(shots, shot{time.Since(closed), a.code == http.StatusOK})
+		time.Sleep(40 * time.Millisecond)
+	}
+	share := func(from, to time.Duration) (float64, int) {
+		n, ok := 0, 0
+		for _, s := range shots {
+			if s.at >= from && s.at < to {
+				n++
+				if s.ok {
+					ok++
+				}
+			}
+		}
+		return float64(ok) / float64(max(n, 1)), n
+	}
+	early, n1 := share(0, 2*time.Second)
+	mid, n2 := share(2*time.Second, 6*time.Second)
+	late, n3 := share(8*time.Second, 10*time.Second)
+	t.Logf("admitted share after close: %.2f in 0-2s (%d), %.2f in 2-6s (%d), %.2f in 8-10s (%d)", early, n1, mid, n2, late, n3)
+	if early > 0.6 || mid <= 0 || mid >= 1 || late != 1 {
+		t.Errorf("ramp over 6s: admitted %.2f in 0-2s, %.2f in 2-6s, %.2f in 8-10s; want a small share, a partial one, then all", early, mid, late)
+	}
+	waitBreakerState(t, env, "t-breaker", "Closed", 10*time.Second)
+	metrics := scrape(t, env)
+	for _, to := range []string{"Open", "Ramping", "Closed"} {
+		if metric(metrics, `rampart_gateway_breaker_transitions_total{policy="t-breaker",to="`+to+`"}`) < 1 {
+			t.Errorf("no transition of t-breaker to %s counted", to)
+		}
+	}
+	if metric(metrics, `rampart_gateway_breaker_state{policy="t-breaker",state="Closed"}`) != 1 {
+		t.Errorf("rampart_gateway_breaker_state does not show t-breaker Closed")
+	}
+	if metric(metrics, `rampart_gateway_rejections_total{policy="t-breaker",reason="breaker"}`) < 10 {
+		t.Errorf("the breaker's refusals are not counted as rejections")
+	}
+
+	// A policy that loses its breaker loses the gateway's status entry.
+	applyPolicy(t, env, "t-breaker", `{precedence: 20, action: Limit, limit: {qps: 1000}, match: [{groups: [breaker-testers]}]}`)
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		state, _ := breakerStatus(t, env, "t-breaker")
+		return state == "", nil
+	})
+	if err != nil {
+		t.Error("status.breakers still has the gateway's entry after spec.breaker was removed")
+	}
+}
+
+// With a trip, the breaker opens by itself when the API servers' answers
+// cross a threshold, ramps back after openSeconds, opens again while the
+// distress lasts and closes once it is gone. Distress here is cheap: a
+// p90 latency threshold of 1ms, which ordinary requests cross, judged only
+// at a rate of answers that only the test's load reaches.
+func TestBreakerTripsOnDistressAndRecovers(t *testing.T) {
+	env := clustertest.Get(t)
+	applyPolicy(t, env, "t-breaker-trip", `{precedence: 20, action: Limit, breaker: {rampSeconds: 2, trip: {latencyMilliseconds: 1, forSeconds: 2, minRequestsPerSecond: 40, openSeconds: 3}}, match: [{users: [breaker-trip-user]}]}`)
+	user := httpClient(t, userConfig(t, env, "breaker-trip-user"))
+	url := env.GatewayURL() + "/version"
+	waitBreakerState(t, env, "t-breaker-trip", "Closed", 20*time.Second)
+	if a := get(t, user, url); a.code != http.StatusOK {
+		t.Fatalf("before any distress: %+v", a)
+	}
+
+	// Load: the admin (no policy) lists every ConfigMap, ~150 a second.
+	admin := httpClient(t, viaGateway(t, env))
+	ctx, stopLoad := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var sent atomic.Int64
+	for range 3 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if resp, err := admin.Get(env.GatewayURL() + "/api/v1/configmaps"); err == nil {
+					resp.Body.Close()
+				}
+				sent.Add(1)
+				time.Sleep(15 * time.Millisecond)
+			}
+		})
+	}
+	defer func() { stopLoad(); wg.Wait() }()
+
+	loaded := time.Now()
+	var refused answer
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		refused = get(t, user, url)
+		return refused.code == http.StatusTooManyRequests, nil
+	})
+	if err != nil {
+		t.Fatalf("the breaker did not trip under load (%d requests sent); last answer %+v", sent.Load(), refused)
+	}
+	t.Logf("tripped %s after the load began: %s", time.Since(loaded).Round(time.Millisecond), refused.message)
+	if took := time.Since(loaded); took < 2*time.Second {
+		t.Errorf("tripped %s after the load began: the distress must last forSeconds (2s) first", took)
+	}
+	for _, want := range []string{`TrafficPolicy "t-breaker-trip" has its circuit breaker open`, "p90 latency of short requests", "> latencyMilliseconds 1", "lets requests back gradually from"} {
+		if !strings.Contains(refused.message, want) {
+			t.Errorf("refusal %q lacks %q", refused.message, want)
+		}
+	}
+	if n, _ := strconv.Atoi(refused.retryAfter); n < 1 || n > 9 {
+		t.Errorf("Retry-After %q, want about the rest of openSeconds (3s) plus jitter", refused.retryAfter)
+	}
+	if reason := waitBreakerState(t, env, "t-breaker-trip", "Open", 10*time.Second); !strings.Contains(reason, "p90 latency") {
+		t.Errorf("status reason %q does not say which threshold tripped", reason)
+	}
+	// openSeconds later it ramps back, and opens again: the load goes on.
+	reopened := `rampart_gateway_breaker_transitions_total{policy="t-breaker-trip",to="Open"}`
+	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return metric(scrape(t, env), reopened) >= 2, nil
+	})
+	if err != nil {
+		t.Fatalf("the breaker did not open again while the distress lasted: %s = %v", reopened, metric(scrape(t, env), reopened))
+	}
+	if metric(scrape(t, env), `rampart_gateway_breaker_transitions_total{policy="t-breaker-trip",to="Ramping"}`) < 1 {
+		t.Error("the breaker never ramped back after openSeconds")
+	}
+
+	stopLoad()
+	wg.Wait()
+	unloaded := time.Now()
+	waitBreakerState(t, env, "t-breaker-trip", "Closed", 30*time.Second)
+	t.Logf("Closed %s after the load stopped", time.Since(unloaded).Round(time.Millisecond))
+	if a := get(t, user, url); a.code != http.StatusOK {
+		t.Errorf("the breaker is Closed but the client gets %+v", a)
+	}
+}
+
+func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }
