@@ -89,6 +89,7 @@ ClusterRole rampart-gateway.`,
 	f.IntVar(&o.Identity.CacheSize, "auth-cache-size", o.Identity.CacheSize, "entries in the token and impersonation caches")
 	f.BoolVar(&anonymous, "anonymous-auth", true, "forward requests without credentials as system:anonymous; set false when the API servers run with --anonymous-auth=false")
 	f.IntVar(&o.AccessLogPercent, "access-log-percent", 0, "percent of requests no TrafficPolicy matches written to the access log")
+	f.StringSliceVar(&o.CountResources, "count-resources", []string{"pods"}, "resources the LIST guard counts per namespace from the start, not from their first guarded LIST (kubectl's names: pods,secrets,deployments.apps)")
 	f.StringVar(&o.Name, "name", "", "this replica's name in TrafficPolicies' status.breakers (default: the host name; in a Pod, pass its name)")
 	cmd.AddCommand(newBreakerCommand())
 	return cmd

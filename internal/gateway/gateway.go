@@ -80,6 +80,10 @@ type Options struct {
 	AccessLogPercent int
 	// Log receives the access log and events; nil writes JSON to stderr.
 	Log *slog.Logger
+	// CountResources are counted per namespace for the LIST guard from
+	// the start (kubectl's names: "pods", "deployments.apps"); others
+	// from their first guarded LIST.
+	CountResources []string
 	// Name is this replica's name in status.breakers; empty: the host
 	// name.
 	Name string
@@ -252,7 +256,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			g.log.Info("upstream availability changed", "upstream", s.URL.Host, "ready", ready)
 		})
 	})
-	wg.Go(func() { g.counts.run(background) })
+	wg.Go(func() { g.counts.run(background, g.opts.CountResources) })
 	if err := g.watchPolicies(background, &wg); err != nil {
 		stopBackground()
 		return err

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,9 +16,12 @@ import (
 	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/rampart-io/rampart/internal/gateway/traffic"
@@ -53,6 +57,8 @@ type objectCounts struct {
 	log  *slog.Logger
 	rest rest.Interface
 	md   metadata.Interface
+	// discovery resolves the versions of resources counted eagerly.
+	discovery discovery.DiscoveryInterface
 
 	mu sync.Mutex
 	// ctx is the gateway's background context, set by run: informers
@@ -75,7 +81,11 @@ func newObjectCounts(cfg *rest.Config, restClient rest.Interface, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	return &objectCounts{log: log, rest: restClient, md: md, cluster: map[schema.GroupResource]int64{}, resources: map[schema.GroupResource]*namespaceCounts{}}, nil
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &objectCounts{log: log, rest: restClient, md: md, discovery: disc, cluster: map[schema.GroupResource]int64{}, resources: map[schema.GroupResource]*namespaceCounts{}}, nil
 }
 
 // For is what the gateway knows of r's resource's objects. A first guarded
@@ -131,6 +141,39 @@ func (c *objectCounts) start(gvr schema.GroupVersionResource) *namespaceCounts {
 	return nc
 }
 
+// countEagerly starts counting resources (kubectl's names: "pods",
+// "deployments.apps"), resolving their versions through discovery, and
+// retries those not served yet (a CRD installed later).
+func (c *objectCounts) countEagerly(ctx context.Context, resources []string) {
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.discovery))
+	pending := slices.Clone(resources)
+	for len(pending) > 0 {
+		var missing []string
+		for _, name := range pending {
+			gvr, err := mapper.ResourceFor(schema.ParseGroupResource(name).WithVersion(""))
+			if err != nil {
+				missing = append(missing, name)
+				continue
+			}
+			c.mu.Lock()
+			gr := gvr.GroupResource()
+			if c.resources[gr] == nil {
+				c.resources[gr] = c.start(gvr)
+			}
+			c.mu.Unlock()
+		}
+		if pending = missing; len(pending) == 0 {
+			return
+		}
+		mapper.Reset()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(30 * time.Second):
+		}
+	}
+}
+
 func (nc *namespaceCounts) add(obj any, delta int64) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
@@ -146,11 +189,18 @@ func (nc *namespaceCounts) add(obj any, delta int64) {
 }
 
 // run scrapes the API server's object counts until ctx ends; informers
-// started by For stop with ctx.
-func (c *objectCounts) run(ctx context.Context) {
+// started by For stop with ctx. The eager resources are counted from the
+// start rather than from their first guarded LIST: the first LISTs of a
+// storm would otherwise pass uncounted while the count syncs (the API
+// server's own metric is refreshed once a minute, so it may not yet know
+// of objects created just before).
+func (c *objectCounts) run(ctx context.Context, eager []string) {
 	c.mu.Lock()
 	c.ctx = ctx
 	c.mu.Unlock()
+	if len(eager) > 0 {
+		go c.countEagerly(ctx, eager)
+	}
 	t := time.NewTicker(countScrapeInterval)
 	defer t.Stop()
 	for {
