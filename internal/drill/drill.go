@@ -70,6 +70,8 @@ type Loss struct {
 	Denied string `json:"denied,omitempty"`
 	// Bound is the loss protection allows: 0, or a flow control's limit.
 	Bound int `json:"bound,omitempty"`
+	// Measured are a drill's other figures, e.g. a peak rate.
+	Measured map[string]float64 `json:"measured,omitempty"`
 }
 
 func (l Loss) String() string { return fmt.Sprintf("%d/%d %s", l.Lost, l.Total, l.Unit) }
@@ -84,7 +86,7 @@ type Drill struct {
 
 // All are the drills, in the order they run.
 func All() []Drill {
-	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout, runawayController, nodeOfflining, concurrentDisruptions}
+	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout, runawayController, nodeOfflining, concurrentDisruptions, gatewayRestart}
 }
 
 // Select returns the named drills, or all for no names.
