@@ -89,5 +89,6 @@ ClusterRole rampart-gateway.`,
 	f.IntVar(&o.Identity.CacheSize, "auth-cache-size", o.Identity.CacheSize, "entries in the token and impersonation caches")
 	f.BoolVar(&anonymous, "anonymous-auth", true, "forward requests without credentials as system:anonymous; set false when the API servers run with --anonymous-auth=false")
 	f.IntVar(&o.AccessLogPercent, "access-log-percent", 0, "percent of requests no TrafficPolicy matches written to the access log")
+	f.DurationVar(&o.ShutdownWatchSpread, "shutdown-watch-spread", 5*time.Second, "on SIGTERM, end the watches in batches over this time, each so that its client resumes from where it was instead of relisting; set the pod's terminationGracePeriodSeconds above this plus 10s")
 	return cmd
 }
