@@ -54,7 +54,11 @@ func TestDrills(t *testing.T) {
 			t.Errorf("%s: %s lost under protection, want %d", r.Drill, r.Protected, r.Protected.Bound)
 		}
 		// The way to proceed: a command, the window's override, or the
-		// flow control's reset.
+		// flow control's reset. The gateway drills deny nothing: what a
+		// user sees there is their figures, bounded above.
+		if r.Protected.Measured != nil {
+			continue
+		}
 		if d := r.Protected.Denied; d == "" || !(strings.Contains(d, "kubectl") || strings.Contains(d, "rampart.io/change-override") ||
 			strings.Contains(d, "rampart flowcontrol reset")) {
 			t.Errorf("%s: the protected mistake was not denied with a way to proceed: %q", r.Drill, r.Protected.Denied)

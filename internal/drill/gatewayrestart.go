@@ -247,7 +247,7 @@ func startPodWatchers(ctx context.Context, kubeconfig string, n int, tally *watc
 			f := informers.NewSharedInformerFactory(cs, 0)
 			inf := f.Core().V1().Pods().Informer()
 			_ = inf.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) {}) // counted above
-			f.StartWithContext(ctx); _ = quiet
+			f.StartWithContext(quiet)
 		}
 	}
 	return cancel, nil

@@ -33,6 +33,11 @@ func TestGatewayRestartDrill(t *testing.T) {
 	r := results[0]
 	t.Logf("killed:  %s %v", r.Unprotected, r.Unprotected.Measured)
 	t.Logf("drained: %s %v", r.Protected, r.Protected.Measured)
+	// What the drain does for certain: the watches end over the spread
+	// (5s by default), not in the instant of a kill.
+	if k, d := r.Unprotected.Measured["watchesEndedFirstSecond"], r.Protected.Measured["watchesEndedFirstSecond"]; d > k/2 {
+		t.Errorf("drained gateway ended %v watches in its first second, killed one %v: the drain does not spread them", d, k)
+	}
 }
 
 type testWriter struct{ t *testing.T }
