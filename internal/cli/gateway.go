@@ -92,5 +92,6 @@ ClusterRole rampart-gateway.`,
 	f.StringSliceVar(&o.CountResources, "count-resources", []string{"pods"}, "resources the LIST guard counts per namespace from the start, not from their first guarded LIST (kubectl's names: pods,secrets,deployments.apps)")
 	f.StringVar(&o.Name, "name", "", "this replica's name in TrafficPolicies' status.breakers (default: the host name; in a Pod, pass its name)")
 	cmd.AddCommand(newBreakerCommand())
+	f.DurationVar(&o.ShutdownWatchSpread, "shutdown-watch-spread", 5*time.Second, "on SIGTERM, end the watches in batches over this time, each so that its client resumes from where it was instead of relisting; set the pod's terminationGracePeriodSeconds above this plus 10s")
 	return cmd
 }

@@ -59,7 +59,11 @@ func TestDrills(t *testing.T) {
 			t.Errorf("%s: the business client had %g errors under protection", r.Drill, m["business_errors"])
 		}
 		// The way to proceed: a command, the window's override, or the
-		// flow control's reset.
+		// flow control's reset. The gateway drills deny nothing: what a
+		// user sees there is their figures, bounded above.
+		if r.Protected.Measured != nil {
+			continue
+		}
 		if d := r.Protected.Denied; d == "" || !(strings.Contains(d, "kubectl") || strings.Contains(d, "rampart.io/change-override") ||
 			strings.Contains(d, "rampart flowcontrol reset") || strings.Contains(d, "limit=500")) {
 			t.Errorf("%s: the protected mistake was not denied with a way to proceed: %q", r.Drill, r.Protected.Denied)

@@ -87,6 +87,11 @@ type Options struct {
 	// Name is this replica's name in status.breakers; empty: the host
 	// name.
 	Name string
+	// ShutdownWatchSpread is the time over which a stopping gateway ends
+	// its watches, in batches, each cleanly so that its client re-watches
+	// from where it was instead of relisting (see drain.go). 0 ends them
+	// all at once, still cleanly.
+	ShutdownWatchSpread time.Duration
 }
 
 // Gateway is the proxy. It is an http.Handler; Serve runs it on a listener.
@@ -109,8 +114,14 @@ type Gateway struct {
 	tlsConfig *tls.Config
 	// refusalLog bounds the access-log lines of refused requests.
 	refusalLog *rate.Limiter
-	// stopLong ends when the gateway stops: long-running requests end
-	// with it.
+	// streams are the long-running requests in flight, which a stopping
+	// gateway ends in batches.
+	streams streams
+	// draining is set once the gateway stops: /readyz fails, so that a
+	// Service sends new connections to the other replicas.
+	draining atomic.Bool
+	// stopLong ends after the watches are ended: what is still running
+	// then (exec, attach, port-forward) is cut.
 	stopLong context.Context
 }
 
@@ -173,6 +184,7 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 			return nil, fmt.Errorf("the gateway's token: %w", err)
 		}
 	}
+	proxyTransport = endableTransport{next: proxyTransport}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			// The transport picks the server; the path and query go
@@ -263,9 +275,9 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	wg.Go(func() { g.breakers.run(background, &wg) })
 	// Requests do not inherit ctx: when it ends, running requests are
-	// drained, not cut. Only long-running ones are ended at once (see
-	// ServeHTTP), since they would never finish by themselves; their
-	// clients reconnect.
+	// drained, not cut. Long-running ones would never finish by
+	// themselves: they are ended in batches (endStreams), and what is left
+	// after that is cancelled.
 	var stopLong context.CancelFunc
 	g.stopLong, stopLong = context.WithCancel(context.Background())
 	srv := &http.Server{
@@ -286,10 +298,20 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	stopLong()
-	drain, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	g.draining.Store(true)
+	spread := max(g.opts.ShutdownWatchSpread, 0)
+	g.log.Info("gateway stopping: draining", "watchSpread", spread.String(), "drainTimeout", drainTimeout.String())
+	// Shutdown closes the listener (new connections are refused, and
+	// client-go backs off on a refused connection rather than relisting),
+	// sends HTTP/2 clients a GOAWAY so that their next requests open a
+	// new connection, and waits for the requests in flight.
+	drain, cancel := context.WithTimeout(context.Background(), spread+drainTimeout)
 	defer cancel()
-	if srv.Shutdown(drain) != nil {
+	shutdown := make(chan error, 1)
+	go func() { shutdown <- srv.Shutdown(drain) }()
+	g.endStreams(spread)
+	stopLong()
+	if <-shutdown != nil {
 		_ = srv.Close()
 	}
 	stopBackground()
@@ -299,8 +321,8 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// drainTimeout bounds how long a stopping gateway waits for short requests
-// (a large LIST included) to finish.
+// drainTimeout bounds how long a stopping gateway waits, after its
+// watches are ended, for short requests (a large LIST included) to finish.
 const drainTimeout = 10 * time.Second
 
 // withHTTP2 offers HTTP/2 to clients, as kube-apiserver does.
@@ -316,6 +338,10 @@ func (g *Gateway) MetricsHandler() http.Handler {
 	mux.Handle("/metrics", promhttp.HandlerFor(g.metrics.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if g.draining.Load() {
+			http.Error(w, "the gateway is stopping", http.StatusServiceUnavailable)
+			return
+		}
 		if !g.synced.Load() {
 			http.Error(w, "TrafficPolicies not loaded yet", http.StatusServiceUnavailable)
 			return

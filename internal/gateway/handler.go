@@ -107,8 +107,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	kind := "short"
 	if req.LongRunning() {
 		kind = "long"
+		s, done := g.streams.add(start)
+		defer done()
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
+		ctx, cancel = context.WithCancel(context.WithValue(ctx, streamKey{}, s))
 		defer cancel()
 		defer context.AfterFunc(g.stopLong, cancel)()
 	}
