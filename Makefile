@@ -31,7 +31,7 @@ unit: ## tests that need no cluster
 # The integration tests start real control planes (one per test package);
 # they find the binaries through RAMPART_ASSETS and RAMPART_BIN.
 test: lint build assets ## everything: lint, unit and integration tests against real control planes
-	RAMPART_ASSETS=$(CURDIR)/$(BIN)/k8s RAMPART_BIN=$(CURDIR)/$(BIN)/rampart $(GO) test -count=1 -timeout 20m ./...
+	RAMPART_ASSETS=$(CURDIR)/$(BIN)/k8s RAMPART_BIN=$(CURDIR)/$(BIN)/rampart $(GO) test -count=1 -timeout 40m ./...
 
 up: build assets ## start a protected local cluster in .rampart (detached)
 	$(BIN)/rampart up --detach --dir .rampart
