@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -20,17 +19,7 @@ import (
 
 func newBreakerCommand() *cobra.Command {
 	flags := genericclioptions.NewConfigFlags(true)
-	newClient := func() (client.Client, error) {
-		cfg, err := flags.ToRESTConfig()
-		if err != nil {
-			return nil, err
-		}
-		scheme := runtime.NewScheme()
-		if err := v1alpha1.AddToScheme(scheme); err != nil {
-			return nil, err
-		}
-		return client.New(cfg, client.Options{Scheme: scheme})
-	}
+	newClient := func() (client.Client, error) { return rampartClient(flags) }
 	cmd := &cobra.Command{
 		Use:   "breaker",
 		Short: "Open, close and show the gateway's circuit breakers (spec.breaker of TrafficPolicies)",

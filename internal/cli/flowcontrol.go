@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,17 +16,7 @@ import (
 
 func newFlowControlCommand() *cobra.Command {
 	flags := genericclioptions.NewConfigFlags(true)
-	newClient := func() (client.Client, error) {
-		cfg, err := flags.ToRESTConfig()
-		if err != nil {
-			return nil, err
-		}
-		scheme := runtime.NewScheme()
-		if err := v1alpha1.AddToScheme(scheme); err != nil {
-			return nil, err
-		}
-		return client.New(cfg, client.Options{Scheme: scheme})
-	}
+	newClient := func() (client.Client, error) { return rampartClient(flags) }
 	cmd := &cobra.Command{
 		Use:   "flowcontrol",
 		Short: "Inspect and reset DeletionFlowControls",
