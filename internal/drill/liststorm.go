@@ -172,7 +172,7 @@ func (t Target) removeStormObjects(ns string) {
 	_ = t.Client.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
 	_ = t.Client.RbacV1().ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{})
 	_ = t.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-	_ = t.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	t.cleanupNamespace(ns)
 	_ = poll(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
 		_, err := t.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		return err != nil, nil
@@ -211,48 +211,25 @@ func (t Target) createIdlePods(ctx context.Context, ns string, n int) error {
 			},
 		}
 	}
-	work := make(chan int)
-	errs := make(chan error, 1)
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for i := range work {
-				if _, err := t.Client.CoreV1().Pods(ns).Create(ctx, pod(i), metav1.CreateOptions{}); err != nil {
-					select {
-					case errs <- fmt.Errorf("create pod %d of %d: %w", i, n, err):
-					default:
-					}
-				}
-			}
-		})
+	names := make([]string, n)
+	for i := range names {
+		names[i] = strconv.Itoa(i)
 	}
-	for i := range n {
-		select {
-		case work <- i:
-		case err := <-errs:
-			close(work)
-			wg.Wait()
-			return err
-		}
-	}
-	close(work)
-	wg.Wait()
-	select {
-	case err := <-errs:
+	return parallel(ctx, names, func(ctx context.Context, name string) error {
+		i, _ := strconv.Atoi(name)
+		_, err := t.Client.CoreV1().Pods(ns).Create(ctx, pod(i), metav1.CreateOptions{})
 		return err
-	default:
-		return nil
-	}
+	})
 }
 
 // clientIssuer returns a function making a client of host with a new
 // certificate for user in group, issued by the cluster's CA: each storm
 // client is a different user, as different scripts and teams are.
 func clientIssuer(c *localcluster.Cluster, host, group string) func(user string) (*rest.Config, error) {
+	ca, caErr := pki.Load(strings.TrimSuffix(c.PKIFile("ca.crt"), ".crt"))
 	return func(user string) (*rest.Config, error) {
-		ca, err := pki.Load(strings.TrimSuffix(c.PKIFile("ca.crt"), ".crt"))
-		if err != nil {
-			return nil, err
+		if caErr != nil {
+			return nil, caErr
 		}
 		kp, err := ca.Issue(pki.Request{CommonName: user, Organization: []string{group}, Client: true, Now: time.Now(), Validity: time.Hour})
 		if err != nil {
