@@ -18,8 +18,8 @@ assets: ## build the local control plane's binaries into bin/k8s (only what is m
 
 generate: ## regenerate deepcopy code, CRDs and RBAC from the API types and markers
 	$(CONTROLLER_GEN) object:headerFile=../boilerplate.go.txt paths=../../api/...
-	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=../../api/... output:crd:artifacts:config=../../config/crd
-	$(CONTROLLER_GEN) rbac:roleName=rampart-manager paths=../../internal/... output:rbac:artifacts:config=../../config/rbac
+	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=../../api/... output:crd:artifacts:config=../../charts/rampart/crds
+	$(CONTROLLER_GEN) rbac:roleName=rampart-manager paths=../../internal/... output:rbac:artifacts:config=../../charts/rampart/files/rbac
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/rampart-io/rampart/config"
+	chart "github.com/rampart-io/rampart/charts/rampart"
 	"github.com/rampart-io/rampart/internal/gateway"
 	"github.com/rampart-io/rampart/internal/pki"
 )
@@ -159,7 +159,7 @@ func (c *Cluster) installGateway(ctx context.Context) error {
 	if err != nil || c.opts.Unprotected {
 		return err
 	}
-	policies, err := decodeManifests("config/gateway/default-policies.yaml", config.GatewayPolicies)
+	policies, err := decodeManifests("charts/rampart/files/gateway-policies.yaml", chart.GatewayPolicies)
 	if err != nil {
 		return err
 	}

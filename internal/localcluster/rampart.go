@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	"github.com/rampart-io/rampart/config"
+	chart "github.com/rampart-io/rampart/charts/rampart"
 )
 
 // ManagerNamespace is where the local manager keeps its leases and events.
@@ -90,11 +90,11 @@ func manifests() ([]*unstructured.Unstructured, error) {
 		"metadata": map[string]any{"name": ManagerNamespace},
 	}}
 	out := []*unstructured.Unstructured{ns}
-	err := fs.WalkDir(config.Manifests, ".", func(path string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(chart.Manifests, ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
 			return err
 		}
-		data, err := config.Manifests.ReadFile(path)
+		data, err := chart.Manifests.ReadFile(path)
 		if err != nil {
 			return err
 		}

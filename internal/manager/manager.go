@@ -34,7 +34,7 @@ import (
 	"github.com/rampart-io/rampart/internal/servingcert"
 )
 
-// The manager's rights, generated into config/rbac by `make generate`.
+// The manager's rights, generated into charts/rampart/files/rbac by `make generate`.
 // Webhook configurations: create any, change only Rampart's own.
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=create
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;update;patch,resourceNames=rampart-validating;rampart-mutating
