@@ -76,6 +76,11 @@ type Registration struct {
 	// judged (an Eviction carries no pod labels to select on), and new pods
 	// are labelled when a budget covers them.
 	BudgetNamespaces []string
+	// Owner, when set, owns both configurations, so that the garbage
+	// collector deletes them with it: `helm uninstall` deletes the
+	// manager's ClusterRole, and with it the webhooks that would otherwise
+	// keep calling a manager that is gone.
+	Owner *metav1.OwnerReference
 }
 
 // maxScaleTargets bounds the target list written into the scale webhook's
@@ -385,7 +390,11 @@ func Register(ctx context.Context, c client.Client, reg Registration) error {
 		if err != nil {
 			return err
 		}
-		cfg := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
+		obj := &unstructured.Unstructured{Object: u}
+		if reg.Owner != nil {
+			obj.SetOwnerReferences([]metav1.OwnerReference{*reg.Owner})
+		}
+		cfg := client.ApplyConfigurationFromUnstructured(obj)
 		if err := c.Apply(ctx, cfg, client.FieldOwner("rampart-manager"), client.ForceOwnership); err != nil {
 			return err
 		}

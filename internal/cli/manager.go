@@ -48,11 +48,13 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.WebhookURLHost, "webhook-url-host", "", "register webhooks by URL https://HOST:PORT (local clusters)")
 	f.StringSliceVar(&o.WebhookReplicas, "webhook-replica-urls", nil, "base URLs of every local replica's webhook server, this one included (local clusters with several managers)")
 	f.StringVar(&o.WebhookService, "webhook-service", "", "register webhooks by this Service in --namespace (in a cluster)")
+	f.StringVar(&o.WebhookOwner, "webhook-owner-cluster-role", "", "ClusterRole that owns the webhook configurations, so that deleting it (helm uninstall) deletes them")
 	f.StringVar(&o.CertDir, "cert-dir", "/tmp/rampart-webhook-certs", "directory with tls.crt and tls.key")
 	f.BoolVar(&o.GenerateCerts, "generate-certs", true, "make and renew a CA and serving certificate in --cert-dir and register that CA")
 	f.StringVar(&o.CASecret, "ca-secret", "rampart-webhook-ca", "Secret in --namespace holding the generated CA, shared by replicas (empty: keep it in --cert-dir)")
 	f.DurationVar(&o.CertValidity, "cert-validity", 30*24*time.Hour, "lifetime of generated serving certificates; renewed after two thirds")
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address ('0' disables)")
+	f.BoolVar(&o.MetricsSecure, "metrics-secure", false, "serve metrics over HTTPS, only to callers allowed to get /metrics (in a cluster)")
 	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader for controllers (webhooks serve on every replica)")
 	f.DurationVar(&o.BudgetDisruptionTimeout, "budget-disruption-timeout", manager.DefaultBudgetDisruptionTimeout,

@@ -15,7 +15,9 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -25,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -38,6 +41,9 @@ import (
 // Webhook configurations: create any, change only Rampart's own.
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=create
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;update;patch,resourceNames=rampart-validating;rampart-mutating
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get,resourceNames=rampart-manager
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=rampart.io,resources=*,verbs=get;list;watch
@@ -63,6 +69,10 @@ type Options struct {
 	// WebhookService is the Service in Namespace fronting the webhook
 	// server in a cluster.
 	WebhookService string
+	// WebhookOwner, when set, is the ClusterRole that owns the webhook
+	// configurations (the chart's rampart-manager): deleting it deletes
+	// them.
+	WebhookOwner string
 	// CertDir holds tls.crt and tls.key. When CertDir has no certificate at
 	// start, the manager makes and renews its own (GenerateCerts).
 	CertDir       string
@@ -75,6 +85,9 @@ type Options struct {
 	CertValidity time.Duration
 	// MetricsAddr and ProbeAddr are the Prometheus and health endpoints.
 	MetricsAddr, ProbeAddr string
+	// MetricsSecure serves metrics over HTTPS to callers the API server
+	// authenticates and allows to get /metrics (in a cluster).
+	MetricsSecure bool
 	LeaderElection         bool
 	// ReplicasExempt are requesters the explicit-replicas label never
 	// denies, e.g. the horizontal-pod-autoscaler's service account.
@@ -153,7 +166,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Logger:                  o.Log,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		Metrics:                 metricsOptions(o),
 		HealthProbeBindAddress:  o.ProbeAddr,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "rampart-manager",
@@ -229,9 +242,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}); err != nil {
 		return err
 	}
+	owner, err := webhookOwner(ctx, direct, o.WebhookOwner)
+	if err != nil {
+		return err
+	}
 	reg := &registrar{
 		client: direct, reader: mgr.GetCache(), view: view, policies: policies, done: registered, log: o.Log.WithName("registration"),
-		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace},
+		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, Owner: owner},
 		kick: make(chan struct{}, 1),
 	}
 	// Policy changes re-register at once.
@@ -405,4 +422,31 @@ func (r *registrar) Start(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// webhookOwner is the owner reference to ClusterRole name, or nil when name
+// is empty.
+func webhookOwner(ctx context.Context, c client.Client, name string) (*metav1.OwnerReference, error) {
+	if name == "" {
+		return nil, nil
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, role); err != nil {
+		return nil, fmt.Errorf("--webhook-owner-cluster-role: %w", err)
+	}
+	return &metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: name, UID: role.UID}, nil
+}
+
+// metricsOptions serve metrics in plain HTTP (local clusters, where they
+// listen on loopback) or, with MetricsSecure, over HTTPS to callers the API
+// server authenticates and authorizes for get /metrics (a ServiceMonitor's
+// bearer token bound to the chart's rampart-metrics-reader), as kubebuilder
+// projects do.
+func metricsOptions(o Options) metricsserver.Options {
+	opts := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.MetricsSecure {
+		opts.SecureServing = true
+		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return opts
 }
