@@ -2,7 +2,8 @@
 # Builds the local control plane's binaries from their pinned Go modules into
 # bin/k8s: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 # (hack/assets/kubernetes), etcd (hack/assets/etcd), kwok and its default
-# stages (hack/assets/kwok). Each group is rebuilt only when a binary is
+# stages (hack/assets/kwok), and helm (hack/assets/helm), which the chart
+# tests install charts/rampart with. Each group is rebuilt only when a binary is
 # missing or its module's go.mod/go.sum changed since the last build, so a
 # warm run takes a second. No prebuilt binary is downloaded.
 set -euo pipefail
@@ -50,4 +51,8 @@ fresh etcd etcd ||
 fresh kwok kwok kwok-stages.yaml ||
   build kwok sh -c "go build -trimpath -ldflags '-s -w' -o '$out/kwok' sigs.k8s.io/kwok/cmd/kwok && go run ./stages > '$out/kwok-stages.yaml'"
 
-echo "assets: bin/k8s has kubernetes $k8s_version, $("$out/etcd" --version | head -1), kwok $(modversion kwok sigs.k8s.io/kwok)"
+helm_version=$(modversion helm helm.sh/helm/v4)
+fresh helm helm ||
+  build helm go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" -o "$out/helm" helm.sh/helm/v4/cmd/helm
+
+echo "assets: bin/k8s has kubernetes $k8s_version, $("$out/etcd" --version | head -1), kwok $(modversion kwok sigs.k8s.io/kwok), helm $helm_version"
