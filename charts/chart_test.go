@@ -1,0 +1,538 @@
+// Tests of the Helm chart (charts/rampart) as an operator uses it: helm
+// lint and the values schema, the flags and rights it gives the binary, and
+// helm install, upgrade and uninstall against a real control plane.
+package charts_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	"github.com/rampart-io/rampart/internal/cli"
+	"github.com/rampart-io/rampart/internal/gateway"
+	"github.com/rampart-io/rampart/internal/localcluster"
+	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
+)
+
+// chart is the chart's directory, relative to this package.
+const chart = "rampart"
+
+// releaseNamespace is where the tests install the chart: not the chart's
+// usual rampart-system, to show nothing depends on that name.
+const releaseNamespace = "rampart-sys"
+
+func TestMain(m *testing.M) {
+	// A plain cluster: the chart installs Rampart.
+	clustertest.Main(m, localcluster.Options{Unprotected: true, Nodes: 2})
+}
+
+// helm runs bin/k8s/helm and returns its combined output.
+func helm(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	assets, _, err := clustertest.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(assets, "helm"), args...).CombinedOutput()
+	return string(out), err
+}
+
+// render is `helm template` of the chart with the given flags.
+func render(t testing.TB, flags ...string) []*unstructured.Unstructured {
+	t.Helper()
+	out, err := helm(t, append([]string{"template", "rampart", chart, "-n", releaseNamespace}, flags...)...)
+	if err != nil {
+		t.Fatalf("helm template %v: %v\n%s", flags, err, out)
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return objs
+		} else if err != nil {
+			t.Fatalf("helm template output: %v", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
+
+func find(t testing.TB, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("the chart renders no %s %s", kind, name)
+	return nil
+}
+
+func convert[T any](t testing.TB, u *unstructured.Unstructured) *T {
+	t.Helper()
+	out := new(T)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
+		t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+	return out
+}
+
+// containerArgs are the args of a Deployment's first container.
+func containerArgs(t testing.TB, objs []*unstructured.Unstructured, deployment string) []string {
+	t.Helper()
+	containers, _, _ := unstructured.NestedSlice(find(t, objs, "Deployment", deployment).Object, "spec", "template", "spec", "containers")
+	if len(containers) == 0 {
+		t.Fatalf("deployment %s has no container", deployment)
+	}
+	args, _, err := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return args
+}
+
+var everything = []string{
+	"--set", "gateway.enabled=true",
+	"--set", "gateway.clientCA.configMap=client-ca",
+	"--set", "gateway.upstreams={https://10.0.0.1:6443,https://10.0.0.2:6443}",
+	"--set", "manager.replicasExempt.users={bot}",
+	"--set", "monitoring.serviceMonitor.enabled=true",
+	"--set", "monitoring.prometheusRule.enabled=true",
+}
+
+func TestChartLints(t *testing.T) {
+	for _, flags := range [][]string{nil, everything} {
+		if out, err := helm(t, append([]string{"lint", "--strict", chart}, flags...)...); err != nil {
+			t.Errorf("helm lint --strict %v: %v\n%s", flags, err, out)
+		}
+	}
+}
+
+func TestChartRejectsBadValues(t *testing.T) {
+	for _, c := range []struct {
+		set, want string
+	}{
+		{"manager.replicas=two", "/manager/replicas': got string, want integer"},
+		{"manager.budgetDisruptionTimeout=30", "/manager/budgetDisruptionTimeout': got number, want string"},
+		{"manager.certValidity=a month", "/manager/certValidity"},
+		{"manager.replicasExempt.serviceAccounts={horizontal-pod-autoscaler}", "/manager/replicasExempt/serviceAccounts/0"},
+		{"gateway.upstreams={10.0.0.1:6443}", "/gateway/upstreams/0"},
+		{"gateway.enabeld=true", "additional properties 'enabeld' not allowed"},
+		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},
+	} {
+		out, err := helm(t, "template", "rampart", chart, "--set", c.set)
+		if err == nil || !strings.Contains(out, c.want) {
+			t.Errorf("helm template --set %s: err %v, want an error naming %q:\n%s", c.set, err, c.want, out)
+		}
+	}
+}
+
+// TestChartArgsAreFlagsOfTheBinary parses the args the chart gives each
+// container with the binary's own command line, so a renamed flag or a
+// malformed value fails here and not in a crash-looping pod.
+func TestChartArgsAreFlagsOfTheBinary(t *testing.T) {
+	objs := render(t, everything...)
+	for _, name := range []string{"rampart-manager", "rampart-gateway"} {
+		args := containerArgs(t, objs, name)
+		for i, a := range args {
+			args[i] = strings.ReplaceAll(a, "$(POD_NAME)", "rampart-gateway-0")
+		}
+		cmd, rest, err := cli.NewRoot().Find(args)
+		if err != nil || cmd.Name() != args[0] {
+			t.Fatalf("%s: args %v name no rampart command: %v", name, args, err)
+		}
+		if err := cmd.ParseFlags(rest); err != nil {
+			t.Errorf("%s: rampart %s rejects the chart's args %v: %v", name, args[0], rest, err)
+		}
+	}
+}
+
+// TestChartGatewayRoleIsTheGatewaysRole keeps the chart's gateway rights
+// the same as those `rampart up` grants (internal/gateway/rbac.go).
+func TestChartGatewayRoleIsTheGatewaysRole(t *testing.T) {
+	role := convert[rbacv1.ClusterRole](t, find(t, render(t, everything...), "ClusterRole", gateway.RoleName))
+	if want := gateway.ClusterRole().Rules; !equality.Semantic.DeepEqual(role.Rules, want) {
+		t.Errorf("the chart's ClusterRole %s differs from gateway.ClusterRole():\nchart: %+v\ncode:  %+v", gateway.RoleName, role.Rules, want)
+	}
+}
+
+// hostIP is an address of this machine the API server can be pointed at
+// through an EndpointSlice, which refuses loopback addresses.
+func hostIP(t testing.TB) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil && ip.IP.IsGlobalUnicast() {
+			return ip.IP.String()
+		}
+	}
+	t.Fatal("this test needs a non-loopback IPv4 address: an EndpointSlice may not point at 127.0.0.1")
+	return ""
+}
+
+func freePort(t testing.TB, host string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// serviceAccountKubeconfig writes a kubeconfig that authenticates as the
+// chart's service account NAME, with a token the API server issues.
+func serviceAccountKubeconfig(t testing.TB, env *clustertest.Env, name string) string {
+	t.Helper()
+	tr, err := env.Client.CoreV1().ServiceAccounts(releaseNamespace).CreateToken(context.Background(), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token for service account %s: %v", name, err)
+	}
+	ca, err := os.ReadFile(env.PKIFile("ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: env.APIServerURL(), CertificateAuthorityData: ca}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: name}
+	cfg.CurrentContext = "local"
+	path := filepath.Join(t.TempDir(), name+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startAsPod runs `rampart ARGS...` with the args the chart gives a pod,
+// then overrides (the last value of a flag wins), as service account sa.
+// The returned func stops it.
+func startAsPod(t testing.TB, env *clustertest.Env, sa string, args []string, overrides ...string) (stop func()) {
+	t.Helper()
+	_, rampart, err := clustertest.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append(append(args, "--kubeconfig", serviceAccountKubeconfig(t, env, sa)), overrides...)
+	cmd := exec.Command(rampart, args...)
+	logs := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("rampart %s logs:\n%s", args[0], logs)
+		}
+	})
+	return stop
+}
+
+// waitReady waits until url answers 200.
+func waitReady(t testing.TB, what, url string) {
+	t.Helper()
+	poll(t, what+" to be ready", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+func poll(t testing.TB, what string, timeout time.Duration, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// TestChartInstallProtectsAndUninstallsCleanly installs the chart with
+// helm, runs the manager exactly as the chart's pods would (its args, its
+// service account, called by the API server through the chart's Service),
+// shows a protected delete refused, then uninstalls and shows that nothing
+// of Rampart's is left in the way.
+func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	kc := "--kubeconfig=" + env.Kubeconfig
+
+	// kwok runs the pods in name only: they get fake IPs no webhook call
+	// could reach, so the manager runs here, with no replicas in the
+	// cluster, behind an EndpointSlice of this machine's address.
+	out, err := helm(t, "install", "rampart", chart, kc, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout=3m",
+		"--set", "gateway.enabled=true")
+	if err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "STATUS: deployed") {
+		t.Fatalf("helm install did not deploy:\n%s", out)
+	}
+	for _, name := range []string{"rampart-manager", "rampart-gateway"} {
+		d, err := env.Client.AppsV1().Deployments(releaseNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || d.Status.AvailableReplicas != 2 {
+			t.Fatalf("deployment %s after helm install --wait: %v, %d available", name, err, d.Status.AvailableReplicas)
+		}
+	}
+	tlsBefore, err := env.Client.CoreV1().Secrets(releaseNamespace).Get(ctx, "rampart-gateway-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := helm(t, "upgrade", "rampart", chart, kc, "-n", releaseNamespace, "--reuse-values", "--wait",
+		"--set", "manager.replicas=0", "--set", "gateway.replicas=0"); err != nil {
+		t.Fatalf("helm upgrade: %v\n%s", err, out)
+	}
+	t.Run("an upgrade keeps the gateway's certificate", func(t *testing.T) {
+		after, err := env.Client.CoreV1().Secrets(releaseNamespace).Get(ctx, "rampart-gateway-tls", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equality.Semantic.DeepEqual(after.Data, tlsBefore.Data) {
+			t.Error("helm upgrade replaced the gateway's CA and certificate: every client's kubeconfig would stop trusting it")
+		}
+	})
+	t.Run("the default traffic policies are installed", func(t *testing.T) {
+		out, err := env.Kubectl(t, "get", "trafficpolicies", "-o", "name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"rampart-control-plane", "rampart-node-leases", "rampart-default"} {
+			if !strings.Contains(out, "trafficpolicy.rampart.io/"+p) {
+				t.Errorf("no TrafficPolicy %s after helm install:\n%s", p, out)
+			}
+		}
+		out, _ = env.Kubectl(t, "get", "trafficpolicy", "rampart-control-plane", "-o", "jsonpath={.spec.match[*].groups}")
+		if !strings.Contains(out, "system:serviceaccounts:"+releaseNamespace) {
+			t.Errorf("rampart-control-plane does not exempt the release namespace's service accounts: %s", out)
+		}
+	})
+
+	objs := render(t, "--set", "gateway.enabled=true")
+	ip, port := hostIP(t), freePort(t, hostIP(t))
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "rampart-webhook-test", Namespace: releaseNamespace,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "rampart-webhook"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("webhook"), Port: ptr.To(int32(port))}},
+	}
+	if _, err := env.Client.DiscoveryV1().EndpointSlices(releaseNamespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stopManager := startManager(t, env, containerArgs(t, objs, "rampart-manager"), ip, port)
+
+	ns := env.Namespace(t)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "ledger", Namespace: ns, Labels: map[string]string{"rampart.io/protection": "Always"}}}
+	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the API server calls the manager through the chart's Service and honours its denial", func(t *testing.T) {
+		poll(t, "the webhook configuration, registered by Service", time.Minute, func(ctx context.Context) (bool, error) {
+			cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "rampart-validating", metav1.GetOptions{})
+			if err != nil || len(cfg.Webhooks) == 0 {
+				return false, nil
+			}
+			svc := cfg.Webhooks[0].ClientConfig.Service
+			return svc != nil && svc.Name == "rampart-webhook" && svc.Namespace == releaseNamespace, nil
+		})
+		var out string
+		poll(t, "the protected ConfigMap's delete to be judged", time.Minute, func(context.Context) (bool, error) {
+			out, _ = env.Kubectl(t, "delete", "configmap", "-n", ns, "ledger")
+			return strings.Contains(out, "denied the request"), nil
+		})
+		if want := "kubectl label -n " + ns + " configmap/ledger rampart.io/protection-"; !strings.Contains(out, want) {
+			t.Errorf("the denial does not say how to proceed (%q):\n%s", want, out)
+		}
+	})
+	t.Run("the chart's ClusterRole owns the webhook configurations", func(t *testing.T) {
+		cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "rampart-validating", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs := cfg.OwnerReferences
+		if len(refs) != 1 || refs[0].Kind != "ClusterRole" || refs[0].Name != "rampart-manager" {
+			t.Errorf("owner references of rampart-validating: %+v", refs)
+		}
+	})
+	t.Run("the gateway runs with the chart's rights and certificate", func(t *testing.T) {
+		checkGatewayAsPod(t, env, containerArgs(t, objs, "rampart-gateway"))
+	})
+
+	// With the manager gone, the protected delete fails closed ...
+	stopManager()
+	if out, err := env.Kubectl(t, "delete", "configmap", "-n", ns, "ledger", "--dry-run=server"); err == nil {
+		t.Fatalf("a protected delete passed while the manager was down:\n%s", out)
+	}
+	// ... until helm uninstall removes Rampart, its webhooks with it.
+	if out, err := helm(t, "uninstall", "rampart", kc, "-n", releaseNamespace, "--wait"); err != nil {
+		t.Fatalf("helm uninstall: %v\n%s", err, out)
+	}
+	t.Run("helm uninstall leaves no webhook behind", func(t *testing.T) {
+		poll(t, "the garbage collector to delete the webhook configurations", time.Minute, func(ctx context.Context) (bool, error) {
+			_, errV := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "rampart-validating", metav1.GetOptions{})
+			_, errM := env.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "rampart-mutating", metav1.GetOptions{})
+			return apierrors.IsNotFound(errV) && apierrors.IsNotFound(errM), nil
+		})
+		if out, err := env.Kubectl(t, "delete", "configmap", "-n", ns, "ledger"); err != nil {
+			t.Errorf("delete after helm uninstall: %v\n%s", err, out)
+		}
+	})
+	t.Run("helm uninstall keeps the CRDs and so every policy", func(t *testing.T) {
+		if out, err := env.Kubectl(t, "get", "crd", "trafficpolicies.rampart.io", "protectionpolicies.rampart.io"); err != nil {
+			t.Errorf("CRDs gone after helm uninstall: %v\n%s", err, out)
+		}
+	})
+}
+
+// startManager runs the manager with the chart's args and service account,
+// serving its webhooks on ip:port, and waits until it is ready.
+func startManager(t *testing.T, env *clustertest.Env, args []string, ip string, port int) (stop func()) {
+	t.Helper()
+	probes := freePort(t, "127.0.0.1")
+	stop = startAsPod(t, env, "rampart-manager", args,
+		"--webhook-bind-host="+ip, "--webhook-port="+strconv.Itoa(port), "--cert-dir="+t.TempDir(),
+		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(freePort(t, "127.0.0.1")),
+		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probes))
+	waitReady(t, "the manager", fmt.Sprintf("http://127.0.0.1:%d/readyz", probes))
+	return stop
+}
+
+// checkGatewayAsPod runs the gateway with the chart's args, service
+// account and generated certificate, and shows that a client trusting the
+// chart's CA gets through it, that the default policy's breaker refuses it
+// when opened, and that the gateway may write its breaker status.
+func checkGatewayAsPod(t *testing.T, env *clustertest.Env, args []string) {
+	ctx := context.Background()
+	secret, err := env.Client.CoreV1().Secrets(releaseNamespace).Get(ctx, "rampart-gateway-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		if err := os.WriteFile(filepath.Join(dir, f), secret.Data[f], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listen, metrics := freePort(t, "127.0.0.1"), freePort(t, "127.0.0.1")
+	for i, a := range args {
+		args[i] = strings.ReplaceAll(a, "$(POD_NAME)", "rampart-gateway-test")
+	}
+	startAsPod(t, env, "rampart-gateway", args,
+		"--tls-cert-file="+filepath.Join(dir, "tls.crt"), "--tls-private-key-file="+filepath.Join(dir, "tls.key"),
+		"--listen=127.0.0.1:"+strconv.Itoa(listen), "--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metrics),
+		"--upstreams="+env.APIServerURL())
+	waitReady(t, "the gateway", fmt.Sprintf("http://127.0.0.1:%d/readyz", metrics))
+
+	// An application's service account, allowed to read its namespace.
+	ns := env.Namespace(t)
+	if _, err := env.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "app"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "app-view"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "app", Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := env.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "app", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client checks the gateway's certificate against the chart's CA
+	// under the Service's name, as a pod in the cluster would.
+	transport, err := rest.TransportFor(&rest.Config{BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{
+		CAData: secret.Data["ca.crt"], ServerName: "rampart-gateway." + releaseNamespace + ".svc"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func() (int, string) {
+		t.Helper()
+		resp, err := (&http.Client{Transport: transport, Timeout: 10 * time.Second}).Get(
+			fmt.Sprintf("https://127.0.0.1:%d/api/v1/namespaces/%s/configmaps", listen, ns))
+		if err != nil {
+			t.Fatalf("LIST through the gateway: %v", err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := list(); code != http.StatusOK {
+		t.Fatalf("LIST through the gateway as an application: %d\n%s", code, body)
+	}
+	_, rampart, err := clustertest.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	breaker := func(verb string) {
+		t.Helper()
+		if out, err := exec.Command(rampart, "gateway", "breaker", verb, "--policy", "rampart-default", "--kubeconfig", env.Kubeconfig).CombinedOutput(); err != nil {
+			t.Fatalf("rampart gateway breaker %s: %v\n%s", verb, err, out)
+		}
+	}
+	breaker("open")
+	defer breaker("close")
+	var code int
+	var body string
+	poll(t, "the open breaker to refuse the application", time.Minute, func(context.Context) (bool, error) {
+		code, body = list()
+		return code == http.StatusTooManyRequests, nil
+	})
+	if !strings.Contains(body, "rampart gateway breaker close --policy rampart-default") {
+		t.Errorf("the refusal does not say how to close the breaker:\n%s", body)
+	}
+	poll(t, "the gateway's status.breakers entry", time.Minute, func(context.Context) (bool, error) {
+		out, _ := env.Kubectl(t, "get", "trafficpolicy", "rampart-default", "-o",
+			`jsonpath={.status.breakers[?(@.gateway=="rampart-gateway-test")].state}`)
+		return out == "Open", nil
+	})
+}
