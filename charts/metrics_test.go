@@ -658,6 +658,8 @@ func TestScanFindsWhatIsNotExported(t *testing.T) {
 		{expr: `rate(rampart_admission_denials_total_bucket[5m])`, want: []string{"metric rampart_admission_denials_total_bucket is not exported"}},
 		{expr: `rate(controller_runtime_webhook_latency_seconds_count[5m])`, legend: "{{path}}",
 			want: []string{`"{{path}}" names label path, which the expression's series do not have`}},
+		{expr: `increase(rampart_flowcontrol_trips_total[5m]) > 0`, legend: "Breaker of {{ $labels.policy }} tripped",
+			want: []string{`"Breaker of {{ $labels.policy }} tripped" names label policy, which the expression's series do not have`}},
 		{expr: `label_replace(rampart_gateway_breaker_state, "p", "$1", "policy", "(.*)")`,
 			want: []string{"label_replace takes label names as strings, which the scan cannot check"}},
 	} {
