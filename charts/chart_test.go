@@ -128,6 +128,7 @@ var everything = []string{
 	"--set", "manager.replicasExempt.users={bot}",
 	"--set", "monitoring.serviceMonitor.enabled=true",
 	"--set", "monitoring.prometheusRule.enabled=true",
+	"--set", "monitoring.dashboard.enabled=true",
 }
 
 func TestChartLints(t *testing.T) {
@@ -310,7 +311,7 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 	// could reach, so the manager runs here, with no replicas in the
 	// cluster, behind an EndpointSlice of this machine's address.
 	out, err := helm(t, "install", "rampart", chart, kc, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout=3m",
-		"--set", "gateway.enabled=true")
+		"--set", "gateway.enabled=true", "--set", "monitoring.dashboard.enabled=true")
 	if err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}

@@ -39,7 +39,7 @@ import (
 
 const (
 	dashboardFile = "rampart/files/dashboard.json"
-	alertsFile    = "../config/prometheus/alerts.yaml"
+	alertsFile    = "rampart/files/alerts.yaml"
 	// managerDir holds collectors the manager registers only in Run, which
 	// needs a cluster (see managerDescs).
 	managerDir = "../internal/manager"
