@@ -307,11 +307,25 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 	ctx := context.Background()
 	kc := "--kubeconfig=" + env.Kubeconfig
 
+	// The Prometheus operator's CRDs, so that the API server validates the
+	// chart's ServiceMonitors and PrometheusRule.
+	assets, _, err := clustertest.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := env.Kubectl(t, "apply", "--server-side", "-f", filepath.Join(assets, "crds")); err != nil {
+		t.Fatalf("Prometheus operator CRDs: %v\n%s", err, out)
+	}
+	if out, err := env.Kubectl(t, "wait", "--for=condition=Established", "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com"); err != nil {
+		t.Fatalf("Prometheus operator CRDs: %v\n%s", err, out)
+	}
+
 	// kwok runs the pods in name only: they get fake IPs no webhook call
 	// could reach, so the manager runs here, with no replicas in the
 	// cluster, behind an EndpointSlice of this machine's address.
 	out, err := helm(t, "install", "rampart", chart, kc, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout=3m",
-		"--set", "gateway.enabled=true", "--set", "monitoring.dashboard.enabled=true")
+		"--set", "gateway.enabled=true", "--set", "monitoring.dashboard.enabled=true",
+		"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true")
 	if err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}
@@ -339,6 +353,18 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 		}
 		if !equality.Semantic.DeepEqual(after.Data, tlsBefore.Data) {
 			t.Error("helm upgrade replaced the gateway's CA and certificate: every client's kubeconfig would stop trusting it")
+		}
+	})
+	t.Run("the monitoring objects are installed", func(t *testing.T) {
+		out, err := env.Kubectl(t, "get", "-n", releaseNamespace, "servicemonitors,prometheusrules,configmaps", "-o", "name")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		for _, o := range []string{"servicemonitor.monitoring.coreos.com/rampart-manager", "servicemonitor.monitoring.coreos.com/rampart-gateway",
+			"prometheusrule.monitoring.coreos.com/rampart", "configmap/rampart-dashboard"} {
+			if !strings.Contains(out, o) {
+				t.Errorf("no %s after helm install:\n%s", o, out)
+			}
 		}
 	})
 	t.Run("the default traffic policies are installed", func(t *testing.T) {

@@ -2,8 +2,9 @@
 # Builds the local control plane's binaries from their pinned Go modules into
 # bin/k8s: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 # (hack/assets/kubernetes), etcd (hack/assets/etcd), kwok and its default
-# stages (hack/assets/kwok), and helm (hack/assets/helm), which the chart
-# tests install charts/rampart with. Each group is rebuilt only when a binary is
+# stages (hack/assets/kwok), helm (hack/assets/helm), which the chart tests
+# install charts/rampart with, and the Prometheus operator's ServiceMonitor
+# and PrometheusRule CRDs (hack/assets/monitoring) into bin/k8s/crds. Each group is rebuilt only when a binary is
 # missing or its module's go.mod/go.sum changed since the last build, so a
 # warm run takes a second. No prebuilt binary is downloaded.
 set -euo pipefail
@@ -54,5 +55,17 @@ fresh kwok kwok kwok-stages.yaml ||
 helm_version=$(modversion helm helm.sh/helm/v4)
 fresh helm helm ||
   build helm go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" -o "$out/helm" helm.sh/helm/v4/cmd/helm
+
+# copy_monitoring_crds copies the two CRDs out of the pinned module.
+copy_monitoring_crds() {
+  local dir
+  dir=$(go mod download -json github.com/prometheus-operator/prometheus-operator | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  mkdir -p "$out/crds"
+  for kind in servicemonitors prometheusrules; do
+    install -m 644 "$dir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$out/crds/"
+  done
+}
+fresh monitoring crds/monitoring.coreos.com_servicemonitors.yaml crds/monitoring.coreos.com_prometheusrules.yaml ||
+  build monitoring copy_monitoring_crds
 
 echo "assets: bin/k8s has kubernetes $k8s_version, $("$out/etcd" --version | head -1), kwok $(modversion kwok sigs.k8s.io/kwok), helm $helm_version"
