@@ -87,8 +87,8 @@ type Options struct {
 	MetricsAddr, ProbeAddr string
 	// MetricsSecure serves metrics over HTTPS to callers the API server
 	// authenticates and allows to get /metrics (in a cluster).
-	MetricsSecure bool
-	LeaderElection         bool
+	MetricsSecure  bool
+	LeaderElection bool
 	// ReplicasExempt are requesters the explicit-replicas label never
 	// denies, e.g. the horizontal-pod-autoscaler's service account.
 	ReplicasExempt v1alpha1.Subjects
