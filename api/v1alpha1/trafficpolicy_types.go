@@ -228,7 +228,13 @@ const (
 
 // TrafficListGuard prices a LIST by the objects it will return: the
 // number of objects of its resource in its scope (the namespace, or the
-// whole cluster), at most its limit. Other requests cost nothing here.
+// whole cluster), at most its limit (a LIST from resourceVersion=0 is
+// served whole from the API server's cache whatever its limit, and priced
+// so; one named by fieldSelector metadata.name costs one). A watch that
+// starts by streaming every object in its scope (an informer's initial
+// sync: sendInitialEvents=true, or no resourceVersion) is priced the same
+// against the same budget, when the policy matches watches. Other
+// requests cost nothing here.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.objectsPerSecond) || has(self.maxUnpaginatedObjects)",message="set objectsPerSecond, maxUnpaginatedObjects, or both"
 // +kubebuilder:validation:XValidation:rule="!has(self.objectsBurst) || has(self.objectsPerSecond)",message="objectsBurst needs objectsPerSecond"

@@ -90,6 +90,7 @@ ClusterRole rampart-gateway.`,
 	f.BoolVar(&anonymous, "anonymous-auth", true, "forward requests without credentials as system:anonymous; set false when the API servers run with --anonymous-auth=false")
 	f.IntVar(&o.AccessLogPercent, "access-log-percent", 0, "percent of requests no TrafficPolicy matches written to the access log")
 	f.StringSliceVar(&o.CountResources, "count-resources", []string{"pods"}, "resources the LIST guard counts per namespace from the start, not from their first guarded LIST (kubectl's names: pods,secrets,deployments.apps)")
+	f.DurationVar(&o.CountIdleAfter, "count-idle-after", 10*time.Minute, "stop counting a resource per namespace (one watch of its metadata) after no guarded LIST or watch-list of it for this long; --count-resources are counted always")
 	f.StringVar(&o.Name, "name", "", "this replica's name in TrafficPolicies' status.breakers (default: the host name; in a Pod, pass its name)")
 	cmd.AddCommand(newBreakerCommand())
 	f.DurationVar(&o.ShutdownWatchSpread, "shutdown-watch-spread", 5*time.Second, "on SIGTERM, end the watches in batches over this time, each so that its client resumes from where it was instead of relisting; set the pod's terminationGracePeriodSeconds above this plus 10s")

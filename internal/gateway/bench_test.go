@@ -70,7 +70,7 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	// direct2 picks one of the API servers at random per request.
 	direct2 := rest.CopyConfig(env.Config)
 	direct2.Host = strings.Join(env.APIServerURLs(), ",")
-	oneUpstream := inProcessGateway(b, env, env.APIServerURLs()[:1])
+	oneUpstream, _ := inProcessGateway(b, env, gateway.Options{Upstreams: env.APIServerURLs()[:1]})
 	// Each gateway mode is compared with the direct mode that reaches the
 	// same API servers: two Go API servers on two cores have longer tails
 	// than one, whoever spreads the requests.
@@ -190,21 +190,19 @@ func run(b *testing.B, client *http.Client, host string, path func(*rand.Rand) s
 	return all, time.Since(start)
 }
 
-// inProcessGateway runs a gateway in this process in front of the first
-// API server only, with the gateway's own identity and certificates, and
-// returns the admin configuration through it.
-func inProcessGateway(b *testing.B, env *clustertest.Env, upstreams []string) *rest.Config {
+// inProcessGateway runs a gateway in this process, configured by opts,
+// with the gateway's own identity and certificates, and returns the admin
+// configuration through it, and the gateway.
+func inProcessGateway(b testing.TB, env *clustertest.Env, opts gateway.Options) (*rest.Config, *gateway.Gateway) {
 	own, err := clientcmd.BuildConfigFromFlags("", env.Dir+"/kubeconfigs/rampart-gateway.kubeconfig")
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := gateway.New(own, gateway.Options{
-		Upstreams:    upstreams,
-		CertFile:     env.PKIFile("gateway.crt"),
-		KeyFile:      env.PKIFile("gateway.key"),
-		ClientCAFile: env.PKIFile("ca.crt"),
-		Log:          discardLog,
-	})
+	opts.CertFile, opts.KeyFile, opts.ClientCAFile = env.PKIFile("gateway.crt"), env.PKIFile("gateway.key"), env.PKIFile("ca.crt")
+	if opts.Log == nil {
+		opts.Log = discardLog
+	}
+	g, err := gateway.New(own, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -223,7 +221,7 @@ func inProcessGateway(b *testing.B, env *clustertest.Env, upstreams []string) *r
 	b.Cleanup(func() { cancel(); <-done })
 	cfg := viaGateway(b, env)
 	cfg.Host = "https://" + ln.Addr().String()
-	return cfg
+	return cfg, g
 }
 
 var discardLog = slog.New(slog.DiscardHandler)

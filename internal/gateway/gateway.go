@@ -84,6 +84,10 @@ type Options struct {
 	// the start (kubectl's names: "pods", "deployments.apps"); others
 	// from their first guarded LIST.
 	CountResources []string
+	// CountIdleAfter stops counting a resource counted since a guarded
+	// request (not a CountResources one) when no guarded LIST or
+	// watch-list of it has come for this long. 0: 10 minutes.
+	CountIdleAfter time.Duration
 	// Name is this replica's name in status.breakers; empty: the host
 	// name.
 	Name string
@@ -225,6 +229,9 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	}
 	if g.counts, err = newObjectCounts(own, g.client.CoreV1().RESTClient(), g.log); err != nil {
 		return nil, err
+	}
+	if opts.CountIdleAfter > 0 {
+		g.counts.idleAfter = opts.CountIdleAfter
 	}
 	g.metrics.registry.MustRegister(g.counts)
 	g.auth = identity.New(g.client.AuthenticationV1().TokenReviews(), g.client.AuthorizationV1().SubjectAccessReviews(), opts.Identity)

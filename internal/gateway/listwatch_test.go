@@ -70,6 +70,19 @@ func kubeconfigFor(t *testing.T, cfg *rest.Config) string {
 
 var holdsRE = regexp.MustCompile(`holds (\d+)`)
 
+// waitRootCA waits for the kube-root-ca.crt that a controller puts in
+// every namespace a moment after it is made, so that counts are known.
+func waitRootCA(t *testing.T, env *clustertest.Env, ns string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := env.Client.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("kube-root-ca.crt never appeared in %s", ns)
+	}
+}
+
 // The LIST guard with 1,200 ConfigMaps in one namespace and 3 in another:
 // an unpaginated LIST of the big namespace is refused with the advice;
 // paginated, from the cache, or of the small namespace it passes; and a
@@ -78,17 +91,8 @@ var holdsRE = regexp.MustCompile(`holds (\d+)`)
 func TestListGuard(t *testing.T) {
 	env := clustertest.Get(t)
 	big, small := env.Namespace(t), env.Namespace(t)
-	// Every namespace gets kube-root-ca.crt from a controller, a moment
-	// after it is made: wait for it, so that the counts are known.
-	for _, ns := range []string{big, small} {
-		err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			_, err := env.Client.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
-			return err == nil, nil
-		})
-		if err != nil {
-			t.Fatalf("kube-root-ca.crt never appeared in %s", ns)
-		}
-	}
+	waitRootCA(t, env, big)
+	waitRootCA(t, env, small)
 	start := time.Now()
 	createConfigMaps(t, env, big, "cm", 1200)
 	createConfigMaps(t, env, small, "cm", 3)
@@ -429,12 +433,15 @@ type countingListWatch struct {
 	client           kubernetes.Interface
 	ns               string
 	relists, watches atomic.Int64
+	// lists are the relists that were LISTs, not watch-lists.
+	lists atomic.Int64
 }
 
 func (c *countingListWatch) ListWatch() *cache.ListWatch {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			c.relists.Add(1)
+			c.lists.Add(1)
 			return c.client.CoreV1().ConfigMaps(c.ns).List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {

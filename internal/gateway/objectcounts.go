@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -36,8 +37,14 @@ const (
 	// maxCountedResources bounds the resources the gateway watches to
 	// count per namespace: only resources LISTed under a list guard are
 	// watched, and a handful of kinds (pods, configmaps, secrets, events)
-	// are the ones that matter.
+	// are the ones that matter. At the cap, a resource is priced by the
+	// API server's cluster-wide count alone (see For).
 	maxCountedResources = 64
+	// defaultCountIdleAfter is how long a resource counted since a
+	// guarded request is counted with none: then its watch is stopped,
+	// so that the cap counts the resources in use, not every resource
+	// ever listed.
+	defaultCountIdleAfter = 10 * time.Minute
 )
 
 // objectCounts knows how many objects each resource has, cluster-wide and
@@ -60,12 +67,20 @@ type objectCounts struct {
 	// discovery resolves the versions of resources counted eagerly.
 	discovery discovery.DiscoveryInterface
 
+	// idleAfter: see defaultCountIdleAfter.
+	idleAfter time.Duration
+	// uncounted counts guarded requests of resources not counted per
+	// namespace because maxCountedResources are.
+	uncounted prometheus.Counter
+
 	mu sync.Mutex
 	// ctx is the gateway's background context, set by run: informers
-	// started later live as long as it.
+	// started later live as long as it, or until idle.
 	ctx       context.Context
 	cluster   map[schema.GroupResource]int64 // from the API server's metric
 	resources map[schema.GroupResource]*namespaceCounts
+	// atCapLogged says the cap has been logged since it was last reached.
+	atCapLogged bool
 }
 
 // namespaceCounts counts one resource's objects per namespace.
@@ -74,6 +89,12 @@ type namespaceCounts struct {
 	perNS  map[string]int64
 	total  int64
 	synced cache.InformerSynced
+
+	// Under objectCounts.mu: eager counts (--count-resources) are never
+	// stopped; others are stopped by stop once lastUsed is idleAfter old.
+	eager    bool
+	lastUsed time.Time
+	stop     context.CancelFunc
 }
 
 func newObjectCounts(cfg *rest.Config, restClient rest.Interface, log *slog.Logger) (*objectCounts, error) {
@@ -85,21 +106,43 @@ func newObjectCounts(cfg *rest.Config, restClient rest.Interface, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	return &objectCounts{log: log, rest: restClient, md: md, discovery: disc, cluster: map[schema.GroupResource]int64{}, resources: map[schema.GroupResource]*namespaceCounts{}}, nil
+	return &objectCounts{
+		log: log, rest: restClient, md: md, discovery: disc, idleAfter: defaultCountIdleAfter,
+		uncounted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rampart_gateway_uncounted_lists_total",
+			Help: fmt.Sprintf("Guarded LISTs and watch-lists of resources the gateway does not count per namespace because it already counts %d (the cap): "+
+				"priced by the API server's cluster-wide count, and a namespaced one never refused as unpaginated. Resources unused for a while stop being counted.", maxCountedResources),
+		}),
+		cluster: map[schema.GroupResource]int64{}, resources: map[schema.GroupResource]*namespaceCounts{},
+	}, nil
 }
 
-// For is what the gateway knows of r's resource's objects. A first guarded
-// LIST of a resource starts counting it per namespace.
-func (c *objectCounts) For(r traffic.Request) traffic.ObjectCounts {
+// For is what the gateway knows of r's resource's objects at now. A first
+// guarded request of a resource starts counting it per namespace; each one
+// keeps it counted (see stopIdle).
+func (c *objectCounts) For(r traffic.Request, now time.Time) traffic.ObjectCounts {
 	gr := schema.GroupResource{Group: r.APIGroup, Resource: r.Resource}
 	c.mu.Lock()
 	cluster, known := c.cluster[gr]
 	nc := c.resources[gr]
 	// Only resources the API server counts are watched: a LIST of a
 	// resource that does not exist starts nothing.
-	if nc == nil && known && c.ctx != nil && len(c.resources) < maxCountedResources && r.Version != "" {
-		nc = c.start(schema.GroupVersionResource{Group: r.APIGroup, Version: r.Version, Resource: r.Resource})
-		c.resources[gr] = nc
+	if nc == nil && known && c.ctx != nil && r.Version != "" {
+		if len(c.resources) < maxCountedResources {
+			nc = c.start(schema.GroupVersionResource{Group: r.APIGroup, Version: r.Version, Resource: r.Resource})
+			c.resources[gr] = nc
+		} else {
+			c.uncounted.Inc()
+			if !c.atCapLogged {
+				c.atCapLogged = true
+				c.log.Warn("the LIST guard counts objects per namespace for at most this many resources and counts that many: "+
+					"this resource is priced by its cluster-wide count, and its namespaced unpaginated LISTs are not refused, until a counted resource goes unused",
+					"max", maxCountedResources, "resource", gr.String(), "idleAfter", c.idleAfter.String())
+			}
+		}
+	}
+	if nc != nil {
+		nc.lastUsed = now
 	}
 	c.mu.Unlock()
 	out := traffic.ObjectCounts{Cluster: cluster, ClusterKnown: known}
@@ -114,10 +157,11 @@ func (c *objectCounts) For(r traffic.Request) traffic.ObjectCounts {
 	return out
 }
 
-// start watches gvr's metadata and counts its objects per namespace.
-// Called with c.mu held.
+// start watches gvr's metadata and counts its objects per namespace,
+// until stopped or the gateway stops. Called with c.mu held.
 func (c *objectCounts) start(gvr schema.GroupVersionResource) *namespaceCounts {
-	nc := &namespaceCounts{perNS: map[string]int64{}}
+	ctx, stop := context.WithCancel(c.ctx)
+	nc := &namespaceCounts{perNS: map[string]int64{}, stop: stop}
 	informer := metadatainformer.NewFilteredMetadataInformer(c.md, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
 	// Only the namespace and name are kept: the cache of a resource with
 	// many objects stays small.
@@ -137,8 +181,35 @@ func (c *objectCounts) start(gvr schema.GroupVersionResource) *namespaceCounts {
 	}
 	nc.synced = reg.HasSynced
 	c.log.Info("counting objects per namespace for the LIST guard", "resource", gvr.String())
-	go informer.Run(c.ctx.Done())
+	go informer.Run(ctx.Done())
 	return nc
+}
+
+// idleCounts are the resources whose counts may stop at now: counted
+// since a guarded request (not eagerly) and consulted by none for
+// idleAfter.
+func idleCounts(resources map[schema.GroupResource]*namespaceCounts, now time.Time, idleAfter time.Duration) []schema.GroupResource {
+	var idle []schema.GroupResource
+	for gr, nc := range resources {
+		if !nc.eager && now.Sub(nc.lastUsed) >= idleAfter {
+			idle = append(idle, gr)
+		}
+	}
+	return idle
+}
+
+// stopIdle stops counting the resources idle at now (idleCounts): their
+// watches end and their slots under maxCountedResources free up. A later
+// guarded request starts counting again.
+func (c *objectCounts) stopIdle(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, gr := range idleCounts(c.resources, now, c.idleAfter) {
+		c.resources[gr].stop()
+		delete(c.resources, gr)
+		c.atCapLogged = false
+		c.log.Info("stopped counting objects per namespace for the LIST guard: no guarded LIST or watch-list of the resource", "resource", gr.String(), "for", c.idleAfter.String())
+	}
 }
 
 // countEagerly starts counting resources (kubectl's names: "pods",
@@ -160,6 +231,7 @@ func (c *objectCounts) countEagerly(ctx context.Context, resources []string) {
 			if c.resources[gr] == nil {
 				c.resources[gr] = c.start(gvr)
 			}
+			c.resources[gr].eager = true
 			c.mu.Unlock()
 		}
 		if pending = missing; len(pending) == 0 {
@@ -204,6 +276,7 @@ func (c *objectCounts) run(ctx context.Context, eager []string) {
 	t := time.NewTicker(countScrapeInterval)
 	defer t.Stop()
 	for {
+		c.stopIdle(time.Now())
 		if err := c.scrape(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("reading the API server's object counts for the LIST guard (the gateway needs get on nonResourceURL /metrics, ClusterRole rampart-gateway)", "err", err.Error())
 		}
@@ -297,7 +370,14 @@ var knownObjectsDesc = prometheus.NewDesc("rampart_gateway_known_objects",
 	"Objects of each resource in the cluster as the LIST guard knows them: from its own watch once a guarded LIST has started one, else from the API server's apiserver_resource_objects.",
 	[]string{"resource"}, nil)
 
-func (c *objectCounts) Describe(ch chan<- *prometheus.Desc) { ch <- knownObjectsDesc }
+var countedResourcesDesc = prometheus.NewDesc("rampart_gateway_counted_resources",
+	fmt.Sprintf("Resources the LIST guard counts per namespace (at most %d; see rampart_gateway_uncounted_lists_total).", maxCountedResources), nil, nil)
+
+func (c *objectCounts) Describe(ch chan<- *prometheus.Desc) {
+	ch <- knownObjectsDesc
+	ch <- countedResourcesDesc
+	c.uncounted.Describe(ch)
+}
 
 func (c *objectCounts) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
@@ -320,4 +400,6 @@ func (c *objectCounts) Collect(ch chan<- prometheus.Metric) {
 	for gr, n := range counts {
 		ch <- prometheus.MustNewConstMetric(knownObjectsDesc, prometheus.GaugeValue, float64(n), gr.String())
 	}
+	ch <- prometheus.MustNewConstMetric(countedResourcesDesc, prometheus.GaugeValue, float64(len(watched)))
+	c.uncounted.Collect(ch)
 }

@@ -42,13 +42,18 @@ func ScopeObjects(r Request, c ObjectCounts) (int64, bool) {
 	return c.Namespace, c.NamespaceKnown
 }
 
-// ListCost estimates the objects a LIST will return: the objects in its
-// scope, at most its limit. Until a namespace's count is known, a
-// namespaced LIST is priced at the cluster's count (at most its limit):
-// an upper bound, used for the cost budget only (AdmitList), for the few
-// moments until the resource's watch has synced. With no count at all it
-// costs nothing: the gateway does not refuse on a guess.
+// ListCost estimates the objects a LIST, or a watch's initial events,
+// will return: the objects in its scope, at most its limit where the API
+// server honours it, at most one when a field selector names the object.
+// Until a namespace's count is known, a namespaced request is priced at
+// the cluster's count: an upper bound, used for the cost budget only, for
+// the few moments until the resource's watch has synced. With no count
+// at all it costs nothing: the gateway does not refuse on a guess. A
+// watch that streams no initial state costs nothing.
 func ListCost(r Request, c ObjectCounts) int64 {
+	if r.Verb == "watch" && !r.InitialEvents() {
+		return 0
+	}
 	n, ok := ScopeObjects(r, c)
 	if !ok {
 		if !c.ClusterKnown {
@@ -56,10 +61,26 @@ func ListCost(r Request, c ObjectCounts) int64 {
 		}
 		n = c.Cluster
 	}
-	if r.Limit > 0 {
-		n = min(n, r.Limit)
+	if limit := EffectiveLimit(r); limit > 0 {
+		n = min(n, limit)
+	}
+	if r.SingleObject {
+		n = min(n, 1)
 	}
 	return max(n, 0)
+}
+
+// EffectiveLimit is the page size the API server will honour for r: 0
+// (everything) for a watch, and for a LIST from resourceVersion "0",
+// which the watch cache serves whole whatever its limit (1.36,
+// cacher.go computeListLimit: "the limit is ignored for requests that
+// set RV == 0"), so that such a LIST is priced at its scope, not at a
+// limit it will not get.
+func EffectiveLimit(r Request) int64 {
+	if r.Verb != "list" || r.ResourceVersion == "0" {
+		return 0
+	}
+	return max(r.Limit, 0)
 }
 
 // Unpaginated says whether the API server would read r whole from etcd
@@ -147,19 +168,55 @@ func (g *Guards) AdmitList(p *Policy, r Request, counts ObjectCounts, now time.T
 	}
 	// The refusal needs a real count of the scope: a namespaced LIST is
 	// never refused because the cluster as a whole is large.
-	if n, known := ScopeObjects(r, counts); lg.MaxUnpaginatedObjects != nil && Unpaginated(r) && known && n > int64(*lg.MaxUnpaginatedObjects) {
+	if n, known := ScopeObjects(r, counts); lg.MaxUnpaginatedObjects != nil && Unpaginated(r) && !r.SingleObject && known && n > int64(*lg.MaxUnpaginatedObjects) {
 		return refuse(ReasonUnpaginated, 0, fmt.Sprintf(
 			"TrafficPolicy %q refuses LISTs that the API server would read whole from etcd when they hold more than %d objects, and %s holds %d. "+
 				"Send limit=500 and follow metadata.continue (kubectl does so by default; client-go: ListOptions{Limit: 500} or k8s.io/client-go/tools/pager), "+
 				"or resourceVersion=0 to be served from the API server's cache as informers are",
 			p.Name, *lg.MaxUnpaginatedObjects, scopeText(r), n))
 	}
-	if lg.ObjectsPerSecond == nil {
-		return Verdict{Admitted: true}
+	v, _ := g.chargeList(p, r, counts, now)
+	return v
+}
+
+// Admit applies policy p's list and watch guards to r. A LIST is priced
+// by AdmitList. A watch that starts by streaming its scope's objects (an
+// informer's watch-list, see Request.InitialEvents) is a LIST served from
+// the watch cache: it is charged to the same object budget (never
+// refused as unpaginated: it does not read etcd), and must also pass the
+// watch guard; if the watch guard refuses it, the charge is given back.
+// An admitted request must call Done when it ends.
+func (g *Guards) Admit(p *Policy, r Request, counts ObjectCounts, now time.Time) Verdict {
+	switch r.Verb {
+	case "list":
+		return g.AdmitList(p, r, counts, now)
+	case "watch":
+		undo := func() {}
+		if p.Spec.List != nil && r.InitialEvents() {
+			var v Verdict
+			if v, undo = g.chargeList(p, r, counts, now); !v.Admitted {
+				return v
+			}
+		}
+		v := g.AdmitWatch(p, r, now)
+		if !v.Admitted {
+			undo()
+		}
+		return v
+	}
+	return Verdict{Admitted: true}
+}
+
+// chargeList takes r's cost from its client's object budget under p. On
+// admission it returns how to give the charge back.
+func (g *Guards) chargeList(p *Policy, r Request, counts ObjectCounts, now time.Time) (Verdict, func()) {
+	nothing := func() {}
+	if p.Spec.List.ObjectsPerSecond == nil {
+		return Verdict{Admitted: true}, nothing
 	}
 	cost := ListCost(r, counts)
 	if cost <= 0 {
-		return Verdict{Admitted: true}
+		return Verdict{Admitted: true}, nothing
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -168,43 +225,60 @@ func (g *Guards) AdmitList(p *Policy, r Request, counts ObjectCounts, now time.T
 	s.clients.sweep(now, func(b *rate.Limiter) bool { return b.TokensAt(now) < 0 })
 	name := clientName(s.key, r)
 	bucket := s.clients.get(name, now, func() *rate.Limiter { return rate.NewLimiter(rate.Limit(s.perSecond), s.burst) })
-	wait, ok := charge(bucket, int(min(cost, int64(maxCharge))), s.burst, s.perSecond, now)
+	res, wait, ok := charge(bucket, int(min(cost, int64(maxCharge))), s.burst, s.perSecond, now)
 	if ok {
-		return Verdict{Admitted: true}
+		return Verdict{Admitted: true}, func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			res.CancelAt(now)
+		}
+	}
+	if r.Verb == "watch" {
+		return refuse(ReasonListCost, wait, fmt.Sprintf(
+			"TrafficPolicy %q gives each %s a LIST budget of %g objects/s (burst %d), and a watch that starts by sending every object (an informer's initial sync: sendInitialEvents=true, or no resourceVersion) is a LIST: "+
+				"this one of %s costs about %d objects and %s %q has spent its budget: retry in %s. "+
+				"client-go informers retry by themselves; start fewer at once and share them (one SharedInformerFactory per process), or resume watches from a resourceVersion",
+			p.Name, keyText(s.key), s.perSecond, s.burst, scopeText(r), cost, keyText(s.key), name, wait.Round(100*time.Millisecond))), nothing
+	}
+	hint := "Paginate (limit=500), read from the API server's cache with resourceVersion=0 (an informer does so and then only watches), or LIST less often"
+	if r.ResourceVersion == "0" {
+		hint = "With resourceVersion=0 the API server's cache returns every object whatever the limit, so the LIST is priced whole: paginate (limit=500 without resourceVersion=0), " +
+			"or LIST less often (an informer lists once and then only watches)"
 	}
 	return refuse(ReasonListCost, wait, fmt.Sprintf(
-		"TrafficPolicy %q gives each %s a LIST budget of %g objects/s (burst %d); this LIST of %s costs about %d objects and %s %q has spent its budget: retry in %s. "+
-			"Paginate (limit=500), read from the API server's cache with resourceVersion=0 (an informer does so and then only watches), or LIST less often",
-		p.Name, keyText(s.key), s.perSecond, s.burst, scopeText(r), cost, keyText(s.key), name, wait.Round(100*time.Millisecond)))
+		"TrafficPolicy %q gives each %s a LIST budget of %g objects/s (burst %d); this LIST of %s costs about %d objects and %s %q has spent its budget: retry in %s. %s",
+		p.Name, keyText(s.key), s.perSecond, s.burst, scopeText(r), cost, keyText(s.key), name, wait.Round(100*time.Millisecond), hint)), nothing
 }
 
 // maxCharge bounds one LIST's charge so that the int conversions below
 // cannot overflow; no budget is anywhere near it.
 const maxCharge = 1 << 30
 
-// charge takes cost tokens from a client's bucket. A cost within the
+// charge takes cost tokens from a client's bucket and returns the
+// reservation, which gives them back if cancelled. A cost within the
 // burst waits for its tokens like any reservation. A cost above the burst
 // is admitted only from a full bucket and leaves it in debt: x/time/rate
 // refuses a reservation above the burst, so the burst is raised to the
 // cost for that one reservation and set back; the tokens go negative by
 // cost-burst, and the client's next LIST waits until that is paid back at
-// perSecond.
-func charge(b *rate.Limiter, cost, burst int, perSecond float64, now time.Time) (time.Duration, bool) {
+// perSecond. (Cancelling it refills the bucket to the burst, which is
+// where it was.)
+func charge(b *rate.Limiter, cost, burst int, perSecond float64, now time.Time) (*rate.Reservation, time.Duration, bool) {
 	if cost <= burst {
 		res := b.ReserveN(now, cost)
 		if wait := res.DelayFrom(now); wait > 0 {
 			res.CancelAt(now)
-			return wait, false
+			return nil, wait, false
 		}
-		return 0, true
+		return res, 0, true
 	}
 	if tokens := b.TokensAt(now); tokens < float64(burst) {
-		return time.Duration((float64(burst) - tokens) / perSecond * float64(time.Second)), false
+		return nil, time.Duration((float64(burst) - tokens) / perSecond * float64(time.Second)), false
 	}
 	b.SetBurstAt(now, cost)
-	b.ReserveN(now, cost)
+	res := b.ReserveN(now, cost)
 	b.SetBurstAt(now, burst)
-	return 0, true
+	return res, 0, true
 }
 
 func (g *Guards) listState(p *Policy, now time.Time) *listState {

@@ -30,6 +30,17 @@ func TestListCost(t *testing.T) {
 		{"nothing known costs nothing", ns, ObjectCounts{}, 0},
 		{"cluster-scoped LIST with nothing known", all, ObjectCounts{}, 0},
 		{"an empty namespace costs nothing", ns, ObjectCounts{Cluster: 5000, ClusterKnown: true, NamespaceKnown: true}, 0},
+		// The watch cache serves resourceVersion=0 whole, limit or not.
+		{"resourceVersion=0 ignores the limit", Request{Verb: "list", Namespace: "big", Limit: 10, ResourceVersion: "0"}, synced, 1200},
+		{"a limit from an exact resourceVersion is honoured", Request{Verb: "list", Namespace: "big", Limit: 10, ResourceVersion: "77"}, synced, 10},
+		{"one object named by a field selector", Request{Verb: "list", Namespace: "big", SingleObject: true}, synced, 1},
+		// Watches cost what they stream before the changes.
+		{"an informer's watch-list costs its scope", Request{Verb: "watch", Namespace: "big", SendInitialEvents: ptrTo(true), ResourceVersion: "77"}, synced, 1200},
+		{"a legacy watch without resourceVersion streams its scope", Request{Verb: "watch"}, synced, 5000},
+		{"a legacy watch from resourceVersion 0 streams its scope", Request{Verb: "watch", Namespace: "big", ResourceVersion: "0"}, synced, 1200},
+		{"a watch resuming from a resourceVersion costs nothing", Request{Verb: "watch", Namespace: "big", ResourceVersion: "77"}, synced, 0},
+		{"sendInitialEvents=false costs nothing", Request{Verb: "watch", Namespace: "big", SendInitialEvents: ptrTo(false)}, synced, 0},
+		{"a watch-list of one named object", Request{Verb: "watch", Namespace: "big", SendInitialEvents: ptrTo(true), SingleObject: true}, synced, 1},
 	} {
 		if got := ListCost(tc.r, tc.counts); got != tc.want {
 			t.Errorf("%s: ListCost = %d, want %d", tc.name, got, tc.want)
@@ -68,6 +79,7 @@ func TestUnpaginatedLargeListRefusedOnlyOnARealCount(t *testing.T) {
 		{"all namespaces, cluster count from the metric", Request{Verb: "list", Resource: "configmaps", User: "alice"}, ObjectCounts{Cluster: 5000, ClusterKnown: true}, true},
 		{"all namespaces, count unknown", Request{Verb: "list", Resource: "configmaps", User: "alice"}, ObjectCounts{}, false},
 		{"exactly at the threshold", ns(""), ObjectCounts{Namespace: 1000, NamespaceKnown: true}, false},
+		{"one object named by a field selector", Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: "alice", SingleObject: true}, big, false},
 	} {
 		v := NewGuards().AdmitList(&p, tc.r, tc.counts, time.Unix(0, 0))
 		if v.Admitted == tc.refused {
@@ -289,5 +301,64 @@ func TestReconnectStormSpreadOverTheRate(t *testing.T) {
 		if !strings.Contains(v.Message, want) {
 			t.Errorf("message %q lacks %q", v.Message, want)
 		}
+	}
+}
+
+// An informer's initial sync (a watch-list) spends the same object budget
+// as a LIST: a relist storm of informers cannot pass around it. It is
+// never refused as unpaginated (the watch cache serves it), and a watch
+// refused by the watch guard gives its charge back.
+func TestWatchListSpendsTheListBudget(t *testing.T) {
+	p := policy(t, "informers", `{precedence: 1, action: Limit, match: [{}], list: {objectsPerSecond: 100, objectsBurst: 1000, maxUnpaginatedObjects: 10}, watch: {maxPerClient: 2}}`)
+	g := NewGuards()
+	t0 := time.Unix(1000, 0)
+	counts := ObjectCounts{Namespace: 600, NamespaceKnown: true, Cluster: 600, ClusterKnown: true}
+	sync := func(user string) Request {
+		return Request{Verb: "watch", Resource: "configmaps", Namespace: "big", User: user, SendInitialEvents: ptrTo(true)}
+	}
+	first := g.Admit(&p, sync("alice"), counts, t0)
+	if !first.Admitted {
+		t.Fatalf("alice's first watch-list of 600 objects (budget 1000, maxUnpaginatedObjects 10): %s, want admitted", first.Message)
+	}
+	v := g.Admit(&p, sync("alice"), counts, t0)
+	if v.Admitted || v.Reason != ReasonListCost || v.StatusCode() != http.StatusTooManyRequests {
+		t.Fatalf("alice's second watch-list at once: %+v, want a 429 list-cost refusal", v)
+	}
+	// 600 needed, 400 left: 2 s at 100/s.
+	if v.Wait < 1900*time.Millisecond || v.Wait > 2100*time.Millisecond {
+		t.Errorf("wait %v, want 2s", v.Wait)
+	}
+	if ra := v.RetryAfterSeconds(0); ra < 2 {
+		t.Errorf("Retry-After %d, want at least 2", ra)
+	}
+	for _, want := range []string{`"informers"`, "100 objects/s", "initial sync", "costs about 600 objects", `user "alice"`, "SharedInformerFactory"} {
+		if !strings.Contains(v.Message, want) {
+			t.Errorf("message %q lacks %q", v.Message, want)
+		}
+	}
+	// A LIST by the same client is refused too: one budget.
+	if l := g.Admit(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: "alice", ResourceVersion: "0"}, counts, t0); l.Admitted {
+		t.Error("alice's LIST right after her watch-list was admitted: the budget is shared")
+	}
+	// Resuming watches cost nothing and pass.
+	resume := Request{Verb: "watch", Resource: "configmaps", Namespace: "big", User: "alice", ResourceVersion: "77"}
+	if r := g.Admit(&p, resume, counts, t0); !r.Admitted {
+		t.Errorf("alice's resuming watch: %s", r.Message)
+	} else {
+		r.Done()
+	}
+	// The refused sync is admitted once the budget has refilled.
+	if v := g.Admit(&p, sync("alice"), counts, t0.Add(2100*time.Millisecond)); !v.Admitted {
+		t.Fatalf("alice's watch-list after 2.1s: %s", v.Message)
+	}
+	// Alice now holds 2 watches: the watch guard refuses a third, and the
+	// 600 objects it would have cost stay in her budget.
+	at := t0.Add(10 * time.Second) // budget full again
+	if w := g.Admit(&p, sync("alice"), counts, at); w.Admitted || w.Reason != ReasonWatchMax {
+		t.Fatalf("alice's third open watch: %+v, want watch-max", w)
+	}
+	first.Done()
+	if w := g.Admit(&p, sync("alice"), counts, at); !w.Admitted {
+		t.Fatalf("after closing a watch, alice's watch-list from a full budget: %s; the watch-max refusal kept its charge", w.Message)
 	}
 }

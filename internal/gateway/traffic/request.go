@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/fields"
 )
 
 // Request is what policies match on: the requester as the gateway
@@ -36,6 +38,30 @@ type Request struct {
 	// from the API server's cache (ResourceVersion "0") or from etcd.
 	Limit           int64
 	ResourceVersion string
+	// SendInitialEvents is a watch's sendInitialEvents (nil: not sent).
+	// With it, or without it from resourceVersion "" or "0", a watch
+	// first streams every object in its scope (see InitialEvents).
+	SendInitialEvents *bool
+	// SingleObject is true when a fieldSelector names one object
+	// (metadata.name=X), as kubectl wait and single-object informers
+	// send: such a LIST or watch returns at most one object.
+	SingleObject bool
+}
+
+// InitialEvents says whether a watch starts by streaming the state of
+// every object in its scope, as kube-apiserver decides it (watch_cache.go
+// getAllEventsSinceLocked): sendInitialEvents=true (a client-go 1.35+
+// informer's watch-list), or the legacy watch from resourceVersion "" or
+// "0". Only a watch resuming from a resourceVersion, or one that sets
+// sendInitialEvents=false, streams changes alone.
+func (r Request) InitialEvents() bool {
+	if r.Verb != "watch" {
+		return false
+	}
+	if r.SendInitialEvents != nil {
+		return *r.SendInitialEvents
+	}
+	return r.ResourceVersion == "" || r.ResourceVersion == "0"
 }
 
 // LongRunning says whether the request holds its connection open by design
@@ -105,6 +131,12 @@ func Describe(method, path string, query url.Values) Request {
 	// it as 0 here prices the request as unpaginated, the safe side.
 	r.Limit, _ = strconv.ParseInt(query.Get("limit"), 10, 64)
 	r.ResourceVersion = query.Get("resourceVersion")
+	if v, err := strconv.ParseBool(query.Get("sendInitialEvents")); err == nil {
+		r.SendInitialEvents = &v
+	}
+	if sel, err := fields.ParseSelector(query.Get("fieldSelector")); err == nil {
+		_, r.SingleObject = sel.RequiresExactMatch("metadata.name")
+	}
 	return r
 }
 
