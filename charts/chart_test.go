@@ -6,6 +6,7 @@ package charts_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -395,7 +396,7 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 	if _, err := env.Client.DiscoveryV1().EndpointSlices(releaseNamespace).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	stopManager := startManager(t, env, containerArgs(t, objs, "rampart-manager"), ip, port)
+	metrics, stopManager := startManager(t, env, containerArgs(t, objs, "rampart-manager"), ip, port)
 
 	ns := env.Namespace(t)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "ledger", Namespace: ns, Labels: map[string]string{"rampart.io/protection": "Always"}}}
@@ -419,6 +420,9 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 		if want := "kubectl label -n " + ns + " configmap/ledger rampart.io/protection-"; !strings.Contains(out, want) {
 			t.Errorf("the denial does not say how to proceed (%q):\n%s", want, out)
 		}
+	})
+	t.Run("metrics are served only to rampart-metrics-reader", func(t *testing.T) {
+		checkMetricsNeedTheReaderRole(t, env, metrics)
 	})
 	t.Run("the chart's ClusterRole owns the webhook configurations", func(t *testing.T) {
 		cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "rampart-validating", metav1.GetOptions{})
@@ -462,15 +466,80 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 
 // startManager runs the manager with the chart's args and service account,
 // serving its webhooks on ip:port, and waits until it is ready.
-func startManager(t *testing.T, env *clustertest.Env, args []string, ip string, port int) (stop func()) {
+// It returns the metrics address and a func that stops it.
+func startManager(t *testing.T, env *clustertest.Env, args []string, ip string, port int) (metrics string, stop func()) {
 	t.Helper()
 	probes := freePort(t, "127.0.0.1")
+	metrics = "127.0.0.1:" + strconv.Itoa(freePort(t, "127.0.0.1"))
 	stop = startAsPod(t, env, "rampart-manager", args,
 		"--webhook-bind-host="+ip, "--webhook-port="+strconv.Itoa(port), "--cert-dir="+t.TempDir(),
-		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(freePort(t, "127.0.0.1")),
-		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probes))
+		"--metrics-bind-address="+metrics, "--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probes))
 	waitReady(t, "the manager", fmt.Sprintf("http://127.0.0.1:%d/readyz", probes))
-	return stop
+	return metrics, stop
+}
+
+// appToken creates service account name in ns and returns a token of it.
+func appToken(t testing.TB, env *clustertest.Env, ns, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := env.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := env.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// checkMetricsNeedTheReaderRole scrapes the manager's metrics as the
+// chart's ServiceMonitor does (HTTPS, a service account token) with and
+// without the chart's rampart-metrics-reader.
+func checkMetricsNeedTheReaderRole(t *testing.T, env *clustertest.Env, addr string) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	prometheus, nobody := appToken(t, env, ns, "prometheus"), appToken(t, env, ns, "nobody")
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-" + ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "rampart-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: ns}},
+	}
+	if _, err := env.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer env.Client.RbacV1().ClusterRoleBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})
+	scrape := func(token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		// The ServiceMonitor skips verification too: the manager serves
+		// metrics with a certificate of its own making.
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("scrape %s: %v", addr, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	var code int
+	var body string
+	poll(t, "a scrape bound to rampart-metrics-reader to pass", time.Minute, func(context.Context) (bool, error) {
+		code, body = scrape(prometheus)
+		return code == http.StatusOK, nil
+	})
+	if !strings.Contains(body, `rampart_admission_denials_total{`) {
+		t.Errorf("the manager's metrics do not count the denial:\n%.2000s", body)
+	}
+	if code, _ := scrape(nobody); code != http.StatusForbidden {
+		t.Errorf("a service account without rampart-metrics-reader scraped the metrics: %d, want 403", code)
+	}
+	if code, _ := scrape(""); code != http.StatusUnauthorized {
+		t.Errorf("an anonymous scrape: %d, want 401", code)
+	}
 }
 
 // checkGatewayAsPod runs the gateway with the chart's args, service
@@ -501,9 +570,7 @@ func checkGatewayAsPod(t *testing.T, env *clustertest.Env, args []string) {
 
 	// An application's service account, allowed to read its namespace.
 	ns := env.Namespace(t)
-	if _, err := env.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "app"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	token := appToken(t, env, ns, "app")
 	if _, err := env.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "app-view"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
@@ -511,13 +578,9 @@ func checkGatewayAsPod(t *testing.T, env *clustertest.Env, args []string) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := env.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "app", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The client checks the gateway's certificate against the chart's CA
 	// under the Service's name, as a pod in the cluster would.
-	transport, err := rest.TransportFor(&rest.Config{BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{
+	transport, err := rest.TransportFor(&rest.Config{BearerToken: token, TLSClientConfig: rest.TLSClientConfig{
 		CAData: secret.Data["ca.crt"], ServerName: "rampart-gateway." + releaseNamespace + ".svc"}})
 	if err != nil {
 		t.Fatal(err)
