@@ -391,3 +391,86 @@ func TestBreakerCloseByHandEndsATripInEveryReplica(t *testing.T) {
 		t.Errorf("%s: %v transitions to Open, want 1 (the trip; none after the close)", localcluster.GatewayName, n)
 	}
 }
+
+// A gateway that crashes while its breaker is tripped comes back with it
+// open for the rest of openSeconds (from its own status.breakers entry),
+// not letting every request through at once; one opened by hand comes
+// back open too (that is spec).
+func TestBreakerTripSurvivesGatewayRestart(t *testing.T) {
+	env := clustertest.Get(t)
+	const policy = "t-breaker-restart"
+	applyPolicy(t, env, policy, `{precedence: 20, action: Limit, breaker: {rampSeconds: 2, trip: {latencyMilliseconds: 1, forSeconds: 2, minRequestsPerSecond: 40, openSeconds: 120}}, match: [{users: [breaker-restart-user]}]}`)
+	user := httpClient(t, userConfig(t, env, "breaker-restart-user"))
+	url := env.GatewayURL() + "/version"
+	waitBreakerState(t, env, policy, "Closed", 20*time.Second)
+
+	stopLoad, _ := distress(t, env, env.GatewayURL())
+	defer stopLoad()
+	tripped := waitBreakerStateOf(t, env, policy, localcluster.GatewayName, "Open", 40*time.Second)
+	stopLoad()
+	before := get(t, user, url)
+	if before.code != http.StatusTooManyRequests {
+		t.Fatalf("tripped: %+v", before)
+	}
+	since, err := time.Parse(time.RFC3339, tripped.Since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := since.Add(120 * time.Second).UTC().Format(time.RFC3339)
+
+	restart := func() time.Duration {
+		t.Helper()
+		if err := env.KillComponent(localcluster.GatewayName); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := env.StartGateway(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	took := restart()
+	after := get(t, user, url)
+	t.Logf("gateway killed and started again in %s; first answer: %d %s", took.Round(time.Millisecond), after.code, after.message)
+	for _, want := range []string{"circuit breaker open since " + tripped.Since, "p90 latency of short requests", "lets requests back gradually from " + until} {
+		if after.code != http.StatusTooManyRequests || !strings.Contains(after.message, want) {
+			t.Errorf("first answer after the restart: %d %q, want a 429 with %q", after.code, after.message, want)
+		}
+	}
+	if n, _ := strconv.Atoi(after.retryAfter); n < 60 {
+		t.Errorf("Retry-After %q after the restart, want the rest of openSeconds (about 120s less the restart)", after.retryAfter)
+	}
+	time.Sleep(time.Second) // a status write, if the restart made one, has landed
+	if e := breakerEntry(t, env, policy, localcluster.GatewayName); e != tripped {
+		t.Errorf("status entry after the restart: %+v, want it unchanged: %+v", e, tripped)
+	}
+	out, err := rampart(t, env, "gateway", "breaker", "status")
+	if err != nil || !regexpMatch(policy+`\s+false\s+`+localcluster.GatewayName+`\s+Open\s+.*tripped: p90 latency`, out) {
+		t.Errorf("rampart gateway breaker status after the restart: %v\n%s", err, out)
+	}
+
+	// Opened by hand, it comes back open whatever its status said.
+	if out, err := rampart(t, env, "gateway", "breaker", "open", "--policy", policy); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	waitBreakerStateOf(t, env, policy, localcluster.GatewayName, "Open", 20*time.Second)
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return strings.Contains(breakerEntry(t, env, policy, localcluster.GatewayName).Reason, "opened by hand"), nil
+	})
+	if err != nil {
+		t.Fatalf("status after breaker open: %+v", breakerEntry(t, env, policy, localcluster.GatewayName))
+	}
+	restart()
+	if a := get(t, user, url); a.code != http.StatusTooManyRequests || !strings.Contains(a.message, "opened by hand") {
+		t.Errorf("first answer after a restart with the breaker open by hand: %+v", a)
+	}
+
+	// Closed by hand, the requests come back (through the ramp).
+	if out, err := rampart(t, env, "gateway", "breaker", "close", "--policy", policy); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	waitBreakerState(t, env, policy, "Closed", 20*time.Second)
+	if a := get(t, user, url); a.code != http.StatusOK {
+		t.Errorf("closed: %+v", a)
+	}
+}
