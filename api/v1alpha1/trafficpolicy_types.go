@@ -395,7 +395,8 @@ const (
 // TrafficPolicyStatus is what the gateways report about a policy.
 type TrafficPolicyStatus struct {
 	// Breakers is the breaker's state in each gateway replica that has
-	// one.
+	// one. A replica that restarts goes on from its own entry: a breaker
+	// that tripped stays open for the rest of openSeconds.
 	// +listType=map
 	// +listMapKey=gateway
 	// +optional

@@ -136,7 +136,7 @@ func setBreakerOpen(ctx context.Context, out io.Writer, cl client.Client, name s
 	case wasOpen:
 		fmt.Fprintf(out, "TrafficPolicy %s: breaker closed; %s.\n", name, ramp)
 	case len(tripped) > 0:
-		fmt.Fprintf(out, "TrafficPolicy %s: breaker closed; it had opened by itself on distress in gateway %s, and %s. It opens by itself again only on distress measured from now.\n",
+		fmt.Fprintf(out, "TrafficPolicy %s: breaker closed; it had opened by itself on distress in gateway(s) %s: %s. It opens by itself again only on distress measured from now.\n",
 			name, strings.Join(tripped, ", "), ramp)
 	default:
 		fmt.Fprintf(out, "TrafficPolicy %s: breaker was not open by hand, and no gateway reports it open by itself; the gateways forget the distress measured so far.\n", name)
