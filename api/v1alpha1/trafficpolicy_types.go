@@ -315,6 +315,13 @@ type TrafficBreaker struct {
 	// `rampart gateway breaker open|close --policy NAME`.
 	// +optional
 	Open bool `json:"open,omitempty"`
+	// ClosedAt is when an operator last closed the breaker by hand
+	// (`rampart gateway breaker close` sets it, with open false). It ends
+	// a trip too: each gateway that sees it change lets an automatic open
+	// back through the ramp at once, and judges distress again only from
+	// answers after it, so old distress cannot reopen the breaker.
+	// +optional
+	ClosedAt *metav1.Time `json:"closedAt,omitempty"`
 	// RampSeconds is how long, after the breaker closes, the share of
 	// matched requests let through takes to grow from none to all.
 	// +kubebuilder:validation:Minimum=0
@@ -388,7 +395,8 @@ const (
 // TrafficPolicyStatus is what the gateways report about a policy.
 type TrafficPolicyStatus struct {
 	// Breakers is the breaker's state in each gateway replica that has
-	// one.
+	// one. A replica that restarts goes on from its own entry: a breaker
+	// that tripped stays open for the rest of openSeconds.
 	// +listType=map
 	// +listMapKey=gateway
 	// +optional

@@ -2,13 +2,16 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -46,9 +49,13 @@ them back gradually over the policy's spec.breaker.rampSeconds.`,
 	}
 	closeCmd := &cobra.Command{
 		Use:   "close --policy NAME",
-		Short: "Close a policy's breaker: let its requests back over its ramp",
-		Args:  cobra.NoArgs,
-		RunE:  setOpen(false),
+		Short: "Close a policy's breaker, opened by hand or by itself: let its requests back over its ramp",
+		Long: `close sets spec.breaker.open to false and spec.breaker.closedAt to now.
+Every gateway then lets the policy's requests back over its rampSeconds,
+also where the breaker opened by itself on distress (spec.breaker.trip):
+it opens by itself again only on distress measured after the close.`,
+		Args: cobra.NoArgs,
+		RunE: setOpen(false),
 	}
 	for _, c := range []*cobra.Command{open, closeCmd} {
 		c.Flags().StringVar(&policy, "policy", "", "the TrafficPolicy")
@@ -76,7 +83,8 @@ them back gradually over the policy's spec.breaker.rampSeconds.`,
 }
 
 // setBreakerOpen sets spec.breaker.open of a policy, creating
-// spec.breaker if needed (its other fields take their defaults).
+// spec.breaker if needed (its other fields take their defaults). A close
+// also sets spec.breaker.closedAt, which ends an automatic open too.
 func setBreakerOpen(ctx context.Context, out io.Writer, cl client.Client, name string, open bool) error {
 	p := &v1alpha1.TrafficPolicy{}
 	if err := cl.Get(ctx, client.ObjectKey{Name: name}, p); err != nil {
@@ -95,18 +103,43 @@ func setBreakerOpen(ctx context.Context, out io.Writer, cl client.Client, name s
 	if !open && p.Spec.Breaker == nil {
 		return fmt.Errorf("TrafficPolicy %q has no breaker to close", name)
 	}
-	if p.Spec.Breaker != nil && p.Spec.Breaker.Open == open {
-		fmt.Fprintf(out, "TrafficPolicy %s: breaker already %s by hand.\n", name, map[bool]string{true: "open", false: "closed"}[open])
+	if open {
+		if p.Spec.Breaker != nil && p.Spec.Breaker.Open {
+			fmt.Fprintf(out, "TrafficPolicy %s: breaker already open by hand.\n", name)
+			return nil
+		}
+		if err := cl.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"breaker":{"open":true}}}`))); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "TrafficPolicy %s: breaker opened; the gateways refuse its requests at once. Close it with: rampart gateway breaker close --policy %s\n", name, name)
 		return nil
 	}
-	patch := fmt.Appendf(nil, `{"spec":{"breaker":{"open":%t}}}`, open)
+	// Which gateways had it open by themselves, as they last reported.
+	var tripped []string
+	for _, b := range p.Status.Breakers {
+		if b.State == v1alpha1.BreakerOpen && !p.Spec.Breaker.Open {
+			tripped = append(tripped, b.Gateway)
+		}
+	}
+	wasOpen := p.Spec.Breaker.Open
+	// closedAt is set even when no gateway reports an open breaker: a
+	// report may lag, and the close must reach every replica.
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"breaker": map[string]any{"open": false, "closedAt": metav1.Now()}}})
+	if err != nil {
+		return err
+	}
 	if err := cl.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return err
 	}
-	if open {
-		fmt.Fprintf(out, "TrafficPolicy %s: breaker opened; the gateways refuse its requests at once. Close it with: rampart gateway breaker close --policy %s\n", name, name)
-	} else {
-		fmt.Fprintf(out, "TrafficPolicy %s: breaker closed; its requests come back over %ds.\n", name, p.Spec.Breaker.RampSeconds)
+	ramp := fmt.Sprintf("its requests come back over %ds", p.Spec.Breaker.RampSeconds)
+	switch {
+	case wasOpen:
+		fmt.Fprintf(out, "TrafficPolicy %s: breaker closed; %s.\n", name, ramp)
+	case len(tripped) > 0:
+		fmt.Fprintf(out, "TrafficPolicy %s: breaker closed; it had opened by itself on distress in gateway(s) %s: %s. It opens by itself again only on distress measured from now.\n",
+			name, strings.Join(tripped, ", "), ramp)
+	default:
+		fmt.Fprintf(out, "TrafficPolicy %s: breaker was not open by hand, and no gateway reports it open by itself; the gateways forget the distress measured so far.\n", name)
 	}
 	return nil
 }

@@ -35,35 +35,53 @@ func rampart(t *testing.T, env *clustertest.Env, args ...string) (string, error)
 	return out.String(), err
 }
 
-// breakerStatus is the gateway's entry of status.breakers of policy.
+// breakerStatus is the cluster gateway's entry of status.breakers of
+// policy.
 func breakerStatus(t *testing.T, env *clustertest.Env, policy string) (state, reason string) {
+	t.Helper()
+	e := breakerEntry(t, env, policy, localcluster.GatewayName)
+	return e.State, e.Reason
+}
+
+// breakerEntry is the entry of status.breakers of policy that replica gw
+// wrote; empty if none.
+type statusEntry struct{ State, Reason, Since string }
+
+func breakerEntry(t *testing.T, env *clustertest.Env, policy, gw string) statusEntry {
 	t.Helper()
 	u, err := env.Dynamic.Resource(gateway.TrafficPolicies).Get(context.Background(), policy, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	list, _, _ := unstructured.NestedSlice(u.Object, "status", "breakers")
+	var out statusEntry
 	for _, e := range list {
 		m, _ := e.(map[string]any)
-		if m["gateway"] == localcluster.GatewayName {
-			state, _ = m["state"].(string)
-			reason, _ = m["reason"].(string)
+		if m["gateway"] == gw {
+			out.State, _ = m["state"].(string)
+			out.Reason, _ = m["reason"].(string)
+			out.Since, _ = m["since"].(string)
 		}
 	}
-	return state, reason
+	return out
 }
 
 func waitBreakerState(t *testing.T, env *clustertest.Env, policy, want string, timeout time.Duration) string {
 	t.Helper()
-	var state, reason string
+	return waitBreakerStateOf(t, env, policy, localcluster.GatewayName, want, timeout).Reason
+}
+
+func waitBreakerStateOf(t *testing.T, env *clustertest.Env, policy, gw, want string, timeout time.Duration) statusEntry {
+	t.Helper()
+	var e statusEntry
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		state, reason = breakerStatus(t, env, policy)
-		return state == want, nil
+		e = breakerEntry(t, env, policy, gw)
+		return e.State == want, nil
 	})
 	if err != nil {
-		t.Fatalf("status.breakers of %s: %q (%s), want %s", policy, state, reason, want)
+		t.Fatalf("status.breakers of %s, gateway %s: %q (%s), want %s", policy, gw, e.State, e.Reason, want)
 	}
-	return reason
+	return e
 }
 
 // An operator opens a breaker by hand: the policy's clients are refused
@@ -202,23 +220,8 @@ func TestBreakerTripsOnDistressAndRecovers(t *testing.T) {
 		t.Fatalf("before any distress: %+v", a)
 	}
 
-	// Load: the admin (no policy) lists every ConfigMap, ~150 a second.
-	admin := httpClient(t, viaGateway(t, env))
-	ctx, stopLoad := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var sent atomic.Int64
-	for range 3 {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				if resp, err := admin.Get(env.GatewayURL() + "/api/v1/configmaps"); err == nil {
-					resp.Body.Close()
-				}
-				sent.Add(1)
-				time.Sleep(15 * time.Millisecond)
-			}
-		})
-	}
-	defer func() { stopLoad(); wg.Wait() }()
+	stopLoad, sent := distress(t, env, env.GatewayURL())
+	defer stopLoad()
 
 	loaded := time.Now()
 	var refused answer
@@ -257,7 +260,6 @@ func TestBreakerTripsOnDistressAndRecovers(t *testing.T) {
 	}
 
 	stopLoad()
-	wg.Wait()
 	unloaded := time.Now()
 	waitBreakerState(t, env, "t-breaker-trip", "Closed", 30*time.Second)
 	t.Logf("Closed %s after the load stopped", time.Since(unloaded).Round(time.Millisecond))
@@ -266,4 +268,209 @@ func TestBreakerTripsOnDistressAndRecovers(t *testing.T) {
 	}
 }
 
+// distress loads each gateway at urls until stop: the admin (no policy)
+// lists every ConfigMap, ~150 times a second per gateway, which a trip on
+// a p90 latency of 1ms over at least 40 answers a second calls distress.
+// stop may be called more than once.
+func distress(t *testing.T, env *clustertest.Env, urls ...string) (stop func(), sent *atomic.Int64) {
+	admin := httpClient(t, viaGateway(t, env))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	sent = new(atomic.Int64)
+	for _, url := range urls {
+		for range 3 {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					if resp, err := admin.Get(url + "/api/v1/configmaps"); err == nil {
+						resp.Body.Close()
+					}
+					sent.Add(1)
+					time.Sleep(15 * time.Millisecond)
+				}
+			})
+		}
+	}
+	return func() { cancel(); wg.Wait() }, sent
+}
+
 func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }
+
+// Two gateway replicas trip on the same distress, each keeps its own entry
+// of status.breakers, and the CLI shows both. An operator who closes the
+// breaker by hand ends both trips: each replica lets the requests back
+// over the ramp, and does not reopen on the distress measured before the
+// close (the load stops at the close; its answers are still in the
+// window).
+func TestBreakerCloseByHandEndsATripInEveryReplica(t *testing.T) {
+	env := clustertest.Get(t)
+	const policy, replica = "t-breaker-close", "rampart-gateway-b"
+	applyPolicy(t, env, policy, `{precedence: 20, action: Limit, breaker: {rampSeconds: 4, trip: {latencyMilliseconds: 1, forSeconds: 2, minRequestsPerSecond: 40, openSeconds: 600}}, match: [{users: [breaker-close-user]}]}`)
+	viaReplica, _ := inProcessGateway(t, env, gateway.Options{Upstreams: env.APIServerURLs(), Name: replica})
+	urls := map[string]string{localcluster.GatewayName: env.GatewayURL(), replica: viaReplica.Host}
+	user := httpClient(t, userConfig(t, env, "breaker-close-user"))
+	for gw := range urls {
+		waitBreakerStateOf(t, env, policy, gw, "Closed", 20*time.Second)
+	}
+
+	stopLoad, sent := distress(t, env, urls[localcluster.GatewayName], urls[replica])
+	defer stopLoad()
+	for gw, url := range urls {
+		e := waitBreakerStateOf(t, env, policy, gw, "Open", 90*time.Second) // the noisy machine can be slow to load
+		if !strings.HasPrefix(e.Reason, "tripped: p90 latency") {
+			t.Errorf("%s: status reason %q, want the threshold that tripped it", gw, e.Reason)
+		}
+		a := get(t, user, url+"/version")
+		if a.code != http.StatusTooManyRequests || !strings.Contains(a.message, "an operator ends it now with: rampart gateway breaker close --policy "+policy) {
+			t.Errorf("%s, tripped: %+v; want a 429 saying how an operator ends the trip", gw, a)
+		}
+	}
+	t.Logf("both replicas tripped after %d requests of load", sent.Load())
+	out, err := rampart(t, env, "gateway", "breaker", "status")
+	for gw := range urls {
+		if err != nil || !regexpMatch(policy+`\s+false\s+`+gw+`\s+Open\s+.*tripped: p90 latency`, out) {
+			t.Errorf("rampart gateway breaker status does not show %s Open: %v\n%s", gw, err, out)
+		}
+	}
+	t.Logf("rampart gateway breaker status:\n%s", out)
+	out, err = rampart(t, env, "status")
+	for gw := range urls {
+		if err != nil || !regexpMatch(`(?s)GATEWAY BREAKERS.*`+policy+`\s+false\s+`+gw+`\s+Open`, out) {
+			t.Errorf("rampart status does not show %s Open: %v\n%s", gw, err, out)
+		}
+	}
+
+	stopLoad()
+	out, err = rampart(t, env, "gateway", "breaker", "close", "--policy", policy)
+	if err != nil || !strings.Contains(out, "it had opened by itself on distress in gateway") ||
+		!strings.Contains(out, localcluster.GatewayName) || !strings.Contains(out, replica) || !strings.Contains(out, "come back over 4s") {
+		t.Fatalf("breaker close of a tripped breaker: %v\n%s", err, out)
+	}
+	t.Logf("rampart gateway breaker close: %s", out)
+	closed := time.Now()
+
+	// Each replica ramps: a share of the requests refused as ramping,
+	// then all let through; never the open breaker's refusal again once
+	// the ramp has begun.
+	type tally struct{ open, ramping, ok, reopened int }
+	seen := map[string]*tally{}
+	for gw := range urls {
+		seen[gw] = &tally{}
+	}
+	for time.Since(closed) < 8*time.Second {
+		for gw, url := range urls {
+			a, n := get(t, user, url+"/version"), seen[gw]
+			switch {
+			case a.code == http.StatusOK:
+				n.ok++
+			case a.code == http.StatusTooManyRequests && strings.Contains(a.message, "letting requests back gradually"):
+				n.ramping++
+			case a.code == http.StatusTooManyRequests && strings.Contains(a.message, "circuit breaker open"):
+				if n.ok+n.ramping > 0 {
+					n.reopened++
+				}
+				n.open++
+			default:
+				t.Fatalf("%s after the close: %+v", gw, a)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for gw, n := range seen {
+		t.Logf("%s in the 8s after the close: %d refused as open (before the replica saw the close), %d refused as ramping, %d let through", gw, n.open, n.ramping, n.ok)
+		if n.ramping == 0 || n.ok == 0 || n.reopened > 0 {
+			t.Errorf("%s after the close: %+v; want requests refused as ramping, then let through, and the breaker not open again", gw, *n)
+		}
+		if e := breakerEntry(t, env, policy, gw); e.State != "Closed" {
+			t.Errorf("%s 8s after the close (ramp 4s): status %+v, want Closed", gw, e)
+		}
+		if a := get(t, user, urls[gw]+"/version"); a.code != http.StatusOK {
+			t.Errorf("%s after the ramp: %+v", gw, a)
+		}
+	}
+	if n := metric(scrape(t, env), `rampart_gateway_breaker_transitions_total{policy="`+policy+`",to="Open"}`); n != 1 {
+		t.Errorf("%s: %v transitions to Open, want 1 (the trip; none after the close)", localcluster.GatewayName, n)
+	}
+}
+
+// A gateway that crashes while its breaker is tripped comes back with it
+// open for the rest of openSeconds (from its own status.breakers entry),
+// not letting every request through at once; one opened by hand comes
+// back open too (that is spec).
+func TestBreakerTripSurvivesGatewayRestart(t *testing.T) {
+	env := clustertest.Get(t)
+	const policy = "t-breaker-restart"
+	applyPolicy(t, env, policy, `{precedence: 20, action: Limit, breaker: {rampSeconds: 2, trip: {latencyMilliseconds: 1, forSeconds: 2, minRequestsPerSecond: 40, openSeconds: 120}}, match: [{users: [breaker-restart-user]}]}`)
+	user := httpClient(t, userConfig(t, env, "breaker-restart-user"))
+	url := env.GatewayURL() + "/version"
+	waitBreakerState(t, env, policy, "Closed", 20*time.Second)
+
+	stopLoad, _ := distress(t, env, env.GatewayURL())
+	defer stopLoad()
+	tripped := waitBreakerStateOf(t, env, policy, localcluster.GatewayName, "Open", 90*time.Second) // the noisy machine can be slow to load
+	stopLoad()
+	before := get(t, user, url)
+	if before.code != http.StatusTooManyRequests {
+		t.Fatalf("tripped: %+v", before)
+	}
+	since, err := time.Parse(time.RFC3339, tripped.Since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := since.Add(120 * time.Second).UTC().Format(time.RFC3339)
+
+	restart := func() time.Duration {
+		t.Helper()
+		if err := env.KillComponent(localcluster.GatewayName); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := env.StartGateway(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	took := restart()
+	after := get(t, user, url)
+	t.Logf("gateway killed and started again in %s; first answer: %d %s", took.Round(time.Millisecond), after.code, after.message)
+	for _, want := range []string{"circuit breaker open since " + tripped.Since, "p90 latency of short requests", "lets requests back gradually from " + until} {
+		if after.code != http.StatusTooManyRequests || !strings.Contains(after.message, want) {
+			t.Errorf("first answer after the restart: %d %q, want a 429 with %q", after.code, after.message, want)
+		}
+	}
+	if n, _ := strconv.Atoi(after.retryAfter); n < 60 {
+		t.Errorf("Retry-After %q after the restart, want the rest of openSeconds (about 120s less the restart)", after.retryAfter)
+	}
+	time.Sleep(time.Second) // a status write, if the restart made one, has landed
+	if e := breakerEntry(t, env, policy, localcluster.GatewayName); e != tripped {
+		t.Errorf("status entry after the restart: %+v, want it unchanged: %+v", e, tripped)
+	}
+	out, err := rampart(t, env, "gateway", "breaker", "status")
+	if err != nil || !regexpMatch(policy+`\s+false\s+`+localcluster.GatewayName+`\s+Open\s+.*tripped: p90 latency`, out) {
+		t.Errorf("rampart gateway breaker status after the restart: %v\n%s", err, out)
+	}
+
+	// Opened by hand, it comes back open whatever its status said.
+	if out, err := rampart(t, env, "gateway", "breaker", "open", "--policy", policy); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	waitBreakerStateOf(t, env, policy, localcluster.GatewayName, "Open", 20*time.Second)
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return strings.Contains(breakerEntry(t, env, policy, localcluster.GatewayName).Reason, "opened by hand"), nil
+	})
+	if err != nil {
+		t.Fatalf("status after breaker open: %+v", breakerEntry(t, env, policy, localcluster.GatewayName))
+	}
+	restart()
+	if a := get(t, user, url); a.code != http.StatusTooManyRequests || !strings.Contains(a.message, "opened by hand") {
+		t.Errorf("first answer after a restart with the breaker open by hand: %+v", a)
+	}
+
+	// Closed by hand, the requests come back (through the ramp).
+	if out, err := rampart(t, env, "gateway", "breaker", "close", "--policy", policy); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	waitBreakerState(t, env, policy, "Closed", 20*time.Second)
+	if a := get(t, user, url); a.code != http.StatusOK {
+		t.Errorf("closed: %+v", a)
+	}
+}

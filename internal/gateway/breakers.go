@@ -62,6 +62,29 @@ func (b *breakers) admit(p *traffic.Policy, now time.Time) breaker.Decision {
 	return d
 }
 
+// resume goes on, after a restart, with the breakers this replica
+// reported in the TrafficPolicies objs (its own entry of
+// status.breakers, by its name): a breaker that tripped stays open for
+// the rest of its openSeconds instead of letting every request through.
+func (b *breakers) resume(objs []any, now time.Time) {
+	for _, obj := range objs {
+		tp, err := decodePolicy(obj)
+		if err != nil || tp.Spec.Action != v1alpha1.ActionLimit || tp.Spec.Breaker == nil {
+			continue // an undecodable policy is logged by the reload
+		}
+		for _, st := range tp.Status.Breakers {
+			if st.Gateway != b.g.opts.Name {
+				continue
+			}
+			ts := b.set.Resume(tp.Name, breaker.ConfigOf(tp.Spec.Breaker), st, now)
+			if len(ts) > 0 && ts[0].To != breaker.Closed {
+				b.g.log.Info("breaker resumed from status", "policy", tp.Name, "state", ts[0].To, "since", ts[0].At, "reason", ts[0].Reason)
+			}
+			b.report(ts)
+		}
+	}
+}
+
 // record notes an answer of the API servers.
 func (b *breakers) record(now time.Time, code int, latency time.Duration, longRunning bool) {
 	b.set.Window.Record(now, code, latency, longRunning)

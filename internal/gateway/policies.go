@@ -65,25 +65,38 @@ func (g *Gateway) watchPolicies(ctx context.Context, wg *sync.WaitGroup) error {
 		g.log.Error("TrafficPolicies not loaded: serving without policies until they are. Is the CRD installed (rampart.io_trafficpolicies.yaml) and may the gateway list them (ClusterRole rampart-gateway)?")
 		wg.Go(func() {
 			if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+				g.breakers.resume(informer.GetStore().List(), time.Now())
 				reload()
 				g.synced.Store(true)
 			}
 		})
 		return nil
 	}
+	// Before any policy applies, so that no request meets a breaker
+	// that has not resumed.
+	g.breakers.resume(informer.GetStore().List(), time.Now())
 	reload()
 	g.synced.Store(true)
 	return nil
 }
 
 func toPolicy(obj any) (traffic.Policy, error) {
+	tp, err := decodePolicy(obj)
+	if err != nil {
+		return traffic.Policy{}, err
+	}
+	return traffic.Policy{Name: tp.Name, Generation: tp.Generation, Spec: tp.Spec}, nil
+}
+
+// decodePolicy is a TrafficPolicy of the informer's cache, status included.
+func decodePolicy(obj any) (*v1alpha1.TrafficPolicy, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
-		return traffic.Policy{}, fmt.Errorf("unexpected %T in the TrafficPolicy cache", obj)
+		return nil, fmt.Errorf("unexpected %T in the TrafficPolicy cache", obj)
 	}
 	var tp v1alpha1.TrafficPolicy
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &tp); err != nil {
-		return traffic.Policy{}, fmt.Errorf("TrafficPolicy %s: %w", u.GetName(), err)
+		return nil, fmt.Errorf("TrafficPolicy %s: %w", u.GetName(), err)
 	}
-	return traffic.Policy{Name: tp.Name, Generation: tp.Generation, Spec: tp.Spec}, nil
+	return &tp, nil
 }

@@ -23,6 +23,9 @@ type Config struct {
 	Ramp time.Duration
 	// Trip is nil when the breaker opens only by hand.
 	Trip *Trip
+	// ClosedAt is spec.breaker.closedAt: an operator's last close by
+	// hand, which ends an automatic open too; zero if never.
+	ClosedAt time.Time
 }
 
 // Trip is spec.breaker.trip; a zero threshold is not judged.
@@ -39,6 +42,9 @@ type Trip struct {
 // are applied here too for policies written before them.
 func ConfigOf(b *v1alpha1.TrafficBreaker) Config {
 	c := Config{Open: b.Open, Ramp: time.Duration(b.RampSeconds) * time.Second}
+	if b.ClosedAt != nil {
+		c.ClosedAt = b.ClosedAt.Time
+	}
 	if t := b.Trip; t != nil {
 		c.Trip = &Trip{
 			ForSeconds:           int(orDefault(t.ForSeconds, 10)),
@@ -65,6 +71,10 @@ func orDefault(v, def int32) int32 {
 	return v
 }
 
+// trippedPrefix starts the reason of every automatic open: a restarted
+// gateway resumes only those (an open by hand is in spec).
+const trippedPrefix = "tripped: "
+
 // Judge says whether the answers s summarizes show the API servers in
 // distress by t's thresholds, and if so which threshold with the measured
 // value. Below t's minimum rate of answers nothing is distress.
@@ -75,14 +85,14 @@ func Judge(t Trip, s *Summary) (reason string, distressed bool) {
 	pct := func(n int) float64 { return 100 * float64(n) / float64(s.Answers) }
 	over := fmt.Sprintf("over the last %ds (%d answers)", s.Seconds, s.Answers)
 	if t.ErrorPercent > 0 && pct(s.Errors) >= float64(t.ErrorPercent) {
-		return fmt.Sprintf("tripped: 5xx answers %.0f%% >= errorPercent %d %s", pct(s.Errors), t.ErrorPercent, over), true
+		return fmt.Sprintf(trippedPrefix+"5xx answers %.0f%% >= errorPercent %d %s", pct(s.Errors), t.ErrorPercent, over), true
 	}
 	if t.TooManyRequestsPercent > 0 && pct(s.TooMany) >= float64(t.TooManyRequestsPercent) {
-		return fmt.Sprintf("tripped: 429 answers %.0f%% >= tooManyRequestsPercent %d %s", pct(s.TooMany), t.TooManyRequestsPercent, over), true
+		return fmt.Sprintf(trippedPrefix+"429 answers %.0f%% >= tooManyRequestsPercent %d %s", pct(s.TooMany), t.TooManyRequestsPercent, over), true
 	}
 	if t.Latency > 0 && s.Short > 0 {
 		if p90 := s.Percentile(0.9); p90 > t.Latency {
-			return fmt.Sprintf("tripped: p90 latency of short requests %s > latencyMilliseconds %d %s",
+			return fmt.Sprintf(trippedPrefix+"p90 latency of short requests %s > latencyMilliseconds %d %s",
 				p90.Round(10*time.Microsecond), t.Latency.Milliseconds(), over), true
 		}
 	}
@@ -101,10 +111,41 @@ type Breaker struct {
 	// distressSince is when the judgements began to say distress, zero
 	// while they do not: a threshold must stay crossed for forSeconds.
 	distressSince time.Time
+	// closedAt is the spec.breaker.closedAt this breaker last saw: a
+	// change is an operator closing it by hand.
+	closedAt time.Time
 }
 
-// New is a Closed breaker.
-func New(now time.Time) *Breaker { return &Breaker{State: Closed, Since: now} }
+// New is a Closed breaker of a policy with spec cfg. The close by hand
+// cfg already names happened before this breaker: only a later one is
+// acted on.
+func New(cfg Config, now time.Time) *Breaker {
+	return &Breaker{State: Closed, Since: now, closedAt: cfg.ClosedAt}
+}
+
+// Resume is the breaker of a gateway that restarts, from the entry of
+// status.breakers it wrote before (st): an automatic open stays open for
+// the rest of its openSeconds, a ramp goes on where it was, and an open
+// or ramp that an operator closed since (cfg.ClosedAt after st.Since)
+// ramps from that close. Anything else starts Closed: an open by hand is
+// spec.breaker.open, which Advance applies.
+func Resume(cfg Config, st v1alpha1.GatewayBreakerStatus, now time.Time) *Breaker {
+	b := New(cfg, now)
+	since := st.Since.Time
+	switch {
+	case st.State != Open && st.State != Ramping:
+	case !cfg.ClosedAt.IsZero() && cfg.ClosedAt.After(since):
+		b.State, b.Since, b.Reason = Ramping, cfg.ClosedAt, "closed by hand while this gateway was down"
+	case st.State == Ramping:
+		b.State, b.Since, b.Reason = Ramping, since, st.Reason
+	case strings.HasPrefix(st.Reason, trippedPrefix):
+		b.State, b.Since, b.Reason, b.openUntil = Open, since, st.Reason, since
+		if cfg.Trip != nil {
+			b.openUntil = since.Add(cfg.Trip.OpenFor)
+		}
+	}
+	return b
+}
 
 // Transition is a change of a breaker's state.
 type Transition struct {
@@ -118,9 +159,24 @@ type Transition struct {
 // distress was judged (judged true), that the judgements say: a breaker
 // trips when they have said distressed for forSeconds without a break
 // (also while it was open: distress still there when it ramps back opens
-// it again at once). It returns the transitions made, in order.
+// it again at once). A new cfg.ClosedAt is an operator closing it by
+// hand: an automatic open ramps back at once, and the distress judged so
+// far is forgotten. It returns the transitions made, in order.
 func (b *Breaker) Advance(cfg Config, judged, distressed bool, reason string, now time.Time) []Transition {
 	var out []Transition
+	closedByHand := false
+	if !cfg.ClosedAt.Equal(b.closedAt) {
+		b.closedAt = cfg.ClosedAt
+		if !cfg.ClosedAt.IsZero() {
+			// Acted on when this gateway sees it, by its own clock (the
+			// CLI's may be off): the close is meant now. The distress
+			// must then be judged anew for forSeconds, and a judgement
+			// at forSeconds covers only answers after the close (the
+			// window is whole seconds), so old distress cannot reopen it.
+			closedByHand, b.distressSince = true, time.Time{}
+			judged = false // this judgement was of answers before the close
+		}
+	}
 	move := func(to v1alpha1.BreakerState, why string) {
 		out = append(out, Transition{From: b.State, To: to, Reason: why, At: now})
 		b.State, b.Since, b.Reason = to, now, why
@@ -142,6 +198,8 @@ func (b *Breaker) Advance(cfg Config, judged, distressed bool, reason string, no
 	case b.State == Open && b.byHand:
 		b.byHand = false
 		rampOrClose("closed by hand")
+	case b.State == Open && closedByHand:
+		rampOrClose(fmt.Sprintf("closed by hand (spec.breaker.closedAt) after it %s", b.Reason))
 	case b.State == Open && (cfg.Trip == nil || !now.Before(b.openUntil)):
 		rampOrClose(fmt.Sprintf("open for its openSeconds after it %s", b.Reason))
 	}
@@ -191,8 +249,8 @@ func (b *Breaker) Refusal(policy string, cfg Config, now time.Time) (msg string,
 		return fmt.Sprintf("TrafficPolicy %q has its circuit breaker open, %s since %s: every request it matches is refused. Retry later; an operator closes it with: %s",
 			policy, b.Reason, since, closeCmd), byHandRetry
 	case b.State == Open:
-		return fmt.Sprintf("TrafficPolicy %q has its circuit breaker open since %s: the API servers are in distress (%s). It lets requests back gradually from %s; retry then. It opened by itself and closes by itself once the distress is gone; to stop it opening by itself, remove spec.breaker.trip (kubectl edit trafficpolicy %s)",
-			policy, since, strings.TrimPrefix(b.Reason, "tripped: "), b.openUntil.UTC().Format(time.RFC3339), policy), b.openUntil.Sub(now)
+		return fmt.Sprintf("TrafficPolicy %q has its circuit breaker open since %s: the API servers are in distress (%s). It lets requests back gradually from %s; retry then. It opened by itself and closes by itself once the distress is gone; an operator ends it now with: rampart gateway breaker close --policy %s (to stop it opening by itself, remove spec.breaker.trip: kubectl edit trafficpolicy %s)",
+			policy, since, strings.TrimPrefix(b.Reason, trippedPrefix), b.openUntil.UTC().Format(time.RFC3339), policy, policy), b.openUntil.Sub(now)
 	}
 	share := 100 * float64(now.Sub(b.Since)) / float64(max(cfg.Ramp, 1))
 	return fmt.Sprintf("TrafficPolicy %q is letting requests back gradually after its circuit breaker was open (%.0f%% admitted now, all from %s): this one was not. Retry shortly",

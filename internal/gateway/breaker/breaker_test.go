@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -78,12 +79,44 @@ func TestBreakerCycle(t *testing.T) {
 			{5, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
 			{6, Config{Ramp: 10 * time.Second}, false, Ramping, ""},
 		}},
+		{"close by hand ends a trip; only distress after it trips again", []step{
+			{0, Config{Ramp: 10 * time.Second, Trip: trip}, true, Closed, ""},
+			{5, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
+			{20, Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(19)}, true, Ramping, "closed by hand (spec.breaker.closedAt) after it tripped: 5xx"},
+			{21, Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(19)}, true, Ramping, ""},
+			{25.9, Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(19)}, true, Ramping, ""},
+			{26, Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(19)}, true, Open, "5xx"},
+			{55, Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(19)}, true, Open, "5xx"},
+		}},
+		{"a close by hand is acted on by this gateway's clock, even one dated later", []step{
+			{0, Config{Ramp: 10 * time.Second, Trip: trip}, true, Closed, ""},
+			{5, Config{Ramp: 10 * time.Second, Trip: trip}, true, Open, "5xx"},
+			{6, Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(60)}, true, Ramping, "closed by hand"},
+			{16, Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(60)}, false, Closed, "ramp done"},
+		}},
+		{"close by hand of a closed breaker forgets the distress so far", []step{
+			{0, Config{Ramp: 10 * time.Second, Trip: trip}, true, Closed, ""},
+			{4, Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(3)}, true, Closed, ""},
+			{5, Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(3)}, true, Closed, ""},
+			{9.9, Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(3)}, true, Closed, ""},
+			{10, Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(3)}, true, Open, "5xx"},
+		}},
+		{"a close from before the breaker began is no new close", []step{
+			{0, Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(-100)}, true, Closed, ""},
+			{5, Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(-100)}, true, Open, "5xx"},
+			{6, Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(-100)}, true, Open, "5xx"},
+		}},
+		{"open by hand is not ended by a close dated with it", []step{
+			{0, Config{Ramp: 10 * time.Second, Trip: trip}, false, Closed, ""},
+			{1, Config{Open: true, Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(1)}, true, Open, "by hand"},
+			{100, Config{Open: true, Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(1)}, true, Open, "by hand"},
+		}},
 		{"no trip: distress is ignored", []step{
 			{5, Config{Ramp: 10 * time.Second}, true, Closed, ""},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := New(t0)
+			b := New(tc.steps[0].cfg, t0)
 			for i, s := range tc.steps {
 				b.Advance(s.cfg, s.cfg.Trip != nil, s.distressed, "tripped: 5xx answers 60%", at(s.at))
 				if b.State != s.want || !strings.Contains(b.Reason, s.reason) {
@@ -97,7 +130,7 @@ func TestBreakerCycle(t *testing.T) {
 // While ramping, the share admitted grows linearly from none to all.
 func TestRampShare(t *testing.T) {
 	cfg := Config{Ramp: 10 * time.Second}
-	b := New(t0)
+	b := New(Config{}, t0)
 	b.Advance(Config{Open: true}, false, false, "", at(0))
 	if b.Admits(cfg, at(0), 0) {
 		t.Fatal("an open breaker admitted a request")
@@ -120,7 +153,7 @@ func TestRampShare(t *testing.T) {
 }
 
 func TestRefusalTellsWhatToDo(t *testing.T) {
-	b := New(t0)
+	b := New(Config{}, t0)
 	cfg := Config{Ramp: 10 * time.Second}
 	b.Advance(Config{Open: true}, false, false, "", at(0))
 	msg, wait := b.Refusal("web", cfg, at(1))
@@ -132,7 +165,7 @@ func TestRefusalTellsWhatToDo(t *testing.T) {
 	if wait != byHandRetry {
 		t.Errorf("wait %s, want %s", wait, byHandRetry)
 	}
-	tripped := New(t0)
+	tripped := New(Config{}, t0)
 	cfg.Trip = &Trip{OpenFor: 30 * time.Second}
 	tripped.Advance(cfg, true, true, "tripped: p90 latency of short requests 12ms > latencyMilliseconds 5", at(0))
 	if tripped.State != Open {
@@ -141,6 +174,9 @@ func TestRefusalTellsWhatToDo(t *testing.T) {
 	msg, wait = tripped.Refusal("web", cfg, at(10))
 	if !strings.Contains(msg, "p90 latency of short requests 12ms") || !strings.Contains(msg, "2026-03-01T12:00:30Z") || wait != 20*time.Second {
 		t.Errorf("tripped refusal %q, wait %s: want the threshold, its value and when it ramps back (in 20s)", msg, wait)
+	}
+	if !strings.Contains(msg, "an operator ends it now with: rampart gateway breaker close --policy web") {
+		t.Errorf("tripped refusal %q does not say how an operator ends the trip", msg)
 	}
 }
 
@@ -260,5 +296,109 @@ func BenchmarkSetAdmit(b *testing.B) {
 	now := time.Now()
 	for b.Loop() {
 		s.Admit("web", cfg, now, 0.5)
+	}
+}
+
+// A restarted gateway goes on from the entry of status.breakers it wrote.
+func TestResume(t *testing.T) {
+	trip := &Trip{ErrorPercent: 50, ForSeconds: 5, MinRequestsPerSecond: 5, OpenFor: 30 * time.Second}
+	tripped := "tripped: 5xx answers 60% >= errorPercent 50"
+	entry := func(state v1alpha1.BreakerState, reason string, since float64) v1alpha1.GatewayBreakerStatus {
+		return v1alpha1.GatewayBreakerStatus{Gateway: "gw-0", State: state, Reason: reason, Since: metav1.NewTime(at(since))}
+	}
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		entry  v1alpha1.GatewayBreakerStatus
+		now    float64
+		want   v1alpha1.BreakerState
+		since  float64
+		reason string
+		// then, later: the state at a later time
+		later     float64
+		wantLater v1alpha1.BreakerState
+	}{
+		{"tripped: open for the rest of openSeconds, then ramps", Config{Ramp: 10 * time.Second, Trip: trip}, entry(Open, tripped, 0), 12,
+			Open, 0, "5xx", 30, Ramping},
+		{"tripped longer ago than openSeconds: ramps from the restart", Config{Ramp: 10 * time.Second, Trip: trip}, entry(Open, tripped, 0), 100,
+			Ramping, 100, "openSeconds", 110, Closed},
+		{"tripped, then closed by hand while down: ramps from the close", Config{Ramp: 10 * time.Second, Trip: trip, ClosedAt: at(8)}, entry(Open, tripped, 0), 12,
+			Ramping, 8, "closed by hand while this gateway was down", 18, Closed},
+		{"tripped, and trip removed: ramps", Config{Ramp: 10 * time.Second}, entry(Open, tripped, 0), 12,
+			Ramping, 12, "openSeconds", 22, Closed},
+		{"ramping: goes on where it was", Config{Ramp: 10 * time.Second, Trip: trip}, entry(Ramping, "closed by hand: letting traffic back over 10s", 5), 8,
+			Ramping, 5, "closed by hand", 15, Closed},
+		{"opened by hand and still open in spec: open", Config{Open: true, Ramp: 10 * time.Second}, entry(Open, "opened by hand (spec.breaker.open is true)", 0), 12,
+			Open, 12, "opened by hand", 1000, Open},
+		{"opened by hand, closed while down without closedAt: closed", Config{Ramp: 10 * time.Second}, entry(Open, "opened by hand (spec.breaker.open is true)", 0), 12,
+			Closed, 12, "", 13, Closed},
+		{"closed: closed", Config{Ramp: 10 * time.Second, Trip: trip}, entry(Closed, "ramp done", 0), 12,
+			Closed, 12, "", 13, Closed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSet()
+			ts := s.Resume("web", tc.cfg, tc.entry, at(tc.now))
+			b, _ := s.Snapshot("web")
+			if b.State != tc.want || !b.Since.Equal(at(tc.since)) || !strings.Contains(b.Reason, tc.reason) {
+				t.Fatalf("resumed %s since %s %q, want %s since %s with %q", b.State, b.Since, b.Reason, tc.want, at(tc.since), tc.reason)
+			}
+			if len(ts) == 0 || ts[0].From != "" || ts[0].Policy != "web" {
+				t.Errorf("transitions %+v: want the resumed state first, for status", ts)
+			}
+			if ts[len(ts)-1].To != tc.want {
+				t.Errorf("last transition %+v, want to %s", ts[len(ts)-1], tc.want)
+			}
+			s.Tick([]Configured{{"web", tc.cfg}}, at(tc.later))
+			if b, _ := s.Snapshot("web"); b.State != tc.wantLater {
+				t.Errorf("at %gs: %s (%s), want %s", tc.later, b.State, b.Reason, tc.wantLater)
+			}
+		})
+	}
+	// A breaker the gateway has already made is not replaced.
+	s := NewSet()
+	s.Admit("web", Config{Open: true}, at(0), 0)
+	if ts := s.Resume("web", Config{}, entry(Closed, "", 0), at(1)); ts != nil {
+		t.Errorf("Resume over a live breaker: %+v", ts)
+	}
+}
+
+// After an operator's close, the distress judged before it does not
+// count: the breaker trips again only on forSeconds of distress judged
+// after it, though the window still holds the 503s from before.
+func TestSetJudgesOnlyAnswersAfterAClose(t *testing.T) {
+	cfg := Config{Ramp: 10 * time.Second, Trip: &Trip{ErrorPercent: 50, ForSeconds: 5, MinRequestsPerSecond: 5, OpenFor: 300 * time.Second}}
+	s := NewSet()
+	state := func() v1alpha1.BreakerState { b, _ := s.Snapshot("web"); return b.State }
+	failing := func(from, to float64) {
+		for sec := from; sec <= to; sec += 0.5 {
+			for range 10 {
+				s.Window.Record(at(sec), 503, time.Millisecond, false)
+			}
+			s.Tick([]Configured{{"web", cfg}}, at(sec))
+		}
+	}
+	failing(0, 6)
+	if state() != Open {
+		t.Fatalf("6s of 503s: %s, want Open", state())
+	}
+	closed := cfg
+	closed.ClosedAt = at(6.2)
+	for sec := 6.5; sec < 17; sec += 0.5 {
+		s.Tick([]Configured{{"web", closed}}, at(sec))
+		if sec < 16.5 && state() != Ramping {
+			t.Fatalf("%gs, after the close at 6.5s with the last 5s of answers all 503: %s, want Ramping", sec, state())
+		}
+	}
+	if state() != Closed {
+		t.Fatalf("after the ramp: %s", state())
+	}
+	cfg = closed
+	failing(17, 21.5)
+	if state() != Closed {
+		t.Fatalf("4.5s of fresh 503s: %s, want Closed (forSeconds is 5)", state())
+	}
+	failing(22, 23)
+	if state() != Open {
+		t.Fatalf("6s of fresh 503s: %s, want Open", state())
 	}
 }

@@ -3,6 +3,8 @@ package breaker
 import (
 	"sync"
 	"time"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
 )
 
 // Set is the breakers of a gateway, one per policy with a breaker, and
@@ -29,7 +31,7 @@ type Decision struct {
 func (s *Set) Admit(policy string, cfg Config, now time.Time, draw float64) (Decision, []Transition) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b, ts := s.get(policy, now)
+	b, ts := s.get(policy, cfg, now)
 	ts = append(ts, named(policy, b.Advance(cfg, false, false, "", now))...)
 	if b.Admits(cfg, now, draw) {
 		return Decision{Admitted: true}, ts
@@ -54,7 +56,7 @@ func (s *Set) Tick(ps []Configured, now time.Time) []Transition {
 	keep := map[string]bool{}
 	for _, p := range ps {
 		keep[p.Policy] = true
-		b, ts := s.get(p.Policy, now)
+		b, ts := s.get(p.Policy, p.Config, now)
 		out = append(out, ts...)
 		judged, distressed, reason := false, false, ""
 		if t := p.Config.Trip; t != nil {
@@ -88,13 +90,29 @@ func (s *Set) Snapshot(policy string) (Breaker, bool) {
 	return *b, true
 }
 
+// Resume gives policy the breaker a restarted gateway goes on with (see
+// Resume), unless it has one already, and advances it by cfg. The state
+// resumed is returned as a transition from no state (""), then any
+// transitions made.
+func (s *Set) Resume(policy string, cfg Config, st v1alpha1.GatewayBreakerStatus, now time.Time) []Transition {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.breakers[policy]; ok {
+		return nil
+	}
+	b := Resume(cfg, st, now)
+	s.breakers[policy] = b
+	ts := []Transition{{Policy: policy, To: b.State, Reason: b.Reason, At: b.Since}}
+	return append(ts, named(policy, b.Advance(cfg, false, false, "", now))...)
+}
+
 // get returns policy's breaker, new (Closed) if it had none: then the
 // transition into Closed from no state ("") is returned.
-func (s *Set) get(policy string, now time.Time) (*Breaker, []Transition) {
+func (s *Set) get(policy string, cfg Config, now time.Time) (*Breaker, []Transition) {
 	if b, ok := s.breakers[policy]; ok {
 		return b, nil
 	}
-	b := New(now)
+	b := New(cfg, now)
 	s.breakers[policy] = b
 	return b, []Transition{{Policy: policy, To: Closed, Reason: "new breaker", At: now}}
 }
