@@ -437,7 +437,7 @@ func webhookOwner(ctx context.Context, c client.Client, name string) (*metav1.Ow
 	return &metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: name, UID: role.UID}, nil
 }
 
-// metricsOptions serve metrics in plain HTTP (local clusters, where they
+// metricsOptions serves metrics in plain HTTP (local clusters, where they
 // listen on loopback) or, with MetricsSecure, over HTTPS to callers the API
 // server authenticates and authorizes for get /metrics (a ServiceMonitor's
 // bearer token bound to the chart's rampart-metrics-reader), as kubebuilder
