@@ -385,7 +385,8 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 	})
 
 	objs := render(t, "--set", "gateway.enabled=true")
-	ip, port := hostIP(t), freePort(t, hostIP(t))
+	ip := hostIP(t)
+	port := freePort(t, ip)
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "rampart-webhook-test", Namespace: releaseNamespace,
 			Labels: map[string]string{discoveryv1.LabelServiceName: "rampart-webhook"}},

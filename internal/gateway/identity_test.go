@@ -8,12 +8,16 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
@@ -79,6 +83,28 @@ func grant(t *testing.T, env *clustertest.Env, name, user string, rules ...rbacv
 		_ = rbac.ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
 		_ = rbac.ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{})
 	})
+	// Each API server's authorizer learns of the grant from its own
+	// informer; wait until every one of them allows each rule, or a test
+	// that uses the grant at once can race it.
+	for _, url := range env.APIServerURLs() {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.Host = url
+		cs := kubernetes.NewForConfigOrDie(cfg)
+		for _, r := range rules {
+			attrs := &authorizationv1.ResourceAttributes{Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: r.Resources[0]}
+			if len(r.ResourceNames) > 0 {
+				attrs.Name = r.ResourceNames[0]
+			}
+			err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+				sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+					Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: attrs}}, metav1.CreateOptions{})
+				return err == nil && sar.Status.Allowed, nil
+			})
+			if err != nil {
+				t.Fatalf("API server %s does not yet allow %s %+v after the grant: %v", url, user, attrs, err)
+			}
+		}
+	}
 }
 
 // A user without rights gets no more through the gateway than directly:

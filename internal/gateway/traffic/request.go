@@ -134,8 +134,10 @@ func Describe(method, path string, query url.Values) Request {
 	if v, err := strconv.ParseBool(query.Get("sendInitialEvents")); err == nil {
 		r.SendInitialEvents = &v
 	}
-	if sel, err := fields.ParseSelector(query.Get("fieldSelector")); err == nil {
-		_, r.SingleObject = sel.RequiresExactMatch("metadata.name")
+	if fs := query.Get("fieldSelector"); fs != "" {
+		if sel, err := fields.ParseSelector(fs); err == nil {
+			_, r.SingleObject = sel.RequiresExactMatch("metadata.name")
+		}
 	}
 	return r
 }
