@@ -78,8 +78,8 @@ func Compile(spec v1alpha1.ChangeWindowSpec, now time.Time) (*Window, error) {
 			if c.cron, err = cron.ParseStandard(s.Cron); err != nil {
 				return nil, fmt.Errorf("schedules[%d].cron %q: %w", i, s.Cron, err)
 			}
-			if c.duration, err = time.ParseDuration(s.Duration); err != nil || c.duration <= 0 {
-				return nil, fmt.Errorf("schedules[%d].duration %q: want a positive duration such as 2h", i, s.Duration)
+			if c.duration, err = time.ParseDuration(s.Duration); err != nil || c.duration < time.Minute || c.duration > 168*time.Hour {
+				return nil, fmt.Errorf("schedules[%d].duration %q: want a duration between 1m and 168h such as 2h", i, s.Duration)
 			}
 			// A schedule that never fires (30 February) would keep the
 			// window closed for ever: a mistake to refuse, not to obey.
