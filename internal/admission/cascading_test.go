@@ -297,6 +297,7 @@ func TestCascadingCRD(t *testing.T) {
 	env := clustertest.Get(t)
 	ctx := context.Background()
 	ext := apiextensionsclient.NewForConfigOrDie(env.Config)
+	grantCustomResources(t, env, "cascade.example.com")
 	crd := widgetCRD("widgets.cascade.example.com", cascading)
 	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
