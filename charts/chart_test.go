@@ -151,6 +151,8 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"gateway.upstreams={10.0.0.1:6443}", "/gateway/upstreams/0"},
 		{"gateway.enabeld=true", "additional properties 'enabeld' not allowed"},
 		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},
+		// A wildcard would let the manager read every Secret.
+		{"manager.customResourceGroups={*}", "/manager/customResourceGroups/0"},
 	} {
 		out, err := helm(t, "template", "rampart", chart, "--set", c.set)
 		if err == nil || !strings.Contains(out, c.want) {
