@@ -15,15 +15,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -127,6 +130,10 @@ var everything = []string{
 	"--set", "gateway.clientCA.configMap=client-ca",
 	"--set", "gateway.upstreams={https://10.0.0.1:6443,https://10.0.0.2:6443}",
 	"--set", "manager.replicasExempt.users={bot}",
+	"--set", "manager.webhookClientCA.configMap=webhook-client-ca",
+	"--set", "manager.webhookClientCA.allowedNames={kube-apiserver}",
+	"--set", "manager.networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24",
+	"--set", "manager.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring",
 	"--set", "monitoring.serviceMonitor.enabled=true",
 	"--set", "monitoring.prometheusRule.enabled=true",
 	"--set", "monitoring.dashboard.enabled=true",
@@ -151,6 +158,8 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"gateway.upstreams={10.0.0.1:6443}", "/gateway/upstreams/0"},
 		{"gateway.enabeld=true", "additional properties 'enabeld' not allowed"},
 		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},
+		{"manager.webhookClientCA.allowedNames={kube-apiserver}", "allowedNames needs manager.webhookClientCA.configMap"},
+		{"manager.networkPolicy.webhookFrom[0].ipblock.cidr=10.0.0.0/8", "additional properties 'ipblock' not allowed"},
 	} {
 		out, err := helm(t, "template", "rampart", chart, "--set", c.set)
 		if err == nil || !strings.Contains(out, c.want) {
@@ -175,6 +184,50 @@ func TestChartArgsAreFlagsOfTheBinary(t *testing.T) {
 		}
 		if err := cmd.ParseFlags(rest); err != nil {
 			t.Errorf("%s: rampart %s rejects the chart's args %v: %v", name, args[0], rest, err)
+		}
+	}
+}
+
+// TestChartNetworkPolicyOpensOnlyTheManagersPorts: the manager's pods take
+// ingress only on the ports its container serves, the webhook port only
+// from the configured peers; disabled, there is no policy.
+func TestChartNetworkPolicyOpensOnlyTheManagersPorts(t *testing.T) {
+	objs := render(t, everything...)
+	np := convert[networkingv1.NetworkPolicy](t, find(t, objs, "NetworkPolicy", "rampart-manager"))
+	deploy := convert[appsv1.Deployment](t, find(t, objs, "Deployment", "rampart-manager"))
+	if !equality.Semantic.DeepEqual(np.Spec.PodSelector.MatchLabels, deploy.Spec.Selector.MatchLabels) {
+		t.Errorf("the policy selects %v, the manager's pods are %v", np.Spec.PodSelector.MatchLabels, deploy.Spec.Selector.MatchLabels)
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("policy types %v, want [Ingress]", np.Spec.PolicyTypes)
+	}
+	from := map[int32][]networkingv1.NetworkPolicyPeer{}
+	for _, rule := range np.Spec.Ingress {
+		if len(rule.Ports) != 1 || rule.Ports[0].Port == nil {
+			t.Fatalf("an ingress rule with ports %v: want one port per rule", rule.Ports)
+		}
+		from[rule.Ports[0].Port.IntVal] = rule.From
+	}
+	byName := map[string]int32{}
+	for _, p := range deploy.Spec.Template.Spec.Containers[0].Ports {
+		byName[p.Name] = p.ContainerPort
+	}
+	if len(from) != len(byName) {
+		t.Errorf("the policy opens ports %v, the manager serves %v", from, byName)
+	}
+	webhook, metrics, probes := byName["webhook"], byName["https-metrics"], byName["probes"]
+	if peers := from[webhook]; len(peers) != 1 || peers[0].IPBlock == nil || peers[0].IPBlock.CIDR != "10.0.0.0/24" {
+		t.Errorf("webhook port %d open to %+v, want only webhookFrom's 10.0.0.0/24", webhook, peers)
+	}
+	if peers := from[metrics]; len(peers) != 1 || peers[0].NamespaceSelector == nil || peers[0].NamespaceSelector.MatchLabels["name"] != "monitoring" {
+		t.Errorf("metrics port %d open to %+v, want only metricsFrom's namespace", metrics, peers)
+	}
+	if _, ok := from[probes]; !ok {
+		t.Errorf("probe port %d closed: the kubelet could not probe the manager", probes)
+	}
+	for _, o := range render(t, "--set", "manager.networkPolicy.enabled=false") {
+		if o.GetKind() == "NetworkPolicy" {
+			t.Errorf("networkPolicy.enabled=false still renders NetworkPolicy %s", o.GetName())
 		}
 	}
 }
