@@ -244,7 +244,9 @@ func TestKubectlDeleteShowsTheReason(t *testing.T) {
 
 func TestMalformedReviewGetsAnErrorAndTheServerKeepsServing(t *testing.T) {
 	env := clustertest.Get(t)
-	client := webhookClient(t, env)
+	// Only the API server may call the webhook: the test presents its
+	// certificate.
+	client := webhookCaller(t, env, apiServerWebhookCert(t, env))
 	for _, body := range []string{"", "{", `{"request":{"uid":"1","operation":"DELETE","oldObject":"not an object"}}`, strings.Repeat("x", 1<<16)} {
 		resp, err := client.Post(env.WebhookURL()+rampartadmission.DeletionPath, "application/json", strings.NewReader(body))
 		if err != nil {

@@ -48,6 +48,8 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.WebhookURLHost, "webhook-url-host", "", "register webhooks by URL https://HOST:PORT (local clusters)")
 	f.StringSliceVar(&o.WebhookReplicas, "webhook-replica-urls", nil, "base URLs of every local replica's webhook server, this one included (local clusters with several managers)")
 	f.StringVar(&o.WebhookService, "webhook-service", "", "register webhooks by this Service in --namespace (in a cluster)")
+	f.StringVar(&o.WebhookClientCA, "webhook-client-ca", "", "PEM CA file: the webhooks answer only callers with a client certificate it signed, the one the API server presents to webhooks (its admission configuration's kubeConfigFile). Empty: any caller that reaches the port (a warning is logged)")
+	f.StringSliceVar(&o.WebhookClientNames, "webhook-client-names", nil, "common or DNS names one of which the client certificate must carry, e.g. kube-apiserver (needs --webhook-client-ca)")
 	f.StringVar(&o.WebhookOwner, "webhook-owner-cluster-role", "", "ClusterRole that owns the webhook configurations, so that deleting it (helm uninstall) deletes them")
 	f.StringVar(&o.CertDir, "cert-dir", "/tmp/rampart-webhook-certs", "directory with tls.crt and tls.key")
 	f.BoolVar(&o.GenerateCerts, "generate-certs", true, "make and renew a CA and serving certificate in --cert-dir and register that CA")

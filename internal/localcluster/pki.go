@@ -94,6 +94,9 @@ func (c *Cluster) makePKI(now time.Time) error {
 			return err
 		}
 	}
+	if err := c.makeWebhookClientPKI(now); err != nil {
+		return err
+	}
 	return c.makeGatewayPKI(ca, now)
 }
 

@@ -171,7 +171,7 @@ func (c *Cluster) startManager(ctx context.Context) error {
 			"--cert-dir=" + c.path("manager", strconv.Itoa(i), "certs"),
 			"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(mp.metrics),
 			"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(mp.health),
-		}, c.opts.ManagerArgs...)
+		}, append(c.managerClientAuthArgs(), c.opts.ManagerArgs...)...)
 		if len(urls) > 1 {
 			args = append(args, "--webhook-replica-urls="+strings.Join(urls, ","))
 		}

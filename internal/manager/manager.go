@@ -5,6 +5,7 @@ package manager
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -35,6 +36,7 @@ import (
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
 	"github.com/rampart-io/rampart/internal/servingcert"
+	"github.com/rampart-io/rampart/internal/tlsprofile"
 )
 
 // The manager's rights, generated into charts/rampart/files/rbac by `make generate`.
@@ -69,6 +71,14 @@ type Options struct {
 	// WebhookService is the Service in Namespace fronting the webhook
 	// server in a cluster.
 	WebhookService string
+	// WebhookClientCA is a PEM file of the CA that signs the client
+	// certificate the API server presents to webhooks. Set, the webhooks
+	// answer only callers with such a certificate; empty, anyone who
+	// reaches the port (logged as a warning at start).
+	WebhookClientCA string
+	// WebhookClientNames, when set, are the common or DNS names one of
+	// which that certificate must carry.
+	WebhookClientNames []string
 	// WebhookOwner, when set, is the ClusterRole that owns the webhook
 	// configurations (the chart's rampart-manager): deleting it deletes
 	// them.
@@ -163,6 +173,10 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return fmt.Errorf("webhook certificate: %w", err)
 		}
 	}
+	webhookTLS, onlyAPIServer, err := webhookClientAuth(o, o.Log.WithName("webhook"))
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Logger:                  o.Log,
@@ -175,7 +189,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		// once instead of after the lease duration.
 		LeaderElectionReleaseOnCancel: true,
 		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir,
+			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir, TLSOpts: webhookTLS,
 		}),
 	})
 	if err != nil {
@@ -196,7 +210,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}); err != nil {
 		return err
 	}
-	server := mgr.GetWebhookServer()
+	server := webhookRegistrar{mgr.GetWebhookServer(), onlyAPIServer}
 	// The manager's cached client serves reads only after start; the
 	// registration and the flow-control counts use a direct one.
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
@@ -229,7 +243,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	// Ready once the webhook server serves TLS and the configuration is
 	// registered: from then on the API server can call this replica.
 	registered := make(chan struct{})
-	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
+	if err := mgr.AddReadyzCheck("webhook", server.Server.StartedChecker()); err != nil {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("registered", func(*http.Request) error {
@@ -424,6 +438,15 @@ func (r *registrar) Start(ctx context.Context) error {
 	}
 }
 
+// webhookRegistrar registers every webhook behind the check that its
+// caller is the API server.
+type webhookRegistrar struct {
+	webhook.Server
+	wrap func(http.Handler) http.Handler
+}
+
+func (r webhookRegistrar) Register(path string, h http.Handler) { r.Server.Register(path, r.wrap(h)) }
+
 // webhookOwner is the owner reference to ClusterRole name, or nil when name
 // is empty.
 func webhookOwner(ctx context.Context, c client.Client, name string) (*metav1.OwnerReference, error) {
@@ -447,6 +470,7 @@ func metricsOptions(o Options) metricsserver.Options {
 	if o.MetricsSecure {
 		opts.SecureServing = true
 		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		opts.TLSOpts = []func(*tls.Config){tlsprofile.Apply}
 	}
 	return opts
 }
