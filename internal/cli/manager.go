@@ -56,7 +56,8 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.CASecret, "ca-secret", "rampart-webhook-ca", "Secret in --namespace holding the generated CA, shared by replicas (empty: keep it in --cert-dir)")
 	f.DurationVar(&o.CertValidity, "cert-validity", 30*24*time.Hour, "lifetime of generated serving certificates; renewed after two thirds")
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address ('0' disables)")
-	f.BoolVar(&o.MetricsSecure, "metrics-secure", false, "serve metrics over HTTPS, only to callers allowed to get /metrics (in a cluster)")
+	f.BoolVar(&o.MetricsSecure, "metrics-secure", false, "serve metrics over HTTPS, only to callers allowed to get /metrics")
+	f.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for --metrics-secure (empty: a self-signed certificate made at start)")
 	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader for controllers (webhooks serve on every replica)")
 	f.DurationVar(&o.BudgetDisruptionTimeout, "budget-disruption-timeout", manager.DefaultBudgetDisruptionTimeout,

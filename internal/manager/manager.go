@@ -97,7 +97,10 @@ type Options struct {
 	MetricsAddr, ProbeAddr string
 	// MetricsSecure serves metrics over HTTPS to callers the API server
 	// authenticates and allows to get /metrics (in a cluster).
-	MetricsSecure  bool
+	MetricsSecure bool
+	// MetricsCertDir holds tls.crt and tls.key for secure metrics; empty
+	// serves a self-signed certificate made at start.
+	MetricsCertDir string
 	LeaderElection bool
 	// ReplicasExempt are requesters the explicit-replicas label never
 	// denies, e.g. the horizontal-pod-autoscaler's service account.
@@ -471,6 +474,7 @@ func metricsOptions(o Options) metricsserver.Options {
 		opts.SecureServing = true
 		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
 		opts.TLSOpts = []func(*tls.Config){tlsprofile.Apply}
+		opts.CertDir = o.MetricsCertDir
 	}
 	return opts
 }
