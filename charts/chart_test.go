@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -15,15 +16,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -127,6 +131,10 @@ var everything = []string{
 	"--set", "gateway.clientCA.configMap=client-ca",
 	"--set", "gateway.upstreams={https://10.0.0.1:6443,https://10.0.0.2:6443}",
 	"--set", "manager.replicasExempt.users={bot}",
+	"--set", "manager.webhookClientCA.configMap=webhook-client-ca",
+	"--set", "manager.webhookClientCA.allowedNames={kube-apiserver}",
+	"--set", "manager.networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24",
+	"--set", "manager.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring",
 	"--set", "monitoring.serviceMonitor.enabled=true",
 	"--set", "monitoring.prometheusRule.enabled=true",
 	"--set", "monitoring.dashboard.enabled=true",
@@ -153,6 +161,8 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},
 		// A wildcard would let the manager read every Secret.
 		{"manager.customResourceGroups={*}", "/manager/customResourceGroups/0"},
+		{"manager.webhookClientCA.allowedNames={kube-apiserver}", "allowedNames needs manager.webhookClientCA.configMap"},
+		{"manager.networkPolicy.webhookFrom[0].ipblock.cidr=10.0.0.0/8", "additional properties 'ipblock' not allowed"},
 	} {
 		out, err := helm(t, "template", "rampart", chart, "--set", c.set)
 		if err == nil || !strings.Contains(out, c.want) {
@@ -177,6 +187,50 @@ func TestChartArgsAreFlagsOfTheBinary(t *testing.T) {
 		}
 		if err := cmd.ParseFlags(rest); err != nil {
 			t.Errorf("%s: rampart %s rejects the chart's args %v: %v", name, args[0], rest, err)
+		}
+	}
+}
+
+// TestChartNetworkPolicyOpensOnlyTheManagersPorts: the manager's pods take
+// ingress only on the ports its container serves, the webhook port only
+// from the configured peers; disabled, there is no policy.
+func TestChartNetworkPolicyOpensOnlyTheManagersPorts(t *testing.T) {
+	objs := render(t, everything...)
+	np := convert[networkingv1.NetworkPolicy](t, find(t, objs, "NetworkPolicy", "rampart-manager"))
+	deploy := convert[appsv1.Deployment](t, find(t, objs, "Deployment", "rampart-manager"))
+	if !equality.Semantic.DeepEqual(np.Spec.PodSelector.MatchLabels, deploy.Spec.Selector.MatchLabels) {
+		t.Errorf("the policy selects %v, the manager's pods are %v", np.Spec.PodSelector.MatchLabels, deploy.Spec.Selector.MatchLabels)
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("policy types %v, want [Ingress]", np.Spec.PolicyTypes)
+	}
+	from := map[int32][]networkingv1.NetworkPolicyPeer{}
+	for _, rule := range np.Spec.Ingress {
+		if len(rule.Ports) != 1 || rule.Ports[0].Port == nil {
+			t.Fatalf("an ingress rule with ports %v: want one port per rule", rule.Ports)
+		}
+		from[rule.Ports[0].Port.IntVal] = rule.From
+	}
+	byName := map[string]int32{}
+	for _, p := range deploy.Spec.Template.Spec.Containers[0].Ports {
+		byName[p.Name] = p.ContainerPort
+	}
+	if len(from) != len(byName) {
+		t.Errorf("the policy opens ports %v, the manager serves %v", from, byName)
+	}
+	webhook, metrics, probes := byName["webhook"], byName["https-metrics"], byName["probes"]
+	if peers := from[webhook]; len(peers) != 1 || peers[0].IPBlock == nil || peers[0].IPBlock.CIDR != "10.0.0.0/24" {
+		t.Errorf("webhook port %d open to %+v, want only webhookFrom's 10.0.0.0/24", webhook, peers)
+	}
+	if peers := from[metrics]; len(peers) != 1 || peers[0].NamespaceSelector == nil || peers[0].NamespaceSelector.MatchLabels["name"] != "monitoring" {
+		t.Errorf("metrics port %d open to %+v, want only metricsFrom's namespace", metrics, peers)
+	}
+	if _, ok := from[probes]; !ok {
+		t.Errorf("probe port %d closed: the kubelet could not probe the manager", probes)
+	}
+	for _, o := range render(t, "--set", "manager.networkPolicy.enabled=false") {
+		if o.GetKind() == "NetworkPolicy" {
+			t.Errorf("networkPolicy.enabled=false still renders NetworkPolicy %s", o.GetName())
 		}
 	}
 }
@@ -326,9 +380,23 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 	// kwok runs the pods in name only: they get fake IPs no webhook call
 	// could reach, so the manager runs here, with no replicas in the
 	// cluster, behind an EndpointSlice of this machine's address.
-	out, err := helm(t, "install", "rampart", chart, kc, "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout=3m",
+	// The CA of the API server's webhook client certificate, as an admin
+	// who configured the API server would publish it.
+	if _, err := env.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clientCA, err := os.ReadFile(env.PKIFile("webhook-client-ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().ConfigMaps(releaseNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "webhook-client-ca"},
+		Data: map[string]string{"ca.crt": string(clientCA)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clientAuth := []string{"--set", "manager.webhookClientCA.configMap=webhook-client-ca", "--set", "manager.webhookClientCA.allowedNames={" + localcluster.WebhookClientName + "}"}
+	out, err := helm(t, append([]string{"install", "rampart", chart, kc, "-n", releaseNamespace, "--wait", "--timeout=3m",
 		"--set", "gateway.enabled=true", "--set", "monitoring.dashboard.enabled=true",
-		"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true")
+		"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true"}, clientAuth...)...)
 	if err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}
@@ -386,7 +454,7 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 		}
 	})
 
-	objs := render(t, "--set", "gateway.enabled=true")
+	objs := render(t, append([]string{"--set", "gateway.enabled=true"}, clientAuth...)...)
 	ip := hostIP(t)
 	port := freePort(t, ip)
 	slice := &discoveryv1.EndpointSlice{
@@ -424,8 +492,47 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 			t.Errorf("the denial does not say how to proceed (%q):\n%s", want, out)
 		}
 	})
+	t.Run("a review from anyone but the API server is refused", func(t *testing.T) {
+		// As a pod would call the manager: past the Service, trusting
+		// the registered CA, with no client certificate.
+		cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "rampart-validating", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(cfg.Webhooks[0].ClientConfig.CABundle)
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+			RootCAs: pool, ServerName: "rampart-webhook." + releaseNamespace + ".svc", MinVersion: tls.VersionTLS12}}}
+		review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"forged","operation":"DELETE",` +
+			`"kind":{"version":"v1","kind":"ConfigMap"},"resource":{"version":"v1","resource":"configmaps"},"namespace":"` + ns + `","name":"ledger"}}`
+		resp, err := c.Post(fmt.Sprintf("https://%s/validate/deletion", net.JoinHostPort(ip, strconv.Itoa(port))), "application/json", strings.NewReader(review))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("a review without the API server's client certificate: %s %s, want 401", resp.Status, body)
+		}
+	})
 	t.Run("metrics are served only to rampart-metrics-reader", func(t *testing.T) {
 		checkMetricsNeedTheReaderRole(t, env, metrics)
+	})
+	t.Run("metrics refuse CBC-SHA1 suites", func(t *testing.T) {
+		dial := func(suites ...uint16) error {
+			conn, err := tls.Dial("tcp", metrics, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12, CipherSuites: suites}) //nolint:gosec // only the suite matters
+			if err == nil {
+				conn.Close()
+			}
+			return err
+		}
+		if err := dial(tls.TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA,
+			tls.TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA); err == nil {
+			t.Error("the metrics server accepted a client offering only CBC-SHA1 suites")
+		}
+		if err := dial(tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256); err != nil {
+			t.Errorf("TLS 1.2 with an ECDHE AES-GCM suite: %v", err)
+		}
 	})
 	t.Run("the chart's ClusterRole owns the webhook configurations", func(t *testing.T) {
 		cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "rampart-validating", metav1.GetOptions{})
@@ -474,7 +581,8 @@ func startManager(t *testing.T, env *clustertest.Env, args []string, ip string, 
 	t.Helper()
 	probes := freePort(t, "127.0.0.1")
 	metrics = "127.0.0.1:" + strconv.Itoa(freePort(t, "127.0.0.1"))
-	stop = startAsPod(t, env, "rampart-manager", args,
+	// The chart mounts the client CA's ConfigMap; here it is the file.
+	stop = startAsPod(t, env, "rampart-manager", args, "--webhook-client-ca="+env.PKIFile("webhook-client-ca.crt"),
 		"--webhook-bind-host="+ip, "--webhook-port="+strconv.Itoa(port), "--cert-dir="+t.TempDir(),
 		"--metrics-bind-address="+metrics, "--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probes))
 	waitReady(t, "the manager", fmt.Sprintf("http://127.0.0.1:%d/readyz", probes))

@@ -126,6 +126,8 @@ type ChangeWindowStatus struct {
 	// Open says whether guarded fields may change now.
 	Open bool `json:"open"`
 	// NextOpen and NextClose are the next transitions, if any within 30 days.
+	// kubectl get shows them as they are (RFC 3339, UTC): a column of type
+	// date would show an age, which a future time does not have.
 	// +optional
 	NextOpen *metav1.Time `json:"nextOpen,omitempty"`
 	// +optional
@@ -147,8 +149,8 @@ type ChangeWindowStatus struct {
 // +kubebuilder:resource:shortName=cw,categories=rampart
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a window name is at most 63 characters: it becomes part of its webhook's name"
 // +kubebuilder:printcolumn:name="Open",type=boolean,JSONPath=`.status.open`
-// +kubebuilder:printcolumn:name="Next-Open",type=date,JSONPath=`.status.nextOpen`
-// +kubebuilder:printcolumn:name="Next-Close",type=date,JSONPath=`.status.nextClose`
+// +kubebuilder:printcolumn:name="Next-Open",type=string,JSONPath=`.status.nextOpen`
+// +kubebuilder:printcolumn:name="Next-Close",type=string,JSONPath=`.status.nextClose`
 // +kubebuilder:printcolumn:name="Zone",type=string,JSONPath=`.spec.timeZone`
 type ChangeWindow struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -73,10 +73,23 @@ type TrafficPolicySpec struct {
 // `{}` matches every request.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.nonResourceURLs) || (!has(self.resources) && !has(self.namespaces))",message="a clause matches either resource requests (resources, namespaces) or nonResourceURLs, not both"
+// +kubebuilder:validation:XValidation:rule="!has(self.impersonated) || has(self.users) || has(self.groups) || has(self.serviceAccounts)",message="a clause with impersonated must also name the clients that impersonate (users, groups or serviceAccounts): a clause on the impersonated user alone would let any client allowed to impersonate leave its own policy"
 type TrafficMatch struct {
 	// Users, groups and service accounts of the requester, as the gateway
-	// authenticated it.
+	// authenticated it: the client, never the user it impersonates.
 	Subjects `json:",inline"`
+
+	// Impersonated, for platform APIs that act for their users: the
+	// users, groups and service accounts the client impersonates
+	// (Impersonate-User, Impersonate-Group), as the gateway allowed by
+	// SubjectAccessReview. A clause with it matches only requests that
+	// impersonate one of them, sent by a client the clause also names:
+	// it narrows what a policy for that client matches, so a client is
+	// judged by whom it impersonates only where a policy naming it says
+	// so. Budgets of key User stay the client's.
+	// +kubebuilder:validation:XValidation:rule="has(self.users) || has(self.groups) || has(self.serviceAccounts)",message="impersonated names users, groups or serviceAccounts"
+	// +optional
+	Impersonated *Subjects `json:"impersonated,omitempty"`
 
 	// UserAgents are patterns of the User-Agent header where * matches any
 	// run of characters, e.g. "kubectl/*" or "*python*".

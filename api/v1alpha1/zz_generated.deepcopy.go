@@ -926,6 +926,11 @@ func (in *TrafficListGuard) DeepCopy() *TrafficListGuard {
 func (in *TrafficMatch) DeepCopyInto(out *TrafficMatch) {
 	*out = *in
 	in.Subjects.DeepCopyInto(&out.Subjects)
+	if in.Impersonated != nil {
+		in, out := &in.Impersonated, &out.Impersonated
+		*out = new(Subjects)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.UserAgents != nil {
 		in, out := &in.UserAgents, &out.UserAgents
 		*out = make([]string, len(*in))

@@ -321,3 +321,48 @@ spec:
 		})
 	}
 }
+
+// `kubectl get changewindows` shows when a window next closes and opens:
+// the API server renders the table from the CRD's printer columns, and a
+// future time must read as a time, not as `<invalid>`.
+func TestKubectlGetChangeWindowsShowsTheNextTransitions(t *testing.T) {
+	env := clustertest.Get(t)
+	ns := env.Namespace(t)
+	start := time.Now().UTC().Add(3 * time.Hour).Truncate(time.Second)
+	end := start.Add(2 * time.Hour)
+	err := applyWindow(t, env, ns, fmt.Sprintf(`
+apiVersion: rampart.io/v1alpha1
+kind: ChangeWindow
+metadata: {name: freeze-soon}
+spec:
+  resources: [{apiGroups: [apps], resources: [deployments]}]
+  fields: ["spec.template.spec.containers[*].image"]
+  freezes: [{start: %q, end: %q, reason: release}]`, start.Format(time.RFC3339), end.Format(time.RFC3339)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWindowReady(t, env, ns, "freeze-soon")
+	out, err := env.Kubectl(t, "get", "changewindows", "-n", ns)
+	if err != nil {
+		t.Fatalf("kubectl get changewindows: %v\n%s", err, out)
+	}
+	t.Logf("kubectl get changewindows:\n%s", out)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want a header and one row:\n%s", out)
+	}
+	header, row := strings.Fields(lines[0]), strings.Fields(lines[1])
+	want := map[string]string{"NAME": "freeze-soon", "OPEN": "true", "NEXT-CLOSE": start.Format(time.RFC3339), "NEXT-OPEN": end.Format(time.RFC3339), "ZONE": "UTC"}
+	if len(header) != len(row) {
+		t.Fatalf("header and row differ in columns:\n%s", out)
+	}
+	for i, col := range header {
+		if w, ok := want[col]; ok && row[i] != w {
+			t.Errorf("column %s is %q, want %q", col, row[i], w)
+		}
+		delete(want, col)
+	}
+	if len(want) > 0 {
+		t.Errorf("columns missing from the table: %v\n%s", want, out)
+	}
+}

@@ -3,8 +3,6 @@ package admission_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os/exec"
 	"strings"
 	"sync"
@@ -140,12 +138,10 @@ spec:
 	// the breaker open, from the shared status.
 	trippedOn := 0
 	for i := range 2 {
-		resp, err := http.Get(env.ManagerMetricsURL(i))
+		body, err := env.ScrapeManagerMetrics(ctx, i)
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
 		if strings.Contains(string(body), `rampart_flowcontrol_trips_total{name="storm"} 1`) {
 			trippedOn++
 		}

@@ -244,7 +244,9 @@ func TestKubectlDeleteShowsTheReason(t *testing.T) {
 
 func TestMalformedReviewGetsAnErrorAndTheServerKeepsServing(t *testing.T) {
 	env := clustertest.Get(t)
-	client := webhookClient(t, env)
+	// Only the API server may call the webhook: the test presents its
+	// certificate.
+	client := webhookCaller(t, env, apiServerWebhookCert(t, env))
 	for _, body := range []string{"", "{", `{"request":{"uid":"1","operation":"DELETE","oldObject":"not an object"}}`, strings.Repeat("x", 1<<16)} {
 		resp, err := client.Post(env.WebhookURL()+rampartadmission.DeletionPath, "application/json", strings.NewReader(body))
 		if err != nil {
@@ -305,16 +307,11 @@ func webhookClient(t *testing.T, env *clustertest.Env) *http.Client {
 
 func scrape(t *testing.T, env *clustertest.Env) string {
 	t.Helper()
-	resp, err := http.Get(env.MetricsURL())
+	data, err := env.ScrapeManagerMetrics(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(data)
+	return data
 }
 
 // denialCount reads rampart_admission_denials_total for the object's
@@ -474,13 +471,11 @@ func TestSeveralReplicasShareTheWork(t *testing.T) {
 	}
 	re := regexp.MustCompile(`(?m)^controller_runtime_webhook_requests_total\{code="200",webhook="/validate/deletion"\} (\d+)$`)
 	for i := range 3 {
-		resp, err := http.Get(env.ManagerMetricsURL(i))
+		body, err := env.ScrapeManagerMetrics(ctx, i)
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		m := re.FindSubmatch(body)
+		m := re.FindStringSubmatch(body)
 		if m == nil || string(m[1]) == "0" {
 			t.Errorf("replica %d judged no deletes: the API server does not spread requests", i)
 		} else {

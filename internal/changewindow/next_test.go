@@ -202,10 +202,10 @@ func adversarial(now time.Time) map[string]v1alpha1.ChangeWindowSpec {
 		turns = append(turns, v1alpha1.Schedule{Cron: fmt.Sprintf("%d-59/32 * * * *", i), Duration: "1m"})
 	}
 	return map[string]v1alpha1.ChangeWindowSpec{
-		"32x every minute 1m, frozen 29 days":        {Schedules: every("* * * * *", "1m", 32), Freezes: frozen},
-		"32x every minute 168h, frozen 29 days":      {Schedules: every("* * * * *", "168h", 32), Freezes: frozen},
-		"32x every minute 1m, open":                  {Schedules: every("* * * * *", "1m", 32)},
-		"32 schedules taking turns each minute":      {Schedules: turns},
+		"32x every minute 1m, frozen 29 days":             {Schedules: every("* * * * *", "1m", 32), Freezes: frozen},
+		"32x every minute 168h, frozen 29 days":           {Schedules: every("* * * * *", "168h", 32), Freezes: frozen},
+		"32x every minute 1m, open":                       {Schedules: every("* * * * *", "1m", 32)},
+		"32 schedules taking turns each minute":           {Schedules: turns},
 		"32x every other minute 1m, closed half the time": {Schedules: every("*/2 * * * *", "1m", 32)},
 	}
 }

@@ -38,7 +38,7 @@ them back gradually over the policy's spec.breaker.rampSeconds.`,
 			if err != nil {
 				return err
 			}
-			return setBreakerOpen(cmd.Context(), cmd.OutOrStdout(), cl, policy, open)
+			return explainRefusal(flags, setBreakerOpen(cmd.Context(), cmd.OutOrStdout(), cl, policy, open))
 		}
 	}
 	open := &cobra.Command{
@@ -72,7 +72,7 @@ it opens by itself again only on distress measured after the close.`,
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			if err := printBreakers(cmd.Context(), tw, cl, true); err != nil {
-				return err
+				return explainRefusal(flags, err)
 			}
 			return tw.Flush()
 		},

@@ -63,6 +63,12 @@ stops it.`,
 			fmt.Fprintf(out, "  kubectl create namespace demo\n")
 			fmt.Fprintf(out, "  kubectl label namespace demo rampart.io/protection=Always\n")
 			fmt.Fprintf(out, "  kubectl delete namespace demo    # denied by Rampart, with the way to proceed\n\n")
+			if !opts.Unprotected {
+				// As in a cluster: HTTPS, for callers allowed to get /metrics.
+				fmt.Fprintf(out, "The manager's metrics (HTTPS, for rampart-metrics-reader, which %s/%s is bound to):\n", localcluster.ManagerNamespace, localcluster.MetricsScraper)
+				fmt.Fprintf(out, "  curl --cacert %s -H \"Authorization: Bearer $(kubectl create token -n %s %s)\" %s\n\n",
+					c.PKIFile("ca.crt"), localcluster.ManagerNamespace, localcluster.MetricsScraper, c.MetricsURL())
+			}
 			if opts.Detached {
 				fmt.Fprintf(out, "Stop it with: %s down --dir %s\n", os.Args[0], c.Dir)
 				return nil

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -65,10 +66,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		forwardAs = imp.AsUser()
+		req.Impersonated = &authenticationv1.UserInfo{Username: imp.User, Groups: imp.Groups}
 	}
 
 	// Policies match the client the gateway authenticated, not whom it
 	// impersonates: a client cannot leave its limits by impersonating.
+	// A clause may narrow a policy for a client by whom it impersonates
+	// (match[].impersonated), never widen it.
 	policyName, sample := noPolicy, g.opts.AccessLogPercent
 	if p := traffic.Select(*g.policies.Load(), req); p != nil {
 		policyName, sample = p.Name, int(p.Spec.AccessLogPercent)

@@ -68,9 +68,10 @@ type Cluster struct {
 	// Config is the admin client configuration.
 	Config *rest.Config
 
-	opts  Options
-	ports ports
-	procs []*Process
+	opts    Options
+	ports   ports
+	procs   []*Process
+	scraper metricsScraperToken
 }
 
 // Binaries the cluster needs from Options.Assets.

@@ -92,6 +92,9 @@ func (c *Cluster) startAPIServerOn(ctx context.Context, name string, port int, a
 		// A loopback advertise address cannot be an Endpoints address.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
+		// Presents a client certificate to webhooks, which accept no other
+		// caller (webhookauth.go).
+		"--admission-control-config-file="+c.path(admissionConfig),
 	)
 	if err != nil {
 		return err

@@ -94,6 +94,16 @@ func (c *Cluster) makePKI(now time.Time) error {
 			return err
 		}
 	}
+	metrics, err := ca.Issue(pki.Request{CommonName: "rampart-manager-metrics", Hosts: []string{"127.0.0.1", "localhost"}, Now: now, Validity: certValidity})
+	if err != nil {
+		return err
+	}
+	if err := metrics.Write(filepath.Join(p, "manager-metrics", "tls")); err != nil {
+		return err
+	}
+	if err := c.makeWebhookClientPKI(now); err != nil {
+		return err
+	}
 	return c.makeGatewayPKI(ca, now)
 }
 

@@ -36,6 +36,7 @@ func (c *Cluster) installRampart(ctx context.Context) error {
 	}
 	objs = append(objs, localBindings()...)
 	objs = append(objs, customResourceRights(c.opts.CustomResourceGroups)...)
+	objs = append(objs, metricsScraper()...)
 	cl, err := c.applyAll(ctx, objs)
 	if err != nil {
 		return err
@@ -195,8 +196,12 @@ func (c *Cluster) startManager(ctx context.Context) error {
 			"--webhook-port=" + strconv.Itoa(mp.webhook),
 			"--cert-dir=" + c.path("manager", strconv.Itoa(i), "certs"),
 			"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(mp.metrics),
+			// As the chart runs it: HTTPS, only for callers allowed to get
+			// /metrics (ScrapeManagerMetrics), with a certificate of the
+			// local CA.
+			"--metrics-secure", "--metrics-cert-dir=" + c.pkiFile("manager-metrics"),
 			"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(mp.health),
-		}, c.opts.ManagerArgs...)
+		}, append(c.managerClientAuthArgs(), c.opts.ManagerArgs...)...)
 		if len(urls) > 1 {
 			args = append(args, "--webhook-replica-urls="+strings.Join(urls, ","))
 		}
@@ -220,9 +225,10 @@ func (c *Cluster) WebhookURL() string {
 // MetricsURL is manager replica 0's Prometheus endpoint.
 func (c *Cluster) MetricsURL() string { return c.ManagerMetricsURL(0) }
 
-// ManagerMetricsURL is manager replica i's Prometheus endpoint.
+// ManagerMetricsURL is manager replica i's Prometheus endpoint: HTTPS,
+// for callers allowed to get /metrics (see ScrapeManagerMetrics).
 func (c *Cluster) ManagerMetricsURL(i int) string {
-	return "http://127.0.0.1:" + strconv.Itoa(c.ports.managers[i].metrics) + "/metrics"
+	return "https://127.0.0.1:" + strconv.Itoa(c.ports.managers[i].metrics) + "/metrics"
 }
 
 // waitWebhookEnforced proves the whole admission path: a protected probe

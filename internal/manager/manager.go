@@ -5,6 +5,7 @@ package manager
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -37,6 +38,7 @@ import (
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
 	"github.com/rampart-io/rampart/internal/servingcert"
+	"github.com/rampart-io/rampart/internal/tlsprofile"
 )
 
 // The manager's rights, generated into charts/rampart/files/rbac by `make generate`.
@@ -73,6 +75,14 @@ type Options struct {
 	// WebhookService is the Service in Namespace fronting the webhook
 	// server in a cluster.
 	WebhookService string
+	// WebhookClientCA is a PEM file of the CA that signs the client
+	// certificate the API server presents to webhooks. Set, the webhooks
+	// answer only callers with such a certificate; empty, anyone who
+	// reaches the port (logged as a warning at start).
+	WebhookClientCA string
+	// WebhookClientNames, when set, are the common or DNS names one of
+	// which that certificate must carry.
+	WebhookClientNames []string
 	// WebhookOwner, when set, is the ClusterRole that owns the webhook
 	// configurations (the chart's rampart-manager): deleting it deletes
 	// them.
@@ -91,7 +101,10 @@ type Options struct {
 	MetricsAddr, ProbeAddr string
 	// MetricsSecure serves metrics over HTTPS to callers the API server
 	// authenticates and allows to get /metrics (in a cluster).
-	MetricsSecure  bool
+	MetricsSecure bool
+	// MetricsCertDir holds tls.crt and tls.key for secure metrics; empty
+	// serves a self-signed certificate made at start.
+	MetricsCertDir string
 	LeaderElection bool
 	// ReplicasExempt are requesters the explicit-replicas label never
 	// denies, e.g. the horizontal-pod-autoscaler's service account.
@@ -167,6 +180,10 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return fmt.Errorf("webhook certificate: %w", err)
 		}
 	}
+	webhookTLS, onlyAPIServer, err := webhookClientAuth(o, o.Log.WithName("webhook"))
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Logger:                  o.Log,
@@ -185,7 +202,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 				Field: fields.OneTermEqualSelector("metadata.name", rampartadmission.ValidatingConfigName)},
 		}},
 		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir,
+			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir, TLSOpts: webhookTLS,
 		}),
 	})
 	if err != nil {
@@ -206,7 +223,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}); err != nil {
 		return err
 	}
-	server := mgr.GetWebhookServer()
+	server := webhookRegistrar{mgr.GetWebhookServer(), onlyAPIServer}
 	// The manager's cached client serves reads only after start; the
 	// registration and the flow-control counts use a direct one.
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
@@ -239,7 +256,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	// Ready once the webhook server serves TLS and the configuration is
 	// registered: from then on the API server can call this replica.
 	registered := make(chan struct{})
-	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
+	if err := mgr.AddReadyzCheck("webhook", server.Server.StartedChecker()); err != nil {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("registered", func(*http.Request) error {
@@ -434,6 +451,15 @@ func (r *registrar) Start(ctx context.Context) error {
 	}
 }
 
+// webhookRegistrar registers every webhook behind the check that its
+// caller is the API server.
+type webhookRegistrar struct {
+	webhook.Server
+	wrap func(http.Handler) http.Handler
+}
+
+func (r webhookRegistrar) Register(path string, h http.Handler) { r.Server.Register(path, r.wrap(h)) }
+
 // webhookOwner is the owner reference to ClusterRole name, or nil when name
 // is empty.
 func webhookOwner(ctx context.Context, c client.Client, name string) (*metav1.OwnerReference, error) {
@@ -457,6 +483,8 @@ func metricsOptions(o Options) metricsserver.Options {
 	if o.MetricsSecure {
 		opts.SecureServing = true
 		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		opts.TLSOpts = []func(*tls.Config){tlsprofile.Apply}
+		opts.CertDir = o.MetricsCertDir
 	}
 	return opts
 }

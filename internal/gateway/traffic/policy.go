@@ -56,6 +56,11 @@ func clauseMatches(c v1alpha1.TrafficMatch, r Request) bool {
 	if subjects && !protection.Names(c.Subjects, authenticationv1.UserInfo{Username: r.User, Groups: r.Groups}) {
 		return false
 	}
+	// A clause on the impersonated user alone never matches (the API
+	// refuses one too): it would let a client leave its own policy.
+	if c.Impersonated != nil && (!subjects || r.Impersonated == nil || !protection.Names(*c.Impersonated, *r.Impersonated)) {
+		return false
+	}
 	if len(c.UserAgents) > 0 && !slices.ContainsFunc(c.UserAgents, func(p string) bool { return Glob(p, r.UserAgent) }) {
 		return false
 	}

@@ -9,15 +9,20 @@ import (
 	"strconv"
 	"strings"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/fields"
 )
 
 // Request is what policies match on: the requester as the gateway
 // authenticated it and the request as kube-apiserver will read it.
 type Request struct {
+	// User and Groups are the client the gateway authenticated.
 	User      string
 	Groups    []string
 	UserAgent string
+	// Impersonated is whom the client impersonates, once the gateway
+	// has checked that it may; nil when it impersonates no one.
+	Impersonated *authenticationv1.UserInfo
 
 	// IsResource is true for /api and /apis requests naming a resource.
 	IsResource bool

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 )
@@ -119,6 +120,40 @@ func TestSelectByPrecedenceThenName(t *testing.T) {
 	}
 	if got := Select(ps[:1], Request{Verb: "get"}); got != nil {
 		t.Errorf("a get matched the lists-only policy %s", got.Name)
+	}
+}
+
+// A clause on whom the client impersonates narrows a policy for that
+// client; it never makes a client's request match a policy that does not
+// name the client.
+func TestImpersonatedMatchesOnlyTheNamedClientsImpersonating(t *testing.T) {
+	ps := []Policy{
+		policy(t, "platform-team-a", `{precedence: 10, action: Limit, limit: {qps: 5}, match: [{serviceAccounts: [{namespace: platform, name: api}], impersonated: {groups: [team-a]}}]}`),
+		policy(t, "alone", `{precedence: 20, action: Exempt, match: [{impersonated: {users: [alice]}}]}`),
+		policy(t, "platform", `{precedence: 30, action: Limit, limit: {qps: 50}, match: [{serviceAccounts: [{namespace: platform, name: api}]}]}`),
+		policy(t, "support", `{precedence: 40, action: Reject, match: [{users: [support]}]}`),
+	}
+	Sort(ps)
+	api := "system:serviceaccount:platform:api"
+	for _, tc := range []struct {
+		name string
+		r    Request
+		want string
+	}{
+		{"the platform API for team-a", Request{User: api, Impersonated: &authenticationv1.UserInfo{Username: "alice", Groups: []string{"team-a"}}}, "platform-team-a"},
+		{"the platform API for team-b", Request{User: api, Impersonated: &authenticationv1.UserInfo{Username: "bob", Groups: []string{"team-b"}}}, "platform"},
+		{"the platform API for itself", Request{User: api}, "platform"},
+		{"support impersonating alice (a clause without a client never matches)", Request{User: "support", Impersonated: &authenticationv1.UserInfo{Username: "alice"}}, "support"},
+		{"support impersonating team-a", Request{User: "support", Impersonated: &authenticationv1.UserInfo{Username: "alice", Groups: []string{"team-a"}}}, "support"},
+		{"team-a itself", Request{User: "alice", Groups: []string{"team-a"}}, ""},
+	} {
+		got := ""
+		if p := Select(ps, tc.r); p != nil {
+			got = p.Name
+		}
+		if got != tc.want {
+			t.Errorf("%s: selected %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }
 
