@@ -159,6 +159,8 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"gateway.upstreams={10.0.0.1:6443}", "/gateway/upstreams/0"},
 		{"gateway.enabeld=true", "additional properties 'enabeld' not allowed"},
 		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},
+		// A wildcard would let the manager read every Secret.
+		{"manager.customResourceGroups={*}", "/manager/customResourceGroups/0"},
 		{"manager.webhookClientCA.allowedNames={kube-apiserver}", "allowedNames needs manager.webhookClientCA.configMap"},
 		{"manager.networkPolicy.webhookFrom[0].ipblock.cidr=10.0.0.0/8", "additional properties 'ipblock' not allowed"},
 	} {

@@ -48,7 +48,9 @@ type ChangeWindowSpec struct {
 	TimeZone string `json:"timeZone,omitempty"`
 
 	// Schedules are the recurring windows when guarded fields may change.
-	// With none, changes are allowed at any time outside the freezes.
+	// With none, changes are allowed at any time outside the freezes. At
+	// most 32: a denial's next opening costs a few cron steps per schedule
+	// and freeze.
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic
 	// +optional
@@ -77,7 +79,7 @@ type WindowOperation string
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.days) || (has(self.start) && has(self.end))",message="a schedule with days needs start and end"
 // +kubebuilder:validation:XValidation:rule="!has(self.cron) || has(self.duration)",message="a cron schedule needs a duration"
-// +kubebuilder:validation:XValidation:rule="!has(self.duration) || (duration(self.duration) > duration('0s') && duration(self.duration) <= duration('168h'))",message="duration must be between 1s and 168h"
+// +kubebuilder:validation:XValidation:rule="!has(self.duration) || (duration(self.duration) >= duration('1m') && duration(self.duration) <= duration('168h'))",message="duration must be between 1m and 168h: a cron fires at most once a minute"
 type Schedule struct {
 	// +kubebuilder:validation:MinItems=1
 	// +listType=set
@@ -91,11 +93,14 @@ type Schedule struct {
 	// +optional
 	End string `json:"end,omitempty"`
 	// Cron is a five-field schedule (minute hour day-of-month month
-	// day-of-week) in the window's time zone.
-	// +kubebuilder:validation:Pattern=`^\S+(\s+\S+){4}$`
+	// day-of-week) in the window's time zone: numbers, ranges, steps,
+	// lists, * and names such as MON or JAN.
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[0-9A-Za-z*/,?-]+( +[0-9A-Za-z*/,?-]+){4}$`
 	// +optional
 	Cron string `json:"cron,omitempty"`
 	// Duration of each cron window, e.g. 2h.
+	// +kubebuilder:validation:MaxLength=32
 	// +optional
 	Duration string `json:"duration,omitempty"`
 }

@@ -297,6 +297,7 @@ func TestCascadingCRD(t *testing.T) {
 	env := clustertest.Get(t)
 	ctx := context.Background()
 	ext := apiextensionsclient.NewForConfigOrDie(env.Config)
+	grantCustomResources(t, env, "cascade.example.com")
 	crd := widgetCRD("widgets.cascade.example.com", cascading)
 	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -346,4 +347,31 @@ func widgetCRD(name string, labels map[string]string) *apiextensionsv1.CustomRes
 			}},
 		},
 	}
+}
+
+// A protected CRD whose custom resources the manager may not list (its
+// group is not among the chart's customResourceGroups) might still have
+// instances: its delete is refused, naming what to grant.
+func TestCascadingCRDRampartCannotSee(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	crds := apiextensionsclient.NewForConfigOrDie(env.Config).ApiextensionsV1().CustomResourceDefinitions()
+	crd := widgetCRD("widgets.unseen.example.com", cascading)
+	if _, err := crds.Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the CRD's delete to be refused", func(ctx context.Context) (bool, error) {
+		err := crds.Delete(ctx, crd.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err), nil
+	})
+	err := crds.Delete(ctx, crd.Name, metav1.DeleteOptions{})
+	mustForbid(t, err, "Rampart may not list widgets.unseen.example.com", "customResourceGroups")
+	// Unprotected, it goes.
+	if _, err := crds.Patch(ctx, crd.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"rampart.io/protection":null}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the unprotected CRD to be deletable", func(ctx context.Context) (bool, error) {
+		err := crds.Delete(ctx, crd.Name, metav1.DeleteOptions{})
+		return err == nil || apierrors.IsNotFound(err), nil
+	})
 }

@@ -161,6 +161,11 @@ func (h *Windows) Handle(ctx context.Context, req admission.Request) admission.R
 	if reason := cur.GetAnnotations()[v1alpha1.AnnotationChangeOverride]; reason != old.GetAnnotations()[v1alpha1.AnnotationChangeOverride] {
 		r.Override = reason
 	}
+	// The API server may have given up on this request (its webhook
+	// timeout); then nobody reads the verdict.
+	if err := ctx.Err(); err != nil {
+		return admission.Errored(http.StatusServiceUnavailable, err)
+	}
 	v := changewindow.Decide(r, w, h.now())
 	kind := schema.GroupVersionKind(req.Kind)
 	switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -188,6 +189,10 @@ spec:
 		{"a malformed cron", "  schedules: [{cron: \"0 99 * * *\", duration: 1h}]\n", "schedules[0].cron"},
 		{"a freeze that ends before it starts", "  freezes: [{start: \"2026-12-31T00:00:00Z\", end: \"2026-12-24T00:00:00Z\"}]\n", "a freeze must end after it starts"},
 		{"an unknown day", "  schedules: [{days: [Someday], start: \"02:00\", end: \"03:00\"}]\n", `Unsupported value: "Someday"`},
+		{"more than 32 schedules", "  schedules: [" + strings.Repeat(`{cron: "0 2 * * *", duration: 1h}, `, 33) + "]\n", "spec.schedules: Too many: 33: must have at most 32 items"},
+		{"a cron with a time zone or other syntax", "  schedules: [{cron: \"TZ=UTC 0 2 * * *\", duration: 1h}]\n", "spec.schedules[0].cron in body should match"},
+		{"a cron too long", "  schedules: [{cron: \"" + strings.Repeat("1,", 70) + "1 * * * *\", duration: 1h}]\n", "spec.schedules[0].cron: Too long"},
+		{"a cron window shorter than a minute", "  schedules: [{cron: \"* * * * *\", duration: 30s}]\n", "duration must be between 1m and 168h"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := applyWindow(t, env, ns, head+tt.spec)
@@ -256,6 +261,64 @@ spec:
 	}
 	if err := cms.Delete(ctx, "c2", metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("a DELETE through a window that lists only CREATE: %v", err)
+	}
+}
+
+// A window with as many every-minute schedules as the schema admits, frozen
+// for weeks, made each denial enumerate 30 days of firings (2.6s of CPU
+// apiece): a dozen concurrent denied updates timed out. Each must now come
+// back as the window's own denial, which it can only do within the
+// webhook's timeout (a timeout fails the request with another error).
+func TestChangeWindowDenialsStayCheapWithDenseSchedules(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	now := time.Now().UTC()
+	err := applyWindow(t, env, ns, fmt.Sprintf(`
+apiVersion: rampart.io/v1alpha1
+kind: ChangeWindow
+metadata: {name: dense}
+spec:
+  resources: [{apiGroups: [apps], resources: [deployments]}]
+  fields: ["spec.template.spec.containers[*].image"]
+  schedules: [%s]
+  freezes: [{start: %q, end: %q, reason: "dense drill"}]`,
+		strings.TrimSuffix(strings.Repeat(`{cron: "* * * * *", duration: 1m}, `, 32), ", "),
+		now.Add(-time.Hour).Format(time.RFC3339), now.Add(29*24*time.Hour).Format(time.RFC3339)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWindowReady(t, env, ns, "dense")
+	deploys := env.Client.AppsV1().Deployments(ns)
+	const n = 12
+	for i := range n {
+		if _, err := deploys.Create(ctx, newDeployment(fmt.Sprintf("web-%d", i), 1, nil), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	patch := []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"registry.example/app:2"}]}}}}`)
+	eventually(t, "the window's webhook to deny", func(ctx context.Context) (bool, error) {
+		_, err := deploys.Patch(ctx, "web-0", types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		return apierrors.IsForbidden(err), nil
+	})
+	errs := make([]error, n)
+	took := make([]time.Duration, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			_, errs[i] = deploys.Patch(ctx, fmt.Sprintf("web-%d", i), types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+			took[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d concurrent denied updates answered in %v", n, took)
+	for i, err := range errs {
+		t.Run(fmt.Sprintf("web-%d", i), func(t *testing.T) {
+			mustForbid(t, err, `ChangeWindow "dense" is frozen until`, "dense drill", "It next opens at")
+		})
 	}
 }
 

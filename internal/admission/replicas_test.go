@@ -166,6 +166,7 @@ func TestCustomWorkloadWithScaleSubresource(t *testing.T) {
 	crd.Spec.Versions[0].Subresources = &apiextensionsv1.CustomResourceSubresources{Scale: &apiextensionsv1.CustomResourceSubresourceScale{
 		SpecReplicasPath: ".spec.replicas", StatusReplicasPath: ".status.replicas",
 	}}
+	grantCustomResources(t, env, "scale.example.com")
 	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,7 @@ func Decide(r Request, w *Window, now time.Time) Verdict {
 	}
 	msg := fmt.Sprintf("ChangeWindow %q %s: %s may not change %s now.",
 		r.Window, closed, r.Describe(), strings.Join(r.Changed, ", "))
-	if next, _ := w.Next(now); next != nil {
+	if next := w.NextOpen(now); next != nil {
 		msg += fmt.Sprintf(" It next opens at %s (in %s).", next.In(w.Location).Format("2006-01-02 15:04 MST"), next.Sub(now).Round(time.Minute))
 	} else {
 		msg += fmt.Sprintf(" It does not open in the next %d days.", int(Horizon.Hours()/24))

@@ -78,8 +78,8 @@ func Compile(spec v1alpha1.ChangeWindowSpec, now time.Time) (*Window, error) {
 			if c.cron, err = cron.ParseStandard(s.Cron); err != nil {
 				return nil, fmt.Errorf("schedules[%d].cron %q: %w", i, s.Cron, err)
 			}
-			if c.duration, err = time.ParseDuration(s.Duration); err != nil || c.duration <= 0 {
-				return nil, fmt.Errorf("schedules[%d].duration %q: want a positive duration such as 2h", i, s.Duration)
+			if c.duration, err = time.ParseDuration(s.Duration); err != nil || c.duration < time.Minute || c.duration > 168*time.Hour {
+				return nil, fmt.Errorf("schedules[%d].duration %q: want a duration between 1m and 168h such as 2h", i, s.Duration)
 			}
 			// A schedule that never fires (30 February) would keep the
 			// window closed for ever: a mistake to refuse, not to obey.
@@ -182,59 +182,190 @@ func wallKey(t time.Time) int {
 }
 
 // Next finds the next opening and closing after now within Horizon; nil
-// where there is none.
+// where there is none. The closing is also nil when the schedules are too
+// dense to follow (see closeBudget): a status, not a decision, rests on it.
 func (w *Window) Next(now time.Time) (nextOpen, nextClose *time.Time) {
-	open, _ := w.Open(now)
-	for _, t := range w.transitions(now) {
-		if o, _ := w.Open(t); o != open {
-			tt := t
-			if o {
-				nextOpen = &tt
-			} else {
-				nextClose = &tt
-			}
-			open = o
-			if nextOpen != nil && nextClose != nil {
-				break
-			}
+	until := now.Add(Horizon)
+	if open, _ := w.Open(now); open {
+		c, ok, _ := w.nextClosing(now, until)
+		if !ok {
+			return nil, nil
 		}
+		o, ok := w.nextOpening(c, until)
+		return ptr(o, ok), &c
 	}
-	return nextOpen, nextClose
+	o, ok := w.nextOpening(now, until)
+	if !ok {
+		return nil, nil
+	}
+	c, ok, _ := w.nextClosing(o, until)
+	return &o, ptr(c, ok)
 }
 
-// transitions are the instants after now when the window may open or
-// close, in order.
-func (w *Window) transitions(now time.Time) []time.Time {
-	until := now.Add(Horizon)
-	var out []time.Time
-	add := func(t time.Time) {
-		if t.After(now) && !t.After(until) {
-			out = append(out, t)
+// NextOpen is the first instant after now, within Horizon, when the
+// window is open; nil if none. A denial names it, so it costs at most a
+// few cron steps per schedule and freeze, whatever the schedules.
+func (w *Window) NextOpen(now time.Time) *time.Time {
+	return ptr(w.nextOpening(now, now.Add(Horizon)))
+}
+
+func ptr(t time.Time, ok bool) *time.Time {
+	if !ok {
+		return nil
+	}
+	return &t
+}
+
+// nextOpening is the first instant after from, not after until, when the
+// window is open. The window can only open where a schedule starts or a
+// freeze ends, so it tries the earliest such instant; one inside a freeze
+// jumps to that freeze's end, so the loop runs at most about twice per
+// freeze plus once per empty schedule occurrence (a wall-clock window
+// skipped by daylight saving).
+func (w *Window) nextOpening(from, until time.Time) (time.Time, bool) {
+	x := from.In(w.Location)
+	c, ok := w.nextCandidate(x)
+	for ok && !c.After(until) {
+		open, freeze := w.Open(c)
+		switch {
+		case open:
+			return c, true
+		case freeze != nil:
+			c = freeze.End.In(w.Location)
+		default:
+			c, ok = w.nextCandidate(c)
+		}
+	}
+	return time.Time{}, false
+}
+
+// nextCandidate is the earliest schedule start or freeze end after x.
+func (w *Window) nextCandidate(x time.Time) (time.Time, bool) {
+	var best time.Time
+	found := false
+	consider := func(t time.Time) {
+		if !t.IsZero() && t.After(x) && (!found || t.Before(best)) {
+			best, found = t, true
 		}
 	}
 	for _, f := range w.freezes {
-		add(f.Start.Time)
-		add(f.End.Time)
+		consider(f.End.Time.In(w.Location))
 	}
-	local := now.In(w.Location)
 	for _, s := range w.schedules {
-		if s.cron != nil {
-			for t := s.cron.Next(local.Add(-s.duration)); !t.IsZero() && !t.After(until); t = s.cron.Next(t) {
-				add(t)
-				add(t.Add(s.duration))
-			}
+		consider(s.nextStart(x))
+	}
+	return best, found
+}
+
+// nextStart is the first start of one of the schedule's windows after x
+// (x in the window's location); zero if none within Horizon.
+func (s schedule) nextStart(x time.Time) time.Time {
+	if s.cron != nil {
+		return s.cron.Next(x)
+	}
+	y, m, d := x.Date()
+	for back := -1; back <= int(Horizon/(24*time.Hour))+1; back++ {
+		day := time.Date(y, m, d+back, 0, 0, 0, 0, x.Location())
+		if !slices.Contains(s.days, day.Weekday()) {
 			continue
 		}
-		y, m, d := local.Date()
-		for back := -1; back <= int(Horizon/(24*time.Hour)); back++ {
-			day := time.Date(y, m, d+back, 0, 0, 0, 0, w.Location)
-			if slices.Contains(s.days, day.Weekday()) {
-				start, end := s.bounds(day)
-				add(start)
-				add(end)
-			}
+		if start, _ := s.bounds(day); start.After(x) {
+			return start
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
-	return slices.CompactFunc(out, func(a, b time.Time) bool { return a.Equal(b) })
+	return time.Time{}
+}
+
+// closeBudget bounds the schedule steps nextClosing may take, each a
+// handful of cron steps (about 10ms in all): a window kept open by
+// one-minute windows every minute is followed a minute per step, and 30
+// days are 43,200 minutes.
+const closeBudget = 4096
+
+// nextClosing is the first instant after from (when the window is open),
+// not after until, when it is closed: the next freeze start, or the end of
+// the schedules' merged coverage, whichever is first. It follows one
+// schedule while its windows overlap and looks at the others only where
+// that run ends; false if there is none, and also exhausted if the budget
+// ran out first.
+func (w *Window) nextClosing(from, until time.Time) (t time.Time, ok, exhausted bool) {
+	limit, frozen := until, false
+	for _, f := range w.freezes {
+		if f.Start.After(from) && !f.Start.After(limit) {
+			limit, frozen = f.Start.Time, true
+		}
+	}
+	if len(w.schedules) == 0 {
+		return limit, frozen, false
+	}
+	x := from.In(w.Location)
+	var follow *schedule // the schedule whose windows keep x covered
+	for budget := closeBudget; budget > 0; budget-- {
+		if follow != nil {
+			if e, ok := follow.coverEnd(x); ok {
+				if x = e; x.After(limit) {
+					return limit, frozen, false
+				}
+				continue
+			}
+		}
+		// Switch to the schedule covering x the furthest.
+		best, covered := x, false
+		for i := range w.schedules {
+			budget--
+			if e, ok := w.schedules[i].coverEnd(x); ok && e.After(best) {
+				best, covered, follow = e, true, &w.schedules[i]
+			}
+		}
+		if !covered {
+			return x, true, false // nothing covers x: the window closes here
+		}
+		if x = best; x.After(limit) {
+			return limit, frozen, false
+		}
+	}
+	return time.Time{}, false, true
+}
+
+// coverEnd is the end of the latest-ending window of this schedule that
+// contains x (x in the window's location): how far the schedule alone
+// keeps the window open from x. False if none contains x.
+func (s schedule) coverEnd(x time.Time) (time.Time, bool) {
+	if s.cron == nil {
+		var end time.Time
+		y, m, d := x.Date()
+		for _, back := range []int{0, -1} {
+			day := time.Date(y, m, d+back, 0, 0, 0, 0, x.Location())
+			if !slices.Contains(s.days, day.Weekday()) {
+				continue
+			}
+			if start, e := s.bounds(day); !x.Before(start) && x.Before(e) && e.After(end) {
+				end = e
+			}
+		}
+		return end, !end.IsZero()
+	}
+	last, ok := s.lastFiring(x)
+	return last.Add(s.duration), ok
+}
+
+// lastFiring is the latest cron activation in (x-duration, x]. cron has
+// no "previous", so it bisects: Next(y) > x holds exactly for y at or
+// after that activation, and activations are whole minutes, so a minute
+// grid finds it in log2(duration/1m) steps.
+func (s schedule) lastFiring(x time.Time) (time.Time, bool) {
+	lo := x.Add(-s.duration)
+	if first := s.cron.Next(lo); first.IsZero() || first.After(x) {
+		return time.Time{}, false
+	}
+	steps := int(s.duration/time.Minute) + 1
+	k := sort.Search(steps+1, func(k int) bool {
+		return s.cron.Next(lo.Add(time.Duration(k) * time.Minute)).After(x)
+	})
+	// The activation lies in (lo+(k-1)m, lo+km]; step to the last one ≤ x.
+	last := s.cron.Next(lo.Add(time.Duration(k-1) * time.Minute))
+	for n := s.cron.Next(last); !n.IsZero() && !n.After(x); n = s.cron.Next(last) {
+		last = n
+	}
+	return last, true
 }

@@ -89,6 +89,7 @@ stops it.`,
 	f.BoolVar(&opts.Unprotected, "unprotected", false, "start no Rampart manager: a plain cluster, for comparison")
 	f.IntVar(&opts.Managers, "managers", 1, "manager replicas; with more than one the API server spreads webhook calls over them")
 	f.IntVar(&opts.APIServers, "apiservers", 1, "kube-apiservers on the one etcd")
+	f.StringSliceVar(&opts.CustomResourceGroups, "custom-resource-groups", nil, "API groups of custom resources the manager may list and watch (the chart's manager.customResourceGroups)")
 	f.BoolVar(&opts.Gateway, "gateway", false, "start rampart gateway in front of the API servers and write DIR/kubeconfig-gateway")
 	f.BoolVar(&opts.ComponentsViaGateway, "components-via-gateway", false, "point kube-controller-manager, kube-scheduler and kwok at the gateway (with --gateway)")
 	f.StringVar(&opts.Assets, "assets", defaultAssets(), "directory with the binaries `make assets` builds")

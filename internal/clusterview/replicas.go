@@ -93,6 +93,12 @@ const replicasField = "replicas"
 // subresource, slimmed to metadata and replicas: their scale requests carry
 // no labels, and a namespace holding one with replicas is not empty.
 func (v *View) watchScaleCR(ctx context.Context, gvr schema.GroupVersionResource, path string) {
+	v.mu.RLock()
+	_, ok := v.scaleCRs[gvr]
+	v.mu.RUnlock()
+	if ok || !v.watchable(ctx, gvr) {
+		return
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if _, ok := v.scaleCRs[gvr]; ok || v.dynamic == nil {

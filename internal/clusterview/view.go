@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apiextensionsinformers "k8s.io/apiextensions-apiserver/pkg/client/informers/externalversions"
@@ -45,11 +47,13 @@ const (
 	byNamespace = cache.NamespaceIndex
 )
 
-// The view watches metadata of any labelled object and the few fields of
-// pods, claims and workloads its decisions read. Listing every resource is
-// what a protection system, like the garbage collector, needs to see what a
-// delete would cascade to; it never reads Secret data (metadata only).
-// +kubebuilder:rbac:groups=*,resources=*,verbs=list;watch
+// The view watches metadata of labelled objects and the few fields of
+// pods, claims and workloads its decisions read: every built-in namespaced
+// resource but Secrets (see unwatched), and custom resources in the groups
+// the operator grants (the chart's customResourceGroups). RBAC cannot leave
+// Secrets out of a group wildcard, so the core group is listed by name.
+// +kubebuilder:rbac:groups="",resources=configmaps;endpoints;events;limitranges;namespaces;persistentvolumeclaims;pods;podtemplates;replicationcontrollers;resourcequotas;serviceaccounts;services,verbs=list;watch
+// +kubebuilder:rbac:groups=apps;batch;autoscaling;policy;networking.k8s.io;discovery.k8s.io;storage.k8s.io;coordination.k8s.io;events.k8s.io;rbac.authorization.k8s.io;resource.k8s.io;apiextensions.k8s.io,resources=*,verbs=list;watch
 
 // View is the informer-backed deletion.View.
 type View struct {
@@ -102,6 +106,17 @@ type View struct {
 	// changes signals registration-relevant changes (see Changes).
 	changes chan struct{}
 
+	// mayWatch says whether the manager may list and watch a resource in
+	// every namespace (a SelfSubjectAccessReview); nil allows all. An
+	// informer it may not run would never sync and hold the view unready.
+	mayWatch func(context.Context, schema.GroupVersionResource) bool
+	// labelsWatched is set once every labelled-object informer has been
+	// started: each waits on an access review, and the view is not synced
+	// while some are still to come.
+	labelsWatched atomic.Bool
+	// unseen are resources not watched for lack of rights, logged once.
+	unseen map[schema.GroupVersionResource]bool
+
 	budgets      *budget.Index
 	onBudgetPods func(pod, ns string, budgets []budget.Key)
 
@@ -117,6 +132,8 @@ type kindInformer struct {
 type crInformer struct {
 	informer cache.SharedIndexInformer
 	cancel   context.CancelFunc
+	// gvr is set, and informer nil, for a resource the view may not watch.
+	gvr schema.GroupVersionResource
 }
 
 var _ deletion.View = (*View)(nil)
@@ -139,7 +156,48 @@ func New(cfg *rest.Config, log logr.Logger) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newView(cs, md, dyn, ext, log)
+	v, err := newView(cs, md, dyn, ext, log)
+	if err != nil {
+		return nil, err
+	}
+	v.mayWatch = func(ctx context.Context, gvr schema.GroupVersionResource) bool {
+		for _, verb := range []string{"list", "watch"} {
+			r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+				Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Verb: verb, Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource}},
+			}, metav1.CreateOptions{})
+			if err != nil || !r.Status.Allowed {
+				return false
+			}
+		}
+		return true
+	}
+	return v, nil
+}
+
+// unwatched are resources the view never watches, whatever its rights:
+// Secrets, so that the manager needs no right to read them. A Secret
+// labelled rampart.io/protection is still protected against its own delete
+// (judged from the request), but does not count among the protected
+// objects that keep its namespace from being deleted.
+var unwatched = map[schema.GroupResource]bool{{Resource: "secrets"}: true}
+
+// watchable says whether the view may run an informer of gvr, and logs
+// once the resources it may not.
+func (v *View) watchable(ctx context.Context, gvr schema.GroupVersionResource) bool {
+	if unwatched[gvr.GroupResource()] {
+		return false
+	}
+	if v.mayWatch == nil || v.mayWatch(ctx, gvr) {
+		return true
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.unseen[gvr] {
+		v.unseen[gvr] = true
+		v.log.Info("not watching a resource the manager may not list and watch: its labelled objects do not count in namespace deletions, a protected CRD of it cannot be deleted, and its replicas are not judged; grant it through the chart's customResourceGroups", "resource", gvr.String())
+	}
+	return false
 }
 
 func newView(cs kubernetes.Interface, md metadata.Interface, dyn dynamic.Interface, ext apiextensionsclient.Interface, log logr.Logger) (*View, error) {
@@ -154,6 +212,7 @@ func newView(cs kubernetes.Interface, md metadata.Interface, dyn dynamic.Interfa
 		scaleCRs:        map[schema.GroupVersionResource]*crInformer{},
 		scaledCRs:       map[schema.GroupVersionResource]*counter{},
 		dynamic:         dyn,
+		unseen:          map[schema.GroupVersionResource]bool{},
 		changes:         make(chan struct{}, 1),
 		budgets:         budget.NewIndex(),
 	}
@@ -263,6 +322,7 @@ func (v *View) Start(ctx context.Context) error {
 	if err := v.watchProtectedLabels(ctx); err != nil {
 		return err
 	}
+	v.labelsWatched.Store(true)
 	if !cache.WaitForCacheSync(ctx.Done(), v.HasSynced) {
 		return errors.New("cluster view: caches did not sync")
 	}
@@ -276,10 +336,11 @@ func (v *View) Start(ctx context.Context) error {
 // NeedLeaderElection is false: every replica serves webhooks from its own view.
 func (v *View) NeedLeaderElection() bool { return false }
 
-// HasSynced reports whether the fixed informers and every informer of a
+// HasSynced reports whether every labelled-object informer has started, and
+// whether the fixed informers and every informer of a
 // protected CRD have synced.
 func (v *View) HasSynced() bool {
-	if !v.crds.HasSynced() || !v.namespaces.HasSynced() {
+	if !v.labelsWatched.Load() || !v.crds.HasSynced() || !v.namespaces.HasSynced() {
 		return false
 	}
 	for _, inf := range v.owned {
@@ -329,6 +390,12 @@ func (v *View) watchProtectedLabels(ctx context.Context) error {
 }
 
 func (v *View) watchProtected(ctx context.Context, gvr schema.GroupVersionResource) {
+	v.mu.RLock()
+	_, ok := v.protected[gvr]
+	v.mu.RUnlock()
+	if ok || !v.watchable(ctx, gvr) {
+		return
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if _, ok := v.protected[gvr]; ok {
@@ -362,11 +429,18 @@ func (v *View) crdChanged(obj any) {
 		v.watchScaleCR(v.ctx, gvr, path)
 	}
 	protected := crd.Labels[v1alpha1.LabelProtection] != "" || protects(v.listPolicies(), crdResource, nil, crd.Labels)
+	v.mu.RLock()
+	cur, watching := v.customResources[crd.Name]
+	v.mu.RUnlock()
+	visible := protected && (!watching || cur.informer == nil) && v.watchable(v.ctx, gvr)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	cur, watching := v.customResources[crd.Name]
+	cur, watching = v.customResources[crd.Name]
 	switch {
-	case protected && !watching:
+	case protected && (!watching || cur.informer == nil) && !visible:
+		// Blind: CustomResources refuses rather than count none.
+		v.customResources[crd.Name] = &crInformer{gvr: gvr, cancel: func() {}}
+	case protected && (!watching || cur.informer == nil):
 		ctx, cancel := context.WithCancel(v.ctx)
 		inf := v.metadataInformer(gvr, "")
 		v.customResources[crd.Name] = &crInformer{informer: inf, cancel: cancel}
@@ -557,6 +631,11 @@ func (v *View) CustomResources(crd string) deletion.Sample {
 	v.mu.RUnlock()
 	if !ok {
 		return deletion.Sample{}
+	}
+	if cur.informer == nil {
+		// Unseen custom resources may exist: count one, and say why.
+		return deletion.Sample{Count: 1, Examples: []string{fmt.Sprintf(
+			"(unknown: Rampart may not list %s; grant group %s in the chart's customResourceGroups)", cur.gvr.GroupResource(), cur.gvr.Group)}}
 	}
 	if !cur.informer.HasSynced() {
 		// Judge on a synced cache only: wait a little for a CRD that has

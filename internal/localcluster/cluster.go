@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -53,6 +54,10 @@ type Options struct {
 	// ComponentsViaGateway points kube-controller-manager, kube-scheduler
 	// and kwok at the gateway instead of the first API server.
 	ComponentsViaGateway bool
+	// CustomResourceGroups are the API groups of custom resources the
+	// manager may list and watch, as the chart's
+	// manager.customResourceGroups.
+	CustomResourceGroups []string
 }
 
 // Cluster is a running local cluster.
@@ -139,6 +144,12 @@ func (c *Cluster) progress(format string, args ...any) {
 func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := CheckAssets(opts.Assets); err != nil {
 		return nil, err
+	}
+	for _, g := range opts.CustomResourceGroups {
+		// The core group, or a wildcard, would let the manager read Secrets.
+		if !strings.Contains(g, ".") || strings.Contains(g, "*") {
+			return nil, fmt.Errorf("custom resource group %q: want a custom resource's API group such as cert-manager.io", g)
+		}
 	}
 	if !opts.Unprotected || opts.Gateway {
 		if _, err := os.Stat(opts.Rampart); err != nil {

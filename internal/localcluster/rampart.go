@@ -35,6 +35,7 @@ func (c *Cluster) installRampart(ctx context.Context) error {
 		return err
 	}
 	objs = append(objs, localBindings()...)
+	objs = append(objs, customResourceRights(c.opts.CustomResourceGroups)...)
 	objs = append(objs, metricsScraper()...)
 	cl, err := c.applyAll(ctx, objs)
 	if err != nil {
@@ -146,6 +147,30 @@ func localBindings() []*unstructured.Unstructured {
 	return []*unstructured.Unstructured{
 		bind("ClusterRoleBinding", "ClusterRole", ""),
 		bind("RoleBinding", "Role", ManagerNamespace),
+	}
+}
+
+// customResourceRights let the manager list and watch the custom resources
+// of groups, as the chart does with manager.customResourceGroups.
+func customResourceRights(groups []string) []*unstructured.Unstructured {
+	if len(groups) == 0 {
+		return nil
+	}
+	var apiGroups []any
+	for _, g := range groups {
+		apiGroups = append(apiGroups, g)
+	}
+	name := "rampart-manager-custom-resources"
+	return []*unstructured.Unstructured{
+		{Object: map[string]any{
+			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": map[string]any{"name": name},
+			"rules": []any{map[string]any{"apiGroups": apiGroups, "resources": []any{"*"}, "verbs": []any{"list", "watch"}}},
+		}},
+		{Object: map[string]any{
+			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": map[string]any{"name": name},
+			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+			"subjects": []any{map[string]any{"kind": "User", "name": ManagerUser, "apiGroup": "rbac.authorization.k8s.io"}},
+		}},
 	}
 }
 

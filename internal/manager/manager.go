@@ -19,12 +19,14 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -40,9 +42,11 @@ import (
 )
 
 // The manager's rights, generated into charts/rampart/files/rbac by `make generate`.
-// Webhook configurations: create any, change only Rampart's own.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=create
+// Webhook configurations: only Rampart's own, which the chart and `rampart
+// up` create empty (RBAC cannot limit create to a name); the manager fills
+// them in with server-side apply and watches its validating one by name.
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;update;patch,resourceNames=rampart-validating;rampart-mutating
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=list;watch,resourceNames=rampart-validating
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get,resourceNames=rampart-manager
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
@@ -191,6 +195,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		// Release the lease on shutdown so a rolling restart hands over at
 		// once instead of after the lease duration.
 		LeaderElectionReleaseOnCancel: true,
+		// The manager reads only its own webhook configuration, and may list
+		// and watch no other (RBAC resourceNames match a name selector).
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&admissionregistrationv1.ValidatingWebhookConfiguration{}: {
+				Field: fields.OneTermEqualSelector("metadata.name", rampartadmission.ValidatingConfigName)},
+		}},
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir, TLSOpts: webhookTLS,
 		}),

@@ -84,8 +84,6 @@ type policyStatus struct {
 	reg    func() rampartadmission.Registration
 }
 
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch
-
 func (r *policyStatus) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	p := &v1alpha1.ProtectionPolicy{}
 	if err := r.client.Get(ctx, req.NamespacedName, p); err != nil {
