@@ -173,7 +173,11 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	g.pool = upstream.NewPool(urls, opts.Upstream, time.Now())
 	g.transport = upstream.NewTransport(g.pool, upTLS)
 	g.transport.LongRunning = func(r *http.Request) bool {
-		return traffic.Describe(r.Method, r.URL.Path, r.URL.Query()).LongRunning()
+		if f, ok := r.Context().Value(forwardKey{}).(forwarding); ok {
+			return f.long
+		}
+		// The gateway's own requests (its policy and count watches).
+		return traffic.Describe(r).LongRunning()
 	}
 	g.transport.OnEject = func(s *upstream.Server) {
 		g.metrics.ejections.WithLabelValues(s.URL.Host).Inc()
@@ -198,8 +202,8 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 			// event's source IPs; Rewrite has dropped what the client
 			// sent, so this is the client's real address.
 			r.SetXForwarded()
-			if u, ok := r.In.Context().Value(forwardKey{}).(identity.User); ok {
-				identity.Forward(r.Out.Header, u)
+			if f, ok := r.In.Context().Value(forwardKey{}).(forwarding); ok {
+				identity.Forward(r.Out.Header, f.as)
 			} else {
 				// Unreachable: ServeHTTP always sets it. Forwarding
 				// without an identity would act as the gateway itself.

@@ -16,9 +16,17 @@ import (
 	"github.com/rampart-io/rampart/internal/gateway/traffic"
 )
 
-// forwardKey carries the identity to forward from ServeHTTP to the
-// proxy's Rewrite.
+// forwardKey carries a forwarding from ServeHTTP to the proxy's Rewrite
+// and Transport.
 type forwardKey struct{}
+
+// forwarding is what ServeHTTP decided about a request that the proxy
+// needs: the identity to forward, and whether the request is long-running
+// (so that the transport balances it without parsing it again).
+type forwarding struct {
+	as   identity.User
+	long bool
+}
 
 // noPolicy labels requests no TrafficPolicy matches.
 const noPolicy = "none"
@@ -41,7 +49,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, code, err.Error(), 0)
 		return
 	}
-	req := traffic.Describe(r.Method, r.URL.Path, r.URL.Query())
+	req := traffic.Describe(r)
 	req.User, req.Groups, req.UserAgent = user.Name, user.Groups, r.UserAgent()
 
 	forwardAs := user
@@ -114,7 +122,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		defer context.AfterFunc(g.stopLong, cancel)()
 	}
-	out := r.WithContext(context.WithValue(ctx, forwardKey{}, forwardAs))
+	out := r.WithContext(context.WithValue(ctx, forwardKey{}, forwarding{as: forwardAs, long: kind == "long"}))
 	inFlight := g.metrics.inFlight.WithLabelValues(policyName, kind)
 	inFlight.Inc()
 	// Deferred: the proxy aborts a response that breaks mid-stream by
