@@ -59,6 +59,7 @@ import (
 	"github.com/rampart-io/rampart/internal/gateway/identity"
 	"github.com/rampart-io/rampart/internal/gateway/traffic"
 	"github.com/rampart-io/rampart/internal/gateway/upstream"
+	"github.com/rampart-io/rampart/internal/pki"
 )
 
 // Options configure a gateway.
@@ -245,7 +246,7 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 		if err != nil {
 			return nil, fmt.Errorf("the gateway's serving certificate: %w", err)
 		}
-		g.tlsConfig = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+		g.tlsConfig = pki.HardenServerTLS(&tls.Config{Certificates: []tls.Certificate{pair}})
 	}
 	if opts.ClientCAFile != "" {
 		caPEM, err := os.ReadFile(opts.ClientCAFile)
