@@ -74,6 +74,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		forwardAs = imp.AsUser()
 	}
+	if err := identity.Forwardable(forwardAs); err != nil {
+		g.metrics.rejections.WithLabelValues(noPolicy, "masters").Inc()
+		if g.refusalLog.Allow() {
+			g.accessLog(r, req, noPolicy, http.StatusForbidden, start, true)
+		}
+		writeStatus(w, http.StatusForbidden, err.Error(), 0)
+		return
+	}
 
 	// Policies match the client the gateway authenticated, not whom it
 	// impersonates: a client cannot leave its limits by impersonating.
