@@ -17,14 +17,19 @@
 // from a front proxy) because it needs nothing from the API server's
 // configuration: request-header authentication must be switched on with
 // --requestheader-client-ca-file and a dedicated front-proxy CA, on every
-// API server, which a managed control plane does not let you do. With
+// API server, which a managed control plane does not let you do, and its
+// certificate may then assert any group, system:masters included. With
 // impersonation the gateway's power is an ordinary ClusterRole
 // (ClusterRole below), visible and revocable with kubectl, and every
 // forwarded request is checked twice: by the gateway (policies) and by the
-// API server (impersonation rights, then the user's own RBAC). The price
-// is a few in-memory RBAC checks per request on the API server, and that
-// the gateway's certificate is as powerful as cluster-admin: keep its key
-// as you would an admin's.
+// API server (impersonation rights, then the user's own RBAC). The role
+// grants constrained impersonation only (KEP-5284), under which the API
+// server refuses to impersonate system:masters: the gateway's credentials
+// are not cluster-admin by themselves, and the gateway refuses to forward
+// members of system:masters (they use the API server directly). They can
+// still act as any other user or group, so keep the gateway's key as you
+// would an admin's. The price is a few in-memory RBAC checks per request
+// on the API server.
 //
 // Clients cannot widen their rights through the gateway: their own
 // Impersonate-* and X-Remote-* headers are removed and replaced by the
