@@ -32,19 +32,19 @@ const GatewayName = "rampart-gateway"
 // gatewayID is the gateway's own identity towards the API servers.
 var gatewayID = identity{"kubeconfigs/rampart-gateway.kubeconfig", gateway.RoleName, nil}
 
-// gatewayAdminsGroup is the group of the identities that act as
+// GatewayAdminsGroup is the group of the identities that act as
 // cluster-admin through the gateway (the admin's gateway kubeconfig, and
 // kwok with ComponentsViaGateway): the gateway does not forward members
 // of system:masters, which the admin kubeconfig to the API server keeps.
-const gatewayAdminsGroup = "rampart:gateway-admins"
+const GatewayAdminsGroup = "rampart:gateway-admins"
 
-// gatewayAdminsBinding makes gatewayAdminsGroup cluster-admin.
+// gatewayAdminsBinding makes GatewayAdminsGroup cluster-admin.
 func gatewayAdminsBinding() *rbacv1.ClusterRoleBinding {
 	return &rbacv1.ClusterRoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: gatewayAdminsGroup},
+		ObjectMeta: metav1.ObjectMeta{Name: GatewayAdminsGroup},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: gatewayAdminsGroup}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: GatewayAdminsGroup}},
 	}
 }
 
@@ -119,7 +119,7 @@ func (c *Cluster) makeGatewayPKI(ca *pki.KeyPair, now time.Time) error {
 	if err := serving.Write(c.pkiFile("gateway")); err != nil {
 		return err
 	}
-	for _, id := range []identity{gatewayID, {gatewayKubeconfig, adminID.user, []string{gatewayAdminsGroup}}} {
+	for _, id := range []identity{gatewayID, {gatewayKubeconfig, adminID.user, []string{GatewayAdminsGroup}}} {
 		kp, err := ca.Issue(pki.Request{CommonName: id.user, Organization: id.groups, Client: true, Now: now, Validity: certValidity})
 		if err != nil {
 			return err

@@ -87,7 +87,7 @@ func (c *Cluster) makePKI(now time.Time) error {
 	}
 	kwok := kwokID
 	if c.opts.Gateway && c.opts.ComponentsViaGateway {
-		kwok.groups = []string{gatewayAdminsGroup} // the gateway does not forward system:masters
+		kwok.groups = []string{GatewayAdminsGroup} // the gateway does not forward system:masters
 	}
 	for _, id := range []identity{adminID, kcmID, schedulerID, kwok, managerID} {
 		kp, err := ca.Issue(pki.Request{CommonName: id.user, Organization: id.groups, Client: true, Now: now, Validity: certValidity})
