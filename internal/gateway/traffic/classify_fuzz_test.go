@@ -124,12 +124,15 @@ func FuzzClassifyLikeAPIServer(f *testing.F) {
 			Namespace: info.Namespace, Name: info.Name,
 		}
 		// What the API server's list handler reads (handlers/get.go
-		// ListResource decodes the query with this codec); it refuses a
-		// query that does not decode.
+		// ListResource decodes the query with this codec). A query that
+		// does not decode is refused with 400 and served never: what the
+		// gateway priced it at does not matter.
 		if info.IsResourceRequest && (info.Verb == "list" || info.Verb == "watch") {
 			var opts metainternalversion.ListOptions
 			if metainternalversionscheme.ParameterCodec.DecodeParameters(u.Query(), metav1.SchemeGroupVersion, &opts) == nil {
 				want.Limit, want.ResourceVersion, want.SendInitialEvents = opts.Limit, opts.ResourceVersion, opts.SendInitialEvents
+			} else {
+				got.Limit, got.ResourceVersion, got.SendInitialEvents = 0, "", nil
 			}
 		}
 		got.SingleObject = false // the gateway's own reading, tested in TestDescribe
