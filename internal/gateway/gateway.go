@@ -17,14 +17,19 @@
 // from a front proxy) because it needs nothing from the API server's
 // configuration: request-header authentication must be switched on with
 // --requestheader-client-ca-file and a dedicated front-proxy CA, on every
-// API server, which a managed control plane does not let you do. With
+// API server, which a managed control plane does not let you do, and its
+// certificate may then assert any group, system:masters included. With
 // impersonation the gateway's power is an ordinary ClusterRole
 // (ClusterRole below), visible and revocable with kubectl, and every
 // forwarded request is checked twice: by the gateway (policies) and by the
-// API server (impersonation rights, then the user's own RBAC). The price
-// is a few in-memory RBAC checks per request on the API server, and that
-// the gateway's certificate is as powerful as cluster-admin: keep its key
-// as you would an admin's.
+// API server (impersonation rights, then the user's own RBAC). The role
+// grants constrained impersonation only (KEP-5284), under which the API
+// server refuses to impersonate system:masters: the gateway's credentials
+// are not cluster-admin by themselves, and the gateway refuses to forward
+// members of system:masters (they use the API server directly). They can
+// still act as any other user or group, so keep the gateway's key as you
+// would an admin's. The price is a few in-memory RBAC checks per request
+// on the API server.
 //
 // Clients cannot widen their rights through the gateway: their own
 // Impersonate-* and X-Remote-* headers are removed and replaced by the
@@ -59,6 +64,7 @@ import (
 	"github.com/rampart-io/rampart/internal/gateway/identity"
 	"github.com/rampart-io/rampart/internal/gateway/traffic"
 	"github.com/rampart-io/rampart/internal/gateway/upstream"
+	"github.com/rampart-io/rampart/internal/tlsprofile"
 )
 
 // Options configure a gateway.
@@ -173,7 +179,11 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	g.pool = upstream.NewPool(urls, opts.Upstream, time.Now())
 	g.transport = upstream.NewTransport(g.pool, upTLS)
 	g.transport.LongRunning = func(r *http.Request) bool {
-		return traffic.Describe(r.Method, r.URL.Path, r.URL.Query()).LongRunning()
+		if f, ok := r.Context().Value(forwardKey{}).(forwarding); ok {
+			return f.long
+		}
+		// The gateway's own requests (its policy and count watches).
+		return traffic.Describe(r).LongRunning()
 	}
 	g.transport.OnEject = func(s *upstream.Server) {
 		g.metrics.ejections.WithLabelValues(s.URL.Host).Inc()
@@ -198,8 +208,8 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 			// event's source IPs; Rewrite has dropped what the client
 			// sent, so this is the client's real address.
 			r.SetXForwarded()
-			if u, ok := r.In.Context().Value(forwardKey{}).(identity.User); ok {
-				identity.Forward(r.Out.Header, u)
+			if f, ok := r.In.Context().Value(forwardKey{}).(forwarding); ok {
+				identity.Forward(r.Out.Header, f.as)
 			} else {
 				// Unreachable: ServeHTTP always sets it. Forwarding
 				// without an identity would act as the gateway itself.
@@ -241,7 +251,8 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 		if err != nil {
 			return nil, fmt.Errorf("the gateway's serving certificate: %w", err)
 		}
-		g.tlsConfig = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+		g.tlsConfig = &tls.Config{Certificates: []tls.Certificate{pair}}
+		tlsprofile.Apply(g.tlsConfig)
 	}
 	if opts.ClientCAFile != "" {
 		caPEM, err := os.ReadFile(opts.ClientCAFile)

@@ -17,9 +17,17 @@ import (
 	"github.com/rampart-io/rampart/internal/gateway/traffic"
 )
 
-// forwardKey carries the identity to forward from ServeHTTP to the
-// proxy's Rewrite.
+// forwardKey carries a forwarding from ServeHTTP to the proxy's Rewrite
+// and Transport.
 type forwardKey struct{}
+
+// forwarding is what ServeHTTP decided about a request that the proxy
+// needs: the identity to forward, and whether the request is long-running
+// (so that the transport balances it without parsing it again).
+type forwarding struct {
+	as   identity.User
+	long bool
+}
 
 // noPolicy labels requests no TrafficPolicy matches.
 const noPolicy = "none"
@@ -42,7 +50,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, code, err.Error(), 0)
 		return
 	}
-	req := traffic.Describe(r.Method, r.URL.Path, r.URL.Query())
+	req := traffic.Describe(r)
 	req.User, req.Groups, req.UserAgent = user.Name, user.Groups, r.UserAgent()
 
 	forwardAs := user
@@ -67,6 +75,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		forwardAs = imp.AsUser()
 		req.Impersonated = &authenticationv1.UserInfo{Username: imp.User, Groups: imp.Groups}
+	}
+	if err := identity.Forwardable(forwardAs); err != nil {
+		g.metrics.rejections.WithLabelValues(noPolicy, "masters").Inc()
+		if g.refusalLog.Allow() {
+			g.accessLog(r, req, noPolicy, http.StatusForbidden, start, true)
+		}
+		writeStatus(w, http.StatusForbidden, err.Error(), 0)
+		return
 	}
 
 	// Policies match the client the gateway authenticated, not whom it
@@ -118,7 +134,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		defer context.AfterFunc(g.stopLong, cancel)()
 	}
-	out := r.WithContext(context.WithValue(ctx, forwardKey{}, forwardAs))
+	out := r.WithContext(context.WithValue(ctx, forwardKey{}, forwarding{as: forwardAs, long: kind == "long"}))
 	inFlight := g.metrics.inFlight.WithLabelValues(policyName, kind)
 	inFlight.Inc()
 	// Deferred: the proxy aborts a response that breaks mid-stream by

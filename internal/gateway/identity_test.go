@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,7 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/rampart-io/rampart/internal/gateway"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
 )
 
@@ -185,5 +188,78 @@ func TestUserAllowedToImpersonateCanThroughGateway(t *testing.T) {
 	}
 	if _, _, code, _ := whoami(t, support, map[string][]string{"Impersonate-User": {"alice"}}); code != http.StatusForbidden {
 		t.Fatalf("support impersonating alice: %d, want 403", code)
+	}
+}
+
+// The gateway's own identity cannot act as cluster-admin (issue 24): its
+// role grants constrained impersonation only, under which the API server
+// refuses system:masters, and nothing that writes beyond its own
+// TrafficPolicy status. This fails as soon as a right widens: the legacy
+// impersonate verb, a wildcard verb, or a write.
+func TestGatewayIdentityCannotActAsClusterAdmin(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	sar := func(attrs authorizationv1.ResourceAttributes) bool {
+		t.Helper()
+		r, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: gateway.RoleName, Groups: []string{"system:authenticated"}, ResourceAttributes: &attrs}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Status.Allowed
+	}
+	for _, denied := range []authorizationv1.ResourceAttributes{
+		{Verb: "impersonate", Resource: "groups", Name: "system:masters"},
+		{Verb: "impersonate", Resource: "users", Name: "rampart-admin"},
+		{Verb: "impersonate", Resource: "serviceaccounts", Namespace: "kube-system", Name: "clusterrole-aggregation-controller"},
+		{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "userextras", Subresource: "scopes", Name: "all"},
+		{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "uids", Name: "0"},
+		{Verb: "*", Group: "*", Resource: "*"},
+		{Verb: "get", Resource: "secrets", Namespace: "kube-system", Name: "any"},
+		{Verb: "create", Resource: "pods", Namespace: "kube-system"},
+		{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "clusterrolebindings"},
+		{Verb: "escalate", Group: "rbac.authorization.k8s.io", Resource: "clusterroles"},
+		{Verb: "bind", Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: "cluster-admin"},
+		{Verb: "delete", Resource: "namespaces", Name: "default"},
+		{Verb: "create", Group: "certificates.k8s.io", Resource: "certificatesigningrequests"},
+		{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: "kube-system", Name: "default"},
+	} {
+		if sar(denied) {
+			t.Errorf("the gateway's identity %s may %+v: its rights have widened (internal/gateway/rbac.go)", gateway.RoleName, denied)
+		}
+	}
+	// The rights it needs are there: the test sees the role.
+	if !sar(authorizationv1.ResourceAttributes{Verb: "impersonate:user-info", Group: "authentication.k8s.io", Resource: "groups", Name: "dev"}) {
+		t.Fatal("the gateway may not impersonate group dev: the role is not the one this test expects")
+	}
+
+	// With the gateway's own credentials, straight to the API server: it
+	// can forward a user in any other group, never in system:masters.
+	gw, err := clientcmd.BuildConfigFromFlags("", filepath.Join(env.Dir, "kubeconfigs", "rampart-gateway.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := func(groups ...string) (*authenticationv1.SelfSubjectReview, error) {
+		cfg := rest.CopyConfig(gw)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "mallory", Groups: groups}
+		return clientFor(t, cfg).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	}
+	if r, err := as("dev"); err != nil || r.Status.UserInfo.Username != "mallory" {
+		t.Fatalf("the gateway's credentials impersonating mallory in dev: %+v, %v; want mallory", r, err)
+	}
+	if r, err := as("dev", "system:masters"); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "system:masters") {
+		t.Fatalf("the gateway's credentials impersonating mallory in system:masters: %+v, %v; want the API server's Forbidden", r, err)
+	}
+	cfg := rest.CopyConfig(gw)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "mallory", Groups: []string{"system:masters"}}
+	if _, err := clientFor(t, cfg).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("the gateway's credentials listing Secrets as system:masters: %v, want Forbidden", err)
+	}
+
+	// Through the gateway, a member of system:masters is told to go to
+	// the API server directly.
+	user, _, code, msg := whoami(t, userConfig(t, env, "root", "system:masters"), nil)
+	if code != http.StatusForbidden || !strings.Contains(msg, "system:masters are not forwarded") || !strings.Contains(msg, "to the API server directly") {
+		t.Fatalf("a member of system:masters through the gateway: user %q, %d %q; want 403 saying to use the API server directly", user, code, msg)
 	}
 }

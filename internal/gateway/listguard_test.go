@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/rampart-io/rampart/internal/gateway"
+	"github.com/rampart-io/rampart/internal/localcluster"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
 )
 
@@ -24,7 +25,7 @@ import (
 func waitCounted(t *testing.T, env *clustertest.Env, base, ns string, want int) {
 	t.Helper()
 	applyPolicy(t, env, "t-lw-probe", `{precedence: 39, action: Limit, list: {maxUnpaginatedObjects: 1}, match: [{users: [lw-probe]}]}`)
-	cfg := userConfig(t, env, "lw-probe", "system:masters")
+	cfg := userConfig(t, env, "lw-probe", localcluster.GatewayAdminsGroup)
 	cfg.Host = base
 	probe := httpClient(t, cfg)
 	var a answer
@@ -57,7 +58,7 @@ func TestListGuardInformerSyncSpendsListBudget(t *testing.T) {
 	// next waits about 10 s (a wide margin on a slow machine).
 	applyPolicy(t, env, "t-lw-sync", `{precedence: 40, action: Limit, list: {objectsPerSecond: 20, objectsBurst: 400, maxUnpaginatedObjects: 10}, watch: {maxPerClient: 20}, match: [{users: [lw-sync]}]}`)
 	waitCounted(t, env, env.GatewayURL(), ns, 301)
-	cfg := userConfig(t, env, "lw-sync", "system:masters")
+	cfg := userConfig(t, env, "lw-sync", localcluster.GatewayAdminsGroup)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	start := func() (*countingListWatch, cache.SharedIndexInformer) {
@@ -150,7 +151,7 @@ func TestListGuardResourceVersion0IgnoresLimit(t *testing.T) {
 	applyPolicy(t, env, "t-lw-rv0", `{precedence: 40, action: Limit, list: {objectsPerSecond: 20, objectsBurst: 200}, match: [{users: [lw-rv0, lw-paged]}]}`)
 	waitCounted(t, env, env.GatewayURL(), ns, 301)
 	base := env.GatewayURL() + "/api/v1/namespaces/" + ns + "/configmaps"
-	rv0 := httpClient(t, userConfig(t, env, "lw-rv0", "system:masters"))
+	rv0 := httpClient(t, userConfig(t, env, "lw-rv0", localcluster.GatewayAdminsGroup))
 	if a := get(t, rv0, base+"?resourceVersion=0&limit=10"); a.code != http.StatusOK {
 		t.Fatalf("first resourceVersion=0&limit=10 LIST from a full budget: %+v, want 200", a)
 	}
@@ -166,7 +167,7 @@ func TestListGuardResourceVersion0IgnoresLimit(t *testing.T) {
 	}
 	// Pages from etcd get what they ask for and cost that: 15 pages of
 	// 10 fit in a budget of 200.
-	paged := httpClient(t, userConfig(t, env, "lw-paged", "system:masters"))
+	paged := httpClient(t, userConfig(t, env, "lw-paged", localcluster.GatewayAdminsGroup))
 	for i := range 15 {
 		if a := get(t, paged, base+"?limit=10"); a.code != http.StatusOK {
 			t.Fatalf("page %d of limit=10: %+v, want 200: priced at its limit", i, a)

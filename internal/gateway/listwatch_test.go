@@ -26,6 +26,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	"github.com/rampart-io/rampart/internal/localcluster"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
 )
 
@@ -100,7 +101,7 @@ func TestListGuard(t *testing.T) {
 
 	t.Run("unpaginated", func(t *testing.T) {
 		applyPolicy(t, env, "t-lw-unpaginated", `{precedence: 40, action: Limit, list: {maxUnpaginatedObjects: 1000}, match: [{users: [lw-lister], verbs: [list]}]}`)
-		cfg := userConfig(t, env, "lw-lister", "system:masters")
+		cfg := userConfig(t, env, "lw-lister", localcluster.GatewayAdminsGroup)
 		client := httpClient(t, cfg)
 		list := func(ns, query string) answer {
 			return get(t, client, env.GatewayURL()+"/api/v1/namespaces/"+ns+"/configmaps"+query)
@@ -166,8 +167,8 @@ func TestListGuard(t *testing.T) {
 
 	t.Run("budget", func(t *testing.T) {
 		applyPolicy(t, env, "t-lw-budget", `{precedence: 40, action: Limit, list: {objectsPerSecond: 500, objectsBurst: 2000}, match: [{users: [lw-heavy, lw-light], verbs: [list]}]}`)
-		heavy := httpClient(t, userConfig(t, env, "lw-heavy", "system:masters"))
-		light := httpClient(t, userConfig(t, env, "lw-light", "system:masters"))
+		heavy := httpClient(t, userConfig(t, env, "lw-heavy", localcluster.GatewayAdminsGroup))
+		light := httpClient(t, userConfig(t, env, "lw-light", localcluster.GatewayAdminsGroup))
 		url := env.GatewayURL() + "/api/v1/namespaces/" + big + "/configmaps?resourceVersion=0"
 		var refused answer
 		admitted := 0
@@ -203,7 +204,7 @@ func TestListGuardCountFollowsObjects(t *testing.T) {
 	ns := env.Namespace(t)
 	createConfigMaps(t, env, ns, "a", 40)
 	applyPolicy(t, env, "t-lw-follow", `{precedence: 40, action: Limit, list: {maxUnpaginatedObjects: 50}, match: [{users: [lw-follower], verbs: [list]}]}`)
-	client := httpClient(t, userConfig(t, env, "lw-follower", "system:masters"))
+	client := httpClient(t, userConfig(t, env, "lw-follower", localcluster.GatewayAdminsGroup))
 	url := env.GatewayURL() + "/api/v1/namespaces/" + ns + "/configmaps"
 	if a := get(t, client, url); a.code != http.StatusOK {
 		t.Fatalf("LIST of 41 objects under a threshold of 50: %+v", a)
@@ -259,7 +260,7 @@ func TestWatchCapPerClient(t *testing.T) {
 	env := clustertest.Get(t)
 	ns := env.Namespace(t)
 	applyPolicy(t, env, "t-lw-watchcap", `{precedence: 40, action: Limit, watch: {maxPerClient: 3}, match: [{users: [lw-watcher]}]}`)
-	client := httpClient(t, userConfig(t, env, "lw-watcher", "system:masters"))
+	client := httpClient(t, userConfig(t, env, "lw-watcher", localcluster.GatewayAdminsGroup))
 	url := env.GatewayURL() + "/api/v1/namespaces/" + ns + "/configmaps?watch=true&timeoutSeconds=120"
 	var stops []func()
 	defer func() {
@@ -331,7 +332,7 @@ func TestWatchStormSpreadOut(t *testing.T) {
 	env := clustertest.Get(t)
 	ns := env.Namespace(t)
 	applyPolicy(t, env, "t-lw-storm", `{precedence: 40, action: Limit, watch: {policyNewPerSecond: 50, key: UserAgent}, match: [{users: [lw-storm]}]}`)
-	cfg := userConfig(t, env, "lw-storm", "system:masters")
+	cfg := userConfig(t, env, "lw-storm", localcluster.GatewayAdminsGroup)
 	client := httpClient(t, cfg)
 	url := env.GatewayURL() + "/api/v1/namespaces/" + ns + "/configmaps?watch=true&timeoutSeconds=60"
 	// Wait until the policy is in force: a probe watcher is refused
@@ -467,7 +468,7 @@ func TestInformerRetriesRefusedWatchWithoutRelisting(t *testing.T) {
 	env := clustertest.Get(t)
 	ns := env.Namespace(t)
 	applyPolicy(t, env, "t-lw-informer", `{precedence: 40, action: Limit, watch: {maxPerClient: 100}, match: [{users: [lw-informer]}]}`)
-	cfg := userConfig(t, env, "lw-informer", "system:masters")
+	cfg := userConfig(t, env, "lw-informer", localcluster.GatewayAdminsGroup)
 	lw := &countingListWatch{client: clientFor(t, cfg), ns: ns}
 	informer := cache.NewSharedIndexInformer(lw.ListWatch(), &corev1.ConfigMap{}, 0, cache.Indexers{})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -52,7 +52,7 @@ func newMetrics(g *Gateway) *metrics {
 		}, []string{"policy", "kind"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rampart_gateway_rejections_total",
-			Help: "Requests the gateway refused itself, by policy and reason (rate, in-flight, rejected, impersonation, unauthenticated, breaker, list-cost, unpaginated-list, watch-max, watch-rate, watch-storm).",
+			Help: "Requests the gateway refused itself, by policy and reason (rate, in-flight, rejected, impersonation, masters, unauthenticated, breaker, list-cost, unpaginated-list, watch-max, watch-rate, watch-storm).",
 		}, []string{"policy", "reason"}),
 		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rampart_gateway_upstream_ejections_total",

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -278,5 +279,57 @@ func TestNoisyClientCannotStarveOthersInPolicy(t *testing.T) {
 	// At most the policy's 20/s and its burst, plus one burst of debt.
 	if max := 4*20 + 20 + 20; noisyOK.Load() > int64(max) {
 		t.Errorf("noisy client got %d requests in 4s through a 20/s policy", noisyOK.Load())
+	}
+}
+
+// A policy sees each request as the API server authorizes it (issue 24):
+// `GET .../secrets/NAME?watch=1` is a get, which the API server answers
+// with the Secret, so a Reject policy on get secrets refuses it; and any
+// watch value the API server reads as true (t, TRUE, empty) makes a watch.
+func TestRejectPolicySeesRequestsAsTheAPIServerDoes(t *testing.T) {
+	env := clustertest.Get(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	if _, err := env.Client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, StringData: map[string]string{"password": "x"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	grant(t, env, "t-secret-reader", "secret-reader",
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}})
+	// Two policies, so that each refusal says how the gateway read the
+	// request: as a get, or as a watch.
+	applyPolicy(t, env, "t-no-secret-get", `{precedence: 40, action: Reject, match: [{users: [secret-reader], verbs: [get], resources: [{apiGroups: [""], resources: [secrets]}]}]}`)
+	applyPolicy(t, env, "t-no-secret-watch", `{precedence: 41, action: Reject, match: [{users: [secret-reader], verbs: [watch], resources: [{apiGroups: [""], resources: [secrets]}]}]}`)
+	client := httpClient(t, userConfig(t, env, "secret-reader"))
+	client.Timeout = 30 * time.Second // a watch let through would end at timeoutSeconds
+	base := env.GatewayURL() + "/api/v1/namespaces/" + ns + "/secrets"
+
+	var a answer
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		a = get(t, client, base+"/db")
+		b := get(t, client, base+"?watch=1&timeoutSeconds=1")
+		return a.code == http.StatusForbidden && b.code == http.StatusForbidden, nil
+	})
+	if err != nil {
+		t.Fatalf("GET or watch of Secrets never refused by the new policies; last answer to the GET %+v", a)
+	}
+	for query, policy := range map[string]string{
+		"/db?watch=1":                  "t-no-secret-get",
+		"/db?watch=true":               "t-no-secret-get",
+		"?watch=t&timeoutSeconds=2":    "t-no-secret-watch",
+		"?watch=TRUE&timeoutSeconds=2": "t-no-secret-watch",
+		"?watch=&timeoutSeconds=2":     "t-no-secret-watch",
+		"?watch=yes&timeoutSeconds=2":  "t-no-secret-watch",
+	} {
+		a := get(t, client, base+query)
+		if a.code != http.StatusForbidden || !strings.Contains(a.message, `TrafficPolicy "`+policy+`" refuses this request`) {
+			t.Errorf("GET secrets%s: %d %q; want 403 from TrafficPolicy %s", query, a.code, a.message, policy)
+		}
+	}
+	// What the API server reads as a list is not matched: the policies
+	// name get and watch only.
+	for _, query := range []string{"", "?watch=0", "?watch=FALSE"} {
+		if a := get(t, client, base+query); a.code != http.StatusOK {
+			t.Errorf("LIST secrets%s: %d %q; want 200 (a list, which the policy does not name)", query, a.code, a.message)
+		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -29,6 +31,22 @@ const GatewayName = "rampart-gateway"
 
 // gatewayID is the gateway's own identity towards the API servers.
 var gatewayID = identity{"kubeconfigs/rampart-gateway.kubeconfig", gateway.RoleName, nil}
+
+// GatewayAdminsGroup is the group of the identities that act as
+// cluster-admin through the gateway (the admin's gateway kubeconfig, and
+// kwok with ComponentsViaGateway): the gateway does not forward members
+// of system:masters, which the admin kubeconfig to the API server keeps.
+const GatewayAdminsGroup = "rampart:gateway-admins"
+
+// gatewayAdminsBinding makes GatewayAdminsGroup cluster-admin.
+func gatewayAdminsBinding() *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: GatewayAdminsGroup},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: GatewayAdminsGroup}},
+	}
+}
 
 func (c *Cluster) assignGatewayPorts(p []int) {
 	n := max(c.opts.APIServers, 1) - 1
@@ -101,7 +119,7 @@ func (c *Cluster) makeGatewayPKI(ca *pki.KeyPair, now time.Time) error {
 	if err := serving.Write(c.pkiFile("gateway")); err != nil {
 		return err
 	}
-	for _, id := range []identity{gatewayID, {gatewayKubeconfig, adminID.user, adminID.groups}} {
+	for _, id := range []identity{gatewayID, {gatewayKubeconfig, adminID.user, []string{GatewayAdminsGroup}}} {
 		kp, err := ca.Issue(pki.Request{CommonName: id.user, Organization: id.groups, Client: true, Now: now, Validity: certValidity})
 		if err != nil {
 			return err
@@ -136,7 +154,7 @@ func (c *Cluster) installGateway(ctx context.Context) error {
 			objs = append(objs, o)
 		}
 	}
-	for _, o := range []runtime.Object{gateway.ClusterRole(), gateway.ClusterRoleBinding(gatewayID.user)} {
+	for _, o := range []runtime.Object{gateway.ClusterRole(), gateway.ClusterRoleBinding(gatewayID.user), gatewayAdminsBinding()} {
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 		if err != nil {
 			return err

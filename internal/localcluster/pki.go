@@ -85,7 +85,11 @@ func (c *Cluster) makePKI(now time.Time) error {
 	if err := writeServiceAccountKey(filepath.Join(p, "sa.key")); err != nil {
 		return err
 	}
-	for _, id := range []identity{adminID, kcmID, schedulerID, kwokID, managerID} {
+	kwok := kwokID
+	if c.opts.Gateway && c.opts.ComponentsViaGateway {
+		kwok.groups = []string{GatewayAdminsGroup} // the gateway does not forward system:masters
+	}
+	for _, id := range []identity{adminID, kcmID, schedulerID, kwok, managerID} {
 		kp, err := ca.Issue(pki.Request{CommonName: id.user, Organization: id.groups, Client: true, Now: now, Validity: certValidity})
 		if err != nil {
 			return err

@@ -33,6 +33,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/apimachinery/pkg/util/validation"
 	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 )
@@ -328,6 +329,14 @@ func serviceAccount(user string) (ns, name string, ok bool) {
 // them. Whatever identity headers the client sent are removed first, as is
 // its Authorization: the gateway has checked it and the API server needs
 // only the gateway's own credentials.
+//
+// The gateway holds constrained impersonation rights only (ClusterRole),
+// under which the API server lets a service account or a node be
+// impersonated by user name alone: it sets their groups itself
+// (system:serviceaccounts and system:serviceaccounts:NS, or
+// system:nodes, and system:authenticated), the groups their own
+// credentials carry. Their UID and extras (a bound token's pod) are not
+// forwarded.
 func Forward(h http.Header, u User) {
 	for name := range h {
 		if IsIdentityHeader(name) {
@@ -336,6 +345,9 @@ func Forward(h http.Header, u User) {
 	}
 	h.Del("Authorization")
 	h.Set("Impersonate-User", u.Name)
+	if byNameAlone(u.Name) {
+		return
+	}
 	if u.UID != "" {
 		h.Set("Impersonate-Uid", u.UID)
 	}
@@ -348,6 +360,35 @@ func Forward(h http.Header, u User) {
 			h.Add(name, v)
 		}
 	}
+}
+
+// byNameAlone says whether the API server's constrained impersonation
+// takes user only by name: service accounts and nodes (a node name is a
+// DNS subdomain, as the API server checks it).
+func byNameAlone(user string) bool {
+	if _, _, ok := serviceAccount(user); ok {
+		return true
+	}
+	node, ok := strings.CutPrefix(user, "system:node:")
+	return ok && len(validation.IsDNS1123Subdomain(node)) == 0
+}
+
+// MastersGroup is the group kube-apiserver lets past all authorization.
+const MastersGroup = "system:masters"
+
+// ErrMasters refuses to forward a member of system:masters.
+var ErrMasters = errors.New("members of group " + MastersGroup + " are not forwarded by the gateway: the API server refuses to let the gateway impersonate that group " +
+	"(constrained impersonation), so that the gateway's own credentials can never act as it. Send cluster-admin requests to the API server directly " +
+	"(its address instead of the gateway's in your kubeconfig), or use an identity whose rights come from RBAC")
+
+// Forwardable says whether the gateway may forward a request as u: not
+// as a member of system:masters, which the API server would refuse to let
+// the gateway impersonate anyway, with a less useful message.
+func Forwardable(u User) error {
+	if slices.Contains(u.Groups, MastersGroup) {
+		return ErrMasters
+	}
+	return nil
 }
 
 // AsUser is the identity an allowed impersonation forwards.

@@ -46,17 +46,49 @@ func TestForwardReplacesClientIdentityHeaders(t *testing.T) {
 		"X-Remote-Extra-A":  {"b"},
 		"Accept":            {"application/json"},
 	}
-	Forward(h, User{Name: "system:serviceaccount:ci:bot", UID: "u-1", Groups: []string{"system:serviceaccounts", "system:authenticated"},
-		Extra: map[string][]string{"authentication.kubernetes.io/pod-name": {"bot-1"}}})
+	Forward(h, User{Name: "oidc:alice", UID: "u-1", Groups: []string{"dev", "system:authenticated"},
+		Extra: map[string][]string{"example.com/pod-name": {"bot-1"}}})
 	want := http.Header{
-		"Impersonate-User":  {"system:serviceaccount:ci:bot"},
-		"Impersonate-Uid":   {"u-1"},
-		"Impersonate-Group": {"system:serviceaccounts", "system:authenticated"},
-		"Impersonate-Extra-Authentication.kubernetes.io%2fpod-Name": {"bot-1"}, // the API server lower-cases and unescapes
+		"Impersonate-User":                         {"oidc:alice"},
+		"Impersonate-Uid":                          {"u-1"},
+		"Impersonate-Group":                        {"dev", "system:authenticated"},
+		"Impersonate-Extra-Example.com%2fpod-Name": {"bot-1"}, // the API server lower-cases and unescapes
 		"Accept": {"application/json"},
 	}
 	if !reflect.DeepEqual(h, want) {
 		t.Errorf("forwarded headers\n got %v\nwant %v", h, want)
+	}
+}
+
+// Service accounts and nodes are impersonated by name alone: constrained
+// impersonation refuses them with anything else, and gives them their
+// fixed groups itself.
+func TestForwardServiceAccountsAndNodesByName(t *testing.T) {
+	for _, u := range []User{
+		{Name: "system:serviceaccount:ci:bot", UID: "u-1", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:ci", "system:authenticated"},
+			Extra: map[string][]string{"authentication.kubernetes.io/pod-name": {"bot-1"}}},
+		{Name: "system:node:worker-1", Groups: []string{"system:nodes", "system:authenticated"}},
+	} {
+		h := http.Header{"Impersonate-Group": {"system:masters"}}
+		Forward(h, u)
+		if want := (http.Header{"Impersonate-User": {u.Name}}); !reflect.DeepEqual(h, want) {
+			t.Errorf("%s: forwarded %v, want %v", u.Name, h, want)
+		}
+	}
+	// Not a node name the API server accepts: impersonated as any user.
+	h := http.Header{}
+	Forward(h, User{Name: "system:node:Not_A_Node", Groups: []string{"g"}})
+	if h.Get("Impersonate-Group") != "g" {
+		t.Errorf("system:node:Not_A_Node forwarded %v, want its groups too", h)
+	}
+}
+
+func TestMastersAreNotForwarded(t *testing.T) {
+	if err := Forwardable(User{Name: "admin", Groups: []string{"dev", "system:masters"}}); !errors.Is(err, ErrMasters) {
+		t.Errorf("a member of system:masters: %v, want ErrMasters", err)
+	}
+	if err := Forwardable(User{Name: "alice", Groups: []string{"dev", "system:authenticated"}}); err != nil {
+		t.Errorf("alice: %v, want forwardable", err)
 	}
 }
 

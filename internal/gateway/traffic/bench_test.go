@@ -2,6 +2,8 @@ package traffic
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 )
@@ -42,5 +44,25 @@ func BenchmarkAdmitFairShare(b *testing.B) {
 			b.Fatal(v.Message)
 		}
 		v.Done()
+	}
+}
+
+// BenchmarkDescribe is the per-request cost of classifying a request as
+// kube-apiserver does: a named GET, and a paginated LIST whose
+// parameters the API server's codec decodes.
+func BenchmarkDescribe(b *testing.B) {
+	for name, target := range map[string]string{
+		"get":  "/api/v1/namespaces/shop/configmaps/web",
+		"list": "/api/v1/namespaces/shop/configmaps?limit=500&resourceVersion=0&labelSelector=app%3Dweb",
+	} {
+		r := httptest.NewRequest(http.MethodGet, target, nil)
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if Describe(r).Resource != "configmaps" {
+					b.Fatal("not configmaps")
+				}
+			}
+		})
 	}
 }

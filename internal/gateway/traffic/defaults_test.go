@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"net/url"
+	"net/http/httptest"
 	"testing"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -47,7 +47,7 @@ func TestDefaultPoliciesKeepTheBreakerReachable(t *testing.T) {
 		"/healthz":                                                  "rampart-default",
 		"/metrics":                                                  "rampart-default",
 	} {
-		r := Describe("GET", path, url.Values{})
+		r := Describe(httptest.NewRequest("GET", path, nil))
 		r.User, r.Groups = "operator", []string{"system:authenticated"}
 		p := Select(policies, r)
 		if p == nil {

@@ -5,12 +5,15 @@
 package traffic
 
 import (
+	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/request"
 )
 
 // Request is what policies match on: the requester as the gateway
@@ -70,11 +73,19 @@ func (r Request) InitialEvents() bool {
 }
 
 // LongRunning says whether the request holds its connection open by design
-// (watches, and upgraded or streamed subresources); it is not counted
-// against in-flight limits and is balanced separately.
+// (watches, proxies, and upgraded or streamed subresources); it is not
+// counted against in-flight limits and is balanced separately. These are
+// kube-apiserver's long-running requests (its
+// BasicLongRunningRequestCheck: verbs watch and proxy; subresources
+// attach, exec, proxy, log and portforward; /debug/pprof/), written out
+// because that function's package would pull the API server's whole
+// filter chain into the gateway; the fuzz target compares the two.
 func (r Request) LongRunning() bool {
-	if r.Verb == "watch" {
+	if r.Verb == "watch" || r.Verb == "proxy" {
 		return true
+	}
+	if !r.IsResource {
+		return strings.HasPrefix(r.Path, "/debug/pprof/")
 	}
 	switch r.Subresource {
 	case "exec", "attach", "portforward", "proxy", "log":
@@ -83,99 +94,56 @@ func (r Request) LongRunning() bool {
 	return false
 }
 
-// Describe parses a request the way kube-apiserver's RequestInfoFactory
-// does, for the paths clients send: /api/v1/..., /apis/GROUP/VERSION/...,
-// the legacy /watch/ prefix and ?watch=true. Anything else is a
-// non-resource request with the HTTP method as verb.
-func Describe(method, path string, query url.Values) Request {
-	r := Request{Path: path, Verb: strings.ToLower(method)}
-	parts := splitPath(path)
-	var rest []string
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		r.Version = parts[1]
-		rest = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		r.APIGroup, r.Version = parts[1], parts[2]
-		rest = parts[3:]
-	default:
-		return r
-	}
-	if len(rest) == 0 {
-		return r // discovery: /api/v1, /apis/apps/v1
-	}
-	r.IsResource = true
-	watchPrefix := false
-	if rest[0] == "watch" {
-		watchPrefix = true
-		rest = rest[1:]
-	}
-	// namespaces/NS/RESOURCE... is namespaced; namespaces,
-	// namespaces/NAME and its status and finalize subresources are the
-	// namespace resource itself.
-	if len(rest) >= 3 && rest[0] == "namespaces" && rest[2] != "status" && rest[2] != "finalize" {
-		r.Namespace = rest[1]
-		rest = rest[2:]
-	}
-	if len(rest) == 0 {
-		r.IsResource = false
-		return r
-	}
-	r.Resource = rest[0]
-	if len(rest) >= 2 {
-		r.Name = rest[1]
-	}
-	if len(rest) >= 3 {
-		r.Subresource = rest[2]
-	}
-	if r.Resource == "namespaces" && r.Name != "" {
-		r.Namespace = r.Name
-	}
-	r.Verb = verb(method, r.Name != "", watchPrefix || query.Get("watch") == "true" || query.Get("watch") == "1")
-	// A limit that does not parse is refused by the API server; reading
-	// it as 0 here prices the request as unpaginated, the safe side.
-	r.Limit, _ = strconv.ParseInt(query.Get("limit"), 10, 64)
-	r.ResourceVersion = query.Get("resourceVersion")
-	if v, err := strconv.ParseBool(query.Get("sendInitialEvents")); err == nil {
-		r.SendInitialEvents = &v
-	}
-	if fs := query.Get("fieldSelector"); fs != "" {
-		if sel, err := fields.ParseSelector(fs); err == nil {
-			_, r.SingleObject = sel.RequiresExactMatch("metadata.name")
-		}
-	}
-	return r
+// apiServerRequests classifies requests exactly as kube-apiserver does:
+// its RequestInfoFactory with the prefixes its generic server is built
+// with (server.NewRequestInfoResolver: "apis", and the legacy, groupless
+// "api"). FuzzClassifyLikeAPIServer holds the two together.
+var apiServerRequests = &request.RequestInfoFactory{
+	APIPrefixes:          sets.NewString("api", "apis"),
+	GrouplessAPIPrefixes: sets.NewString("api"),
 }
 
-func verb(method string, named, watch bool) string {
-	switch method {
-	case "GET", "HEAD":
-		if watch {
-			return "watch"
-		}
-		if named {
-			return "get"
-		}
-		return "list"
-	case "POST":
-		return "create"
-	case "PUT":
-		return "update"
-	case "PATCH":
-		return "patch"
-	case "DELETE":
-		if named {
-			return "delete"
-		}
-		return "deletecollection"
+// Describe reads r as kube-apiserver will: RequestInfoFactory decides
+// the verb, resource, subresource, namespace and name (so that a policy
+// sees what the API server authorizes: `GET .../secrets/NAME?watch=1` is a
+// get, and `?watch=t` on a collection is a watch), and a LIST's or
+// watch's parameters are read by the API server's own conversion.
+// A path the API server cannot classify (/api/v1/watch) is described as
+// far as it goes; the API server refuses it.
+func Describe(r *http.Request) Request {
+	info, _ := apiServerRequests.NewRequestInfo(r)
+	req := Request{
+		Path: info.Path, IsResource: info.IsResourceRequest, Verb: info.Verb,
+		APIGroup: info.APIGroup, Version: info.APIVersion,
+		Resource: info.Resource, Subresource: info.Subresource,
+		Namespace: info.Namespace, Name: info.Name,
 	}
-	return strings.ToLower(method)
+	if req.IsResource && (req.Verb == "list" || req.Verb == "watch") {
+		describeList(&req, r.URL.Query())
+	}
+	return req
 }
 
-func splitPath(p string) []string {
-	p = strings.Trim(p, "/")
-	if p == "" {
-		return nil
+// describeList reads a LIST's or watch's parameters with the first step of
+// the API server's decoding (query to metav1.ListOptions, the same
+// generated conversion), which the full decode would only add selector
+// parsing to, at ten times the cost. A query the API server cannot decode
+// makes it answer 400 without serving anything; a limit that does not
+// parse is read as none here (an unpaginated LIST: the safe side).
+func describeList(req *Request, query url.Values) {
+	var opts metav1.ListOptions
+	if err := metav1.Convert_url_Values_To_v1_ListOptions(&query, &opts, nil); err != nil {
+		return
 	}
-	return strings.Split(p, "/")
+	req.Limit, req.ResourceVersion, req.SendInitialEvents = opts.Limit, opts.ResourceVersion, opts.SendInitialEvents
+	// A watch of a named object (the legacy /watch/.../NAME) streams one
+	// object; so does a LIST or watch whose fieldSelector names one.
+	req.SingleObject = req.Verb == "watch" && req.Name != ""
+	if opts.FieldSelector != "" {
+		if sel, err := fields.ParseSelector(opts.FieldSelector); err == nil {
+			if _, ok := sel.RequiresExactMatch("metadata.name"); ok {
+				req.SingleObject = true
+			}
+		}
+	}
 }

@@ -1,7 +1,7 @@
 package traffic
 
 import (
-	"net/url"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -22,7 +22,7 @@ func TestDescribe(t *testing.T) {
 		{"GET", "/api/v1/pods?watch=true&resourceVersion=5", Request{Version: "v1", IsResource: true, Verb: "watch", Resource: "pods", ResourceVersion: "5"}},
 		{"GET", "/api/v1/namespaces/shop/configmaps?limit=500&resourceVersion=0", Request{Version: "v1", IsResource: true, Verb: "list", Resource: "configmaps", Namespace: "shop", Limit: 500, ResourceVersion: "0"}},
 		{"GET", "/api/v1/namespaces/shop/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", Request{Version: "v1", IsResource: true, Verb: "watch", Resource: "pods", Namespace: "shop", SendInitialEvents: ptrTo(true)}},
-		{"GET", "/api/v1/namespaces/shop/pods?fieldSelector=metadata.name%3Dweb-1&limit=500", Request{Version: "v1", IsResource: true, Verb: "list", Resource: "pods", Namespace: "shop", Limit: 500, SingleObject: true}},
+		{"GET", "/api/v1/namespaces/shop/pods?fieldSelector=metadata.name%3Dweb-1&limit=500", Request{Version: "v1", IsResource: true, Verb: "list", Resource: "pods", Namespace: "shop", Name: "web-1", Limit: 500, SingleObject: true}},
 		{"GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", Request{Version: "v1", IsResource: true, Verb: "list", Resource: "pods"}},
 		{"GET", "/api/v1/watch/namespaces/shop/pods", Request{Version: "v1", IsResource: true, Verb: "watch", Resource: "pods", Namespace: "shop"}},
 		{"GET", "/api/v1/namespaces/shop/pods/web-1/log", Request{Version: "v1", IsResource: true, Verb: "get", Resource: "pods", Subresource: "log", Namespace: "shop", Name: "web-1"}},
@@ -33,16 +33,26 @@ func TestDescribe(t *testing.T) {
 		{"GET", "/api/v1/namespaces", Request{Version: "v1", IsResource: true, Verb: "list", Resource: "namespaces"}},
 		{"PUT", "/api/v1/namespaces/shop/finalize", Request{Version: "v1", IsResource: true, Verb: "update", Resource: "namespaces", Namespace: "shop", Name: "shop", Subresource: "finalize"}},
 		{"GET", "/apis/rampart.io/v1alpha1/trafficpolicies", Request{Version: "v1alpha1", IsResource: true, Verb: "list", APIGroup: "rampart.io", Resource: "trafficpolicies"}},
-		{"GET", "/apis/apps/v1", Request{Version: "v1", Verb: "get", APIGroup: "apps"}},
+		// Discovery is a non-resource request to the API server: no group
+		// or version to authorize.
+		{"GET", "/apis/apps/v1", Request{Verb: "get"}},
 		{"GET", "/readyz", Request{Verb: "get"}},
 		{"GET", "/version", Request{Verb: "get"}},
+		// Issue 24: what slipped past policies. The API server reads any
+		// watch value but "0" and "false" as true, and a named GET is a
+		// get whatever its query says.
+		{"GET", "/api/v1/namespaces/shop/secrets/db?watch=1", Request{Version: "v1", IsResource: true, Verb: "get", Resource: "secrets", Namespace: "shop", Name: "db"}},
+		{"GET", "/api/v1/namespaces/shop/secrets?watch=t", Request{Version: "v1", IsResource: true, Verb: "watch", Resource: "secrets", Namespace: "shop"}},
+		{"GET", "/api/v1/namespaces/shop/secrets?watch=TRUE", Request{Version: "v1", IsResource: true, Verb: "watch", Resource: "secrets", Namespace: "shop"}},
+		{"GET", "/api/v1/namespaces/shop/secrets?watch=", Request{Version: "v1", IsResource: true, Verb: "watch", Resource: "secrets", Namespace: "shop"}},
+		{"GET", "/api/v1/namespaces/shop/secrets?watch=False", Request{Version: "v1", IsResource: true, Verb: "list", Resource: "secrets", Namespace: "shop"}},
+		{"GET", "/api/v1/namespaces/shop/pods?watch=yes&sendInitialEvents=t", Request{Version: "v1", IsResource: true, Verb: "watch", Resource: "pods", Namespace: "shop", SendInitialEvents: ptrTo(true)}},
+		{"GET", "/api/v1/watch/namespaces/shop/secrets/db", Request{Version: "v1", IsResource: true, Verb: "watch", Resource: "secrets", Namespace: "shop", Name: "db", SingleObject: true}},
+		{"GET", "/api/v1/proxy/namespaces/shop/pods/web-1/metrics", Request{Version: "v1", IsResource: true, Verb: "proxy", Resource: "pods", Namespace: "shop", Name: "web-1"}},
 	} {
-		u, err := url.Parse(tc.url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := Describe(tc.method, u.Path, u.Query())
-		tc.want.Path = u.Path
+		r := httptest.NewRequest(tc.method, tc.url, nil)
+		got := Describe(r)
+		tc.want.Path = r.URL.Path
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s %s:\n got %+v\nwant %+v", tc.method, tc.url, got, tc.want)
 		}
