@@ -32,6 +32,13 @@ type Replicas struct {
 	// horizontal-pod-autoscaler's service account); policies carry their own.
 	Exempt   v1alpha1.Subjects
 	Recorder events.EventRecorder
+	// InForce registers the scale subresource of a workload gaining the
+	// label before the request is admitted; nil skips that.
+	InForce InForce
+	// LiveLabels reads a workload's labels from the API server, when the
+	// view says a scale target carries no rule (it may lag); nil trusts
+	// the view.
+	LiveLabels func(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (map[string]string, bool, error)
 }
 
 var _ admission.Handler = (*Replicas)(nil)
@@ -47,6 +54,9 @@ type guardSource struct {
 
 // Handle implements admission.Handler.
 func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if resp := h.labelInForce(ctx, req); resp != nil {
+		return *resp
+	}
 	if req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
@@ -83,11 +93,23 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 		if w, ok := builtinWorkloads[gr]; ok {
 			kind = w.kind
 		}
-		sources = append(sources, labelRule(labels))
 		ps, err := h.scalePolicies(ctx, gr, req.Namespace, labels)
 		if err != nil {
 			return admission.Errored(http.StatusServiceUnavailable, err)
 		}
+		if labelGuard(labels) == "" && len(ps) == 0 && h.LiveLabels != nil {
+			// Registered as a target, yet the view sees no rule: it may
+			// lag behind a label just added. Ask the API server.
+			gvr := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
+			live, found, err := h.LiveLabels(ctx, gvr, req.Namespace, req.Name)
+			if err != nil {
+				return admission.Errored(http.StatusServiceUnavailable, err)
+			}
+			if found {
+				labels = live
+			}
+		}
+		sources = append(sources, labelRule(labels))
 		for _, p := range ps {
 			sources = append(sources, guardSource{guard: policy.Guard(&p), source: protection.Source{Policy: p.Name},
 				exempt: protection.Names(p.Spec.Exempt, req.UserInfo), enforce: policy.Enforced(&p)})
