@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,4 +259,39 @@ func TestProtectionsHoldOnceAcceptedAcrossReplicasAndAPIServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	runInForce(t, env, other, "managers=3,apiservers=2")
+}
+
+// A DeletionFlowControl says when it counts: Ready True, for its current
+// generation, once its webhook is registered.
+func TestFlowControlReportsReady(t *testing.T) {
+	env := clustertest.Get(t)
+	ns := env.Namespace(t)
+	c := inForceClients{create: env.Client, act: env.Client, createDyn: env.Dynamic}
+	name := "ready-" + ns
+	createRampart(t, c, "deletionflowcontrols", "", fmt.Sprintf(`
+apiVersion: rampart.io/v1alpha1
+kind: DeletionFlowControl
+metadata: {name: %s}
+spec:
+  resources: [{apiGroups: [""], resources: [configmaps]}]
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
+  limits: [{count: 5, window: 1m}]`, name, ns))
+	eventually(t, "DeletionFlowControl "+name+" Ready", func(ctx context.Context) (bool, error) {
+		u, err := env.Dynamic.Resource(flowControls).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		gen, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if m := c.(map[string]any); m["type"] == "Ready" && m["status"] == "True" && gen == u.GetGeneration() {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	out, err := env.Kubectl(t, "get", "deletionflowcontrol", name)
+	if err != nil || !strings.Contains(out, "READY") || !strings.Contains(out, "True") {
+		t.Errorf("kubectl get shows no Ready column with True: %v\n%s", err, out)
+	}
 }

@@ -322,6 +322,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := (&windowStatus{client: mgr.GetClient(), reg: reg.registration, now: time.Now}).setup(mgr); err != nil {
 		return err
 	}
+	if err := (&flowControlStatus{client: mgr.GetClient(), reg: reg.registration}).setup(mgr); err != nil {
+		return err
+	}
 	timeout := o.BudgetDisruptionTimeout
 	if timeout <= 0 {
 		timeout = DefaultBudgetDisruptionTimeout
