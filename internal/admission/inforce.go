@@ -15,6 +15,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/changewindow"
+	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
 // InForce puts the webhooks a new protection needs in force (registered,
@@ -27,6 +28,10 @@ type InForce interface {
 	FlowControl(ctx context.Context, f *v1alpha1.DeletionFlowControl) error
 }
 
+// inForceTimeout is the timeout of webhooks that may wait on a Barrier
+// (DefaultBarrierTimeout) before they answer.
+const inForceTimeout = int32(10)
+
 // SpecPath judges the creation and change of ProtectionPolicies and
 // DeletionFlowControls: admitted once their webhooks are in force.
 const SpecPath = "/validate/spec"
@@ -36,11 +41,13 @@ const SpecPath = "/validate/spec"
 // policy or flow control can be created or changed (it could not be
 // enforced either).
 func specWebhook(webhook func(string, string, ...admissionregistrationv1.RuleWithOperations) admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.ValidatingWebhook {
-	return webhook("spec.rampart.io", SpecPath, admissionregistrationv1.RuleWithOperations{
+	h := webhook("spec.rampart.io", SpecPath, admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
 			Resources: []string{"protectionpolicies", "deletionflowcontrols"}, Scope: ptr.To(admissionregistrationv1.ClusterScope)},
 	})
+	h.TimeoutSeconds = ptr.To(inForceTimeout)
+	return h
 }
 
 // Spec is the handler of SpecPath.
@@ -131,7 +138,7 @@ func (h *Replicas) labelInForce(ctx context.Context, req admission.Request) *adm
 		r := admission.Errored(http.StatusBadRequest, err)
 		return &r
 	}
-	if labelGuard(cur.GetLabels()) == "" || labelGuard(old.GetLabels()) != "" {
+	if !h.gainsGuard(ctx, gr, &old, &cur) {
 		return nil
 	}
 	target := gr.Group + "/" + gr.Resource + "/" + req.Namespace + "/" + cur.GetName()
@@ -140,4 +147,24 @@ func (h *Replicas) labelInForce(ctx context.Context, req admission.Request) *adm
 		return &r
 	}
 	return nil
+}
+
+// gainsGuard says whether a write brings a workload under a rule guarding
+// its replicas: the label added, or (through a policy's webhook) the
+// workload created under the policy or relabelled into its selector.
+func (h *Replicas) gainsGuard(ctx context.Context, gr schema.GroupResource, old, cur *unstructured.Unstructured) bool {
+	if labelGuard(cur.GetLabels()) != "" && labelGuard(old.GetLabels()) == "" {
+		return true
+	}
+	name, ok := policyName(ctx)
+	if !ok || h.Policies == nil {
+		return false
+	}
+	pol, found, err := h.Policies.Policy(ctx, name)
+	if err != nil || !found || policy.Guard(pol) == "" {
+		// A lookup that fails registers the target anyway: erring towards
+		// guarding.
+		return err != nil
+	}
+	return policy.Covers(pol, gr, nil, cur.GetLabels()) && (old.Object == nil || !policy.Covers(pol, gr, nil, old.GetLabels()))
 }

@@ -50,6 +50,7 @@ var inForceCases = []struct {
 	{"protection-label", protectionLabelCase},
 	{"explicit-replicas-label", explicitReplicasCase},
 	{"ProtectionPolicy", policyCase},
+	{"workload-under-policy", workloadUnderPolicyCase},
 	{"ChangeWindow", windowCase},
 	{"DeletionFlowControl", flowControlCase},
 }
@@ -161,6 +162,40 @@ spec:
   objectSelector: {matchLabels: {inforce: %s}}
   protection: Always`, name, ns, name))
 	err := c.act.CoreV1().ConfigMaps(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+	return took, base, err == nil
+}
+
+// A workload created under a policy that guards replicas is guarded at
+// once: its scale subresource too.
+func workloadUnderPolicyCase(t *testing.T, c inForceClients, ns string, i int) (time.Duration, time.Duration, bool) {
+	ctx := context.Background()
+	name := fmt.Sprintf("guarded-%s-%d", ns, i)
+	createRampart(t, c, "protectionpolicies", "", fmt.Sprintf(`
+apiVersion: rampart.io/v1alpha1
+kind: ProtectionPolicy
+metadata: {name: %s}
+spec:
+  resources: [{apiGroups: [apps], resources: [deployments]}]
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
+  objectSelector: {matchLabels: {guarded: %s}}
+  explicitReplicas: {guard: All}`, name, ns, name))
+	base, err := timed(func() error {
+		_, err := c.create.AppsV1().Deployments(ns).Create(ctx, newDeployment("plain-"+strconv.Itoa(i), 1, nil), metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := "w-" + strconv.Itoa(i)
+	took, err := timed(func() error {
+		_, err := c.create.AppsV1().Deployments(ns).Create(ctx, newDeployment(w, 1, map[string]string{"guarded": name}), metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.act.AppsV1().Deployments(ns).UpdateScale(ctx, w,
+		&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: w, Namespace: ns}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}}, metav1.UpdateOptions{})
 	return took, base, err == nil
 }
 

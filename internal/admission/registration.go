@@ -134,6 +134,7 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 	// leaves them out.
 	created := webhook("created.replicas.rampart.io", ReplicasPath, rule(admissionregistrationv1.Create, "*", "*"))
 	created.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
+	upd.TimeoutSeconds, created.TimeoutSeconds = ptr.To(inForceTimeout), ptr.To(inForceTimeout)
 	created.MatchConditions = []admissionregistrationv1.MatchCondition{{
 		Name: "not-pods", Expression: `!(request.resource.group == "" && request.resource.resource == "pods")`,
 	}}
@@ -153,8 +154,15 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 				policyRules(admissionregistrationv1.Delete, p)...)))
 		}
 		if policy.Guard(&p) != "" {
-			hooks = append(hooks, scoped(webhook(p.Name+".replicas.policy.rampart.io", PolicyReplicasPrefix+p.Name,
-				policyRules(admissionregistrationv1.Update, p)...)))
+			// CREATE too: a workload created under the policy gets its
+			// scale subresource guarded before the creation is admitted.
+			rules := policyRules(admissionregistrationv1.Update, p)
+			for i := range rules {
+				rules[i].Operations = append(rules[i].Operations, admissionregistrationv1.Create)
+			}
+			h := scoped(webhook(p.Name+".replicas.policy.rampart.io", PolicyReplicasPrefix+p.Name, rules...))
+			h.TimeoutSeconds = ptr.To(inForceTimeout)
+			hooks = append(hooks, h)
 		}
 	}
 	for _, w := range reg.Windows {
@@ -218,6 +226,7 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
 			Resources: []string{"changewindows"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 	})
+	spec.TimeoutSeconds = ptr.To(inForceTimeout)
 	hooks = append(hooks, spec, specWebhook(webhook))
 	if len(reg.ScaleTargets) > 0 {
 		scale := webhook("scale.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*/scale"))

@@ -334,6 +334,9 @@ func pendingPolicies(ps []pending) []v1alpha1.ProtectionPolicy {
 // server enforces the result. Admission handlers call it before admitting
 // a request that creates a protection.
 func (r *registrar) Ensure(ctx context.Context, p pending) error {
+	// Answer inside the webhook's timeout, with a message of our own.
+	ctx, cancel := context.WithTimeout(ctx, rampartadmission.DefaultBarrierTimeout+time.Second)
+	defer cancel()
 	p.until = time.Now().Add(pendingFor)
 	r.mu.Lock()
 	r.pending = append(r.pending, p)
