@@ -50,6 +50,7 @@ var inForceCases = []struct {
 	{"protection-label", protectionLabelCase},
 	{"explicit-replicas-label", explicitReplicasCase},
 	{"ProtectionPolicy", policyCase},
+	{"policy-guarding-scale", policyGuardingScaleCase},
 	{"workload-under-policy", workloadUnderPolicyCase},
 	{"ChangeWindow", windowCase},
 	{"DeletionFlowControl", flowControlCase},
@@ -162,6 +163,30 @@ spec:
   objectSelector: {matchLabels: {inforce: %s}}
   protection: Always`, name, ns, name))
 	err := c.act.CoreV1().ConfigMaps(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+	return took, base, err == nil
+}
+
+// A policy that guards replicas guards the scale subresource of the
+// workloads it covers at once.
+func policyGuardingScaleCase(t *testing.T, c inForceClients, ns string, i int) (time.Duration, time.Duration, bool) {
+	ctx := context.Background()
+	name := fmt.Sprintf("scale-%s-%d", ns, i)
+	w := "s-" + strconv.Itoa(i)
+	if _, err := c.create.AppsV1().Deployments(ns).Create(ctx, newDeployment(w, 1, map[string]string{"guarded": name}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	base := plainCreate(t, c, ns, name, nil)
+	took := createRampart(t, c, "protectionpolicies", "", fmt.Sprintf(`
+apiVersion: rampart.io/v1alpha1
+kind: ProtectionPolicy
+metadata: {name: %s}
+spec:
+  resources: [{apiGroups: [apps], resources: [deployments]}]
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
+  objectSelector: {matchLabels: {guarded: %s}}
+  explicitReplicas: {guard: All}`, name, ns, name))
+	_, err := c.act.AppsV1().Deployments(ns).UpdateScale(ctx, w,
+		&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: w, Namespace: ns}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}}, metav1.UpdateOptions{})
 	return took, base, err == nil
 }
 

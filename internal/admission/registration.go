@@ -76,6 +76,11 @@ type Registration struct {
 	// judged (an Eviction carries no pod labels to select on), and new pods
 	// are labelled when a budget covers them.
 	BudgetNamespaces []string
+	// ScaleWidening are policies just admitted that guard replicas: the
+	// view that lists the workloads they cover (ScaleTargets) may lag, so
+	// for a while the scale subresource of their resources is judged in
+	// every namespace they select.
+	ScaleWidening []v1alpha1.ProtectionPolicy
 	// Token, when set, adds the probe webhook that a Barrier uses to see
 	// that the API servers have loaded this version of the configuration:
 	// a fresh one for each version written.
@@ -228,6 +233,24 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 	})
 	spec.TimeoutSeconds = ptr.To(inForceTimeout)
 	hooks = append(hooks, spec, specWebhook(webhook))
+	for _, p := range reg.ScaleWidening {
+		var rules []admissionregistrationv1.RuleWithOperations
+		for _, r := range p.Spec.Resources {
+			rl := rule(admissionregistrationv1.Update, "", "")
+			rl.APIGroups = r.APIGroups
+			for _, res := range r.Resources {
+				rl.Resources = append(rl.Resources, res+"/scale")
+			}
+			rules = append(rules, rl)
+		}
+		// A Scale carries no labels: only the namespace selector applies.
+		h := webhook(p.Name+".scale.policy.rampart.io", ReplicasPath, rules...)
+		h.NamespaceSelector = withNotOwn(p.Spec.NamespaceSelector, notOwn)
+		if !policy.Enforced(&p) {
+			h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+		}
+		hooks = append(hooks, h)
+	}
 	if len(reg.ScaleTargets) > 0 {
 		scale := webhook("scale.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*/scale"))
 		if len(reg.ScaleTargets) <= maxScaleTargets {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
 // A protection holds from the moment the API accepts the request that
@@ -51,6 +52,9 @@ type pending struct {
 	policy      *v1alpha1.ProtectionPolicy
 	window      *v1alpha1.ChangeWindow
 	flowControl *v1alpha1.DeletionFlowControl
+	// scaleWidening is a policy guarding replicas whose covered workloads
+	// the view may not list yet: kept until it expires.
+	scaleWidening *v1alpha1.ProtectionPolicy
 }
 
 // caughtUp says whether the caches hold what p brings (same object, same or
@@ -104,6 +108,8 @@ func withPending(reg rampartadmission.Registration, ps []pending) rampartadmissi
 		case p.flowControl != nil:
 			reg.FlowControls = slices.DeleteFunc(reg.FlowControls, func(c v1alpha1.DeletionFlowControl) bool { return c.Name == p.flowControl.Name })
 			reg.FlowControls = append(reg.FlowControls, *p.flowControl)
+		case p.scaleWidening != nil:
+			reg.ScaleWidening = append(slices.Clone(reg.ScaleWidening), *p.scaleWidening)
 		}
 	}
 	slices.Sort(reg.ScaleTargets)
@@ -124,6 +130,8 @@ func pendingMarks(base rampartadmission.Registration, p pending, targets func([]
 		one.Windows = []v1alpha1.ChangeWindow{*p.window}
 	case p.flowControl != nil:
 		one.FlowControls = []v1alpha1.DeletionFlowControl{*p.flowControl}
+	case p.scaleWidening != nil:
+		one.ScaleWidening = []v1alpha1.ProtectionPolicy{*p.scaleWidening}
 	}
 	var out []string
 	for _, h := range rampartadmission.ValidatingConfig(one).Webhooks {
@@ -364,6 +372,11 @@ func (r *registrar) ScaleTarget(ctx context.Context, target string) error {
 }
 
 func (r *registrar) Policy(ctx context.Context, p *v1alpha1.ProtectionPolicy) error {
+	if policy.Guard(p) != "" {
+		r.mu.Lock()
+		r.pending = append(r.pending, pending{scaleWidening: p, until: time.Now().Add(pendingFor)})
+		r.mu.Unlock()
+	}
 	return r.Ensure(ctx, pending{policy: p})
 }
 

@@ -55,6 +55,11 @@ func liveLabels(meta metadata.Interface) func(context.Context, schema.GroupVersi
 	}
 }
 
+// ListLive lists every policy from the API server.
+func (c cachedPolicies) ListLive(ctx context.Context) ([]v1alpha1.ProtectionPolicy, error) {
+	return cachedPolicies{reader: c.live}.List(ctx)
+}
+
 func (c cachedPolicies) List(ctx context.Context) ([]v1alpha1.ProtectionPolicy, error) {
 	var list v1alpha1.ProtectionPolicyList
 	if err := c.reader.List(ctx, &list); err != nil {
