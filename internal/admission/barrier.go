@@ -87,9 +87,9 @@ type Barrier struct {
 }
 
 // DefaultBarrierTimeout is how long Wait waits for the API servers to load a
-// configuration: inside the 10 s that the API server gives a webhook that
-// waits on it.
-const DefaultBarrierTimeout = 7 * time.Second
+// configuration: inside the 15 s that the API server gives a webhook that
+// waits on it (inForceTimeout).
+const DefaultBarrierTimeout = 12 * time.Second
 
 // ErrNotLoaded says an API server did not load the configuration in time.
 var ErrNotLoaded = errors.New("the API server has not yet loaded Rampart's updated webhook configuration; retry in a few seconds")
@@ -134,7 +134,7 @@ func (b Barrier) waitOne(ctx context.Context, cs kubernetes.Interface, token str
 		}
 		select {
 		case <-ctx.Done():
-			if err != nil && !strings.Contains(err.Error(), "already exists") && ctx.Err() != nil {
+			if err != nil {
 				return fmt.Errorf("%w (last probe: %v)", ErrNotLoaded, err)
 			}
 			return ErrNotLoaded

@@ -30,7 +30,7 @@ type InForce interface {
 
 // inForceTimeout is the timeout of webhooks that may wait on a Barrier
 // (DefaultBarrierTimeout) before they answer.
-const inForceTimeout = int32(10)
+const inForceTimeout = int32(15)
 
 // SpecPath judges the creation and change of ProtectionPolicies and
 // DeletionFlowControls: admitted once their webhooks are in force.

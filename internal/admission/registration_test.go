@@ -8,6 +8,8 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
 )
 
 func TestValidatingConfigReachesOnlyProtectedObjects(t *testing.T) {
@@ -157,4 +159,29 @@ func TestProbeReachesOnlyItsOwnDryRun(t *testing.T) {
 			t.Error("a probe without a token")
 		}
 	}
+}
+
+// A policy just admitted that guards replicas judges the scale subresource
+// of its resources in its namespaces, and nothing else.
+func TestScaleWideningCoversThePolicysResources(t *testing.T) {
+	p := v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1alpha1.ProtectionPolicySpec{
+		Resources:         []v1alpha1.ResourceRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments", "statefulsets"}}},
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "critical"}},
+	}}
+	cfg := ValidatingConfig(Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system",
+		ScaleWidening: []v1alpha1.ProtectionPolicy{p}})
+	for _, h := range cfg.Webhooks {
+		if h.Name != "p.scale.policy.rampart.io" {
+			continue
+		}
+		if len(h.Rules) != 1 || strings.Join(h.Rules[0].Resources, ",") != "deployments/scale,statefulsets/scale" {
+			t.Errorf("rules %+v", h.Rules)
+		}
+		nsSel, _ := metav1.LabelSelectorAsSelector(h.NamespaceSelector)
+		if !nsSel.Matches(labels.Set{"tier": "critical"}) || nsSel.Matches(labels.Set{"tier": "batch"}) {
+			t.Errorf("namespace selector %v", nsSel)
+		}
+		return
+	}
+	t.Fatal("no scale widening webhook")
 }
