@@ -84,6 +84,11 @@ type Barrier struct {
 	Namespace string
 	// Timeout bounds Wait; zero means DefaultBarrierTimeout.
 	Timeout time.Duration
+	// Current, when set, reads the token of the configuration live now.
+	// A later version than the one waited for holds what it held (every
+	// write keeps what is marked pending), so Wait follows it rather than
+	// waiting for a version no API server will load any more.
+	Current func(ctx context.Context) (string, error)
 }
 
 // DefaultBarrierTimeout is how long Wait waits for the API servers to load a
@@ -125,12 +130,19 @@ func (b Barrier) Wait(ctx context.Context, token string) error {
 // request that the probe webhook denies, or that fails calling it (the
 // replica that serves it is down), proves the match condition matched.
 func (b Barrier) waitOne(ctx context.Context, cs kubernetes.Interface, token string) error {
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: probeName(token), Namespace: b.Namespace}}
 	delay := 2 * time.Millisecond
+	lastRead := time.Now()
 	for {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: probeName(token), Namespace: b.Namespace}}
 		_, err := cs.CoreV1().ConfigMaps(b.Namespace).Create(ctx, cm, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil && strings.Contains(err.Error(), probeWebhookName) {
 			return nil
+		}
+		if b.Current != nil && time.Since(lastRead) > 100*time.Millisecond {
+			lastRead = time.Now()
+			if cur, err := b.Current(ctx); err == nil && cur != "" {
+				token = cur
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -152,7 +164,7 @@ func StaticServers(cfg *rest.Config, urls []string) (func(context.Context) ([]ku
 	}
 	var out []kubernetes.Interface
 	for _, u := range urls {
-		c := rest.CopyConfig(cfg)
+		c := probeConfig(cfg)
 		if u != "" {
 			c.Host = u
 		}
@@ -163,6 +175,15 @@ func StaticServers(cfg *rest.Config, urls []string) (func(context.Context) ([]ku
 		out = append(out, cs)
 	}
 	return func(context.Context) ([]kubernetes.Interface, error) { return out, nil }, nil
+}
+
+// probeConfig is cfg for probes: a few dry runs per protection created,
+// which must not queue behind the manager's other requests on a client-side
+// rate limit.
+func probeConfig(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.QPS, c.Burst, c.RateLimiter = -1, 0, nil
+	return c
 }
 
 // ClusterServers finds the API servers of a cluster in the EndpointSlices
@@ -191,7 +212,7 @@ func ClusterServers(cfg *rest.Config) (func(context.Context) ([]kubernetes.Inter
 						continue
 					}
 					for _, a := range e.Addresses {
-						c := rest.CopyConfig(cfg)
+						c := probeConfig(cfg)
 						c.Host = "https://" + net.JoinHostPort(a, strconv.Itoa(int(*p.Port)))
 						c.ServerName = "kubernetes.default.svc"
 						cs, err := kubernetes.NewForConfig(c)

@@ -387,3 +387,14 @@ func (r *registrar) Window(ctx context.Context, w *v1alpha1.ChangeWindow) error 
 func (r *registrar) FlowControl(ctx context.Context, f *v1alpha1.DeletionFlowControl) error {
 	return r.Ensure(ctx, pending{flowControl: f})
 }
+
+// liveToken reads the token of the configuration live now.
+func liveToken(c client.Client) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		live := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if err := c.Get(ctx, client.ObjectKey{Name: rampartadmission.ValidatingConfigName}, live); err != nil {
+			return "", err
+		}
+		return live.Annotations[tokenAnnotation], nil
+	}
+}

@@ -215,7 +215,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	policies := cachedPolicies{reader: mgr.GetCache(), live: direct}
 	registered := make(chan struct{})
 	reg := &registrar{
-		barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace},
+		barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace, Current: liveToken(direct)},
 		client:  direct, reader: mgr.GetCache(), view: view, policies: policies, done: registered, log: o.Log.WithName("registration"),
 		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace},
 		kick: make(chan struct{}, 1),
