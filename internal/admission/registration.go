@@ -76,6 +76,15 @@ type Registration struct {
 	// judged (an Eviction carries no pod labels to select on), and new pods
 	// are labelled when a budget covers them.
 	BudgetNamespaces []string
+	// ScaleWidening are policies just admitted that guard replicas: the
+	// view that lists the workloads they cover (ScaleTargets) may lag, so
+	// for a while the scale subresource of their resources is judged in
+	// every namespace they select.
+	ScaleWidening []v1alpha1.ProtectionPolicy
+	// Token, when set, adds the probe webhook that a Barrier uses to see
+	// that the API servers have loaded this version of the configuration:
+	// a fresh one for each version written.
+	Token string
 	// Owner, when set, owns both configurations, so that the garbage
 	// collector deletes them with it: `helm uninstall` deletes the
 	// manager's ClusterRole, and with it the webhooks that would otherwise
@@ -124,7 +133,17 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 	del.ObjectSelector = labelled(v1alpha1.LabelProtection, string(v1alpha1.ProtectionAlways), string(v1alpha1.ProtectionCascading))
 	upd := webhook("replicas.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*"))
 	upd.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
-	hooks := []admissionregistrationv1.ValidatingWebhook{del, upd}
+	// A workload created with the label gets its scale subresource guarded
+	// before the creation is admitted. Pods copied from a labelled
+	// template never reach Rampart: the API server's match condition
+	// leaves them out.
+	created := webhook("created.replicas.rampart.io", ReplicasPath, rule(admissionregistrationv1.Create, "*", "*"))
+	created.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
+	upd.TimeoutSeconds, created.TimeoutSeconds = ptr.To(inForceTimeout), ptr.To(inForceTimeout)
+	created.MatchConditions = []admissionregistrationv1.MatchCondition{{
+		Name: "not-pods", Expression: `!(request.resource.group == "" && request.resource.resource == "pods")`,
+	}}
+	hooks := []admissionregistrationv1.ValidatingWebhook{del, upd, created}
 	for _, p := range reg.Policies {
 		scoped := func(h admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.ValidatingWebhook {
 			h.NamespaceSelector = withNotOwn(p.Spec.NamespaceSelector, notOwn)
@@ -140,8 +159,15 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 				policyRules(admissionregistrationv1.Delete, p)...)))
 		}
 		if policy.Guard(&p) != "" {
-			hooks = append(hooks, scoped(webhook(p.Name+".replicas.policy.rampart.io", PolicyReplicasPrefix+p.Name,
-				policyRules(admissionregistrationv1.Update, p)...)))
+			// CREATE too: a workload created under the policy gets its
+			// scale subresource guarded before the creation is admitted.
+			rules := policyRules(admissionregistrationv1.Update, p)
+			for i := range rules {
+				rules[i].Operations = append(rules[i].Operations, admissionregistrationv1.Create)
+			}
+			h := scoped(webhook(p.Name+".replicas.policy.rampart.io", PolicyReplicasPrefix+p.Name, rules...))
+			h.TimeoutSeconds = ptr.To(inForceTimeout)
+			hooks = append(hooks, h)
 		}
 	}
 	for _, w := range reg.Windows {
@@ -205,7 +231,26 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
 			Resources: []string{"changewindows"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 	})
-	hooks = append(hooks, spec)
+	spec.TimeoutSeconds = ptr.To(inForceTimeout)
+	hooks = append(hooks, spec, specWebhook(webhook))
+	for _, p := range reg.ScaleWidening {
+		var rules []admissionregistrationv1.RuleWithOperations
+		for _, r := range p.Spec.Resources {
+			rl := rule(admissionregistrationv1.Update, "", "")
+			rl.APIGroups, rl.Resources = r.APIGroups, nil
+			for _, res := range r.Resources {
+				rl.Resources = append(rl.Resources, res+"/scale")
+			}
+			rules = append(rules, rl)
+		}
+		// A Scale carries no labels: only the namespace selector applies.
+		h := webhook(p.Name+".scale.policy.rampart.io", ReplicasPath, rules...)
+		h.NamespaceSelector = withNotOwn(p.Spec.NamespaceSelector, notOwn)
+		if !policy.Enforced(&p) {
+			h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+		}
+		hooks = append(hooks, h)
+	}
 	if len(reg.ScaleTargets) > 0 {
 		scale := webhook("scale.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*/scale"))
 		if len(reg.ScaleTargets) <= maxScaleTargets {
@@ -215,6 +260,9 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 			}}
 		}
 		hooks = append(hooks, scale)
+	}
+	if reg.Token != "" {
+		hooks = append(hooks, probeWebhook(reg, webhook))
 	}
 	hooks = spread(reg.Endpoint, hooks, func(h *admissionregistrationv1.ValidatingWebhook) (*string, *string, *[]admissionregistrationv1.MatchCondition) {
 		return &h.Name, h.ClientConfig.URL, &h.MatchConditions
@@ -383,14 +431,18 @@ func rule(op admissionregistrationv1.OperationType, group, resource string) admi
 	}
 }
 
-// Register creates or updates Rampart's webhook configurations.
-func Register(ctx context.Context, c client.Client, reg Registration) error {
-	for _, obj := range []any{ValidatingConfig(reg), MutatingConfig(reg)} {
+// Register creates or updates Rampart's webhook configurations: validating
+// as given (made by ValidatingConfig, perhaps merged with what is live; its
+// resourceVersion, when set, is a precondition) and the mutating one made
+// from reg.
+func Register(ctx context.Context, c client.Client, reg Registration, validating *admissionregistrationv1.ValidatingWebhookConfiguration) error {
+	for _, obj := range []any{validating, MutatingConfig(reg)} {
 		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 		if err != nil {
 			return err
 		}
 		obj := &unstructured.Unstructured{Object: u}
+		unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
 		if reg.Owner != nil {
 			obj.SetOwnerReferences([]metav1.OwnerReference{*reg.Owner})
 		}

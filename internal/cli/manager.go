@@ -47,6 +47,7 @@ func newManagerCommand() *cobra.Command {
 	f.IntVar(&o.WebhookPort, "webhook-port", 9443, "webhook server port")
 	f.StringVar(&o.WebhookURLHost, "webhook-url-host", "", "register webhooks by URL https://HOST:PORT (local clusters)")
 	f.StringSliceVar(&o.WebhookReplicas, "webhook-replica-urls", nil, "base URLs of every local replica's webhook server, this one included (local clusters with several managers)")
+	f.StringSliceVar(&o.APIServerURLs, "apiserver-urls", nil, "every kube-apiserver's URL, when default/kubernetes does not list them (local clusters): a protection is admitted once each enforces it")
 	f.StringVar(&o.WebhookService, "webhook-service", "", "register webhooks by this Service in --namespace (in a cluster)")
 	f.StringVar(&o.WebhookClientCA, "webhook-client-ca", "", "PEM CA file: the webhooks answer only callers with a client certificate it signed, the one the API server presents to webhooks (its admission configuration's kubeConfigFile). Empty: any caller that reaches the port (a warning is logged)")
 	f.StringSliceVar(&o.WebhookClientNames, "webhook-client-names", nil, "common or DNS names one of which the client certificate must carry, e.g. kube-apiserver (needs --webhook-client-ca)")

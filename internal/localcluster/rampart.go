@@ -205,6 +205,9 @@ func (c *Cluster) startManager(ctx context.Context) error {
 		if len(urls) > 1 {
 			args = append(args, "--webhook-replica-urls="+strings.Join(urls, ","))
 		}
+		if servers := c.APIServerURLs(); len(servers) > 1 {
+			args = append(args, "--apiserver-urls="+strings.Join(servers, ","))
+		}
 		if err := c.run(ManagerName(i), c.opts.Rampart, args...); err != nil {
 			return err
 		}
