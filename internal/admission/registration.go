@@ -72,9 +72,10 @@ type Registration struct {
 	// FlowControls get webhooks of their own, scoped by their resources
 	// and selectors.
 	FlowControls []v1alpha1.DeletionFlowControl
-	// BudgetNamespaces hold PodUnavailableBudgets: evictions there are
-	// judged (an Eviction carries no pod labels to select on), and new pods
-	// are labelled when a budget covers them.
+	// BudgetNamespaces hold PodUnavailableBudgets: evictions and
+	// disruptions of every pod there are judged (an Eviction carries no pod
+	// labels to select on, and a pod's covered label may not be written
+	// yet), and new pods are labelled when a budget covers them.
 	BudgetNamespaces []string
 	// Owner, when set, owns both configurations, so that the garbage
 	// collector deletes them with it: `helm uninstall` deletes the
@@ -194,6 +195,17 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 	pub.TimeoutSeconds = ptr.To(int32(10))
 	hooks = append(hooks, pub)
 	if len(reg.BudgetNamespaces) > 0 {
+		// And every other pod of a namespace holding budgets: the label is
+		// written after the fact (by a controller, or a mutating webhook
+		// that is ignored when down), so a pod without it may still be
+		// covered. The label keeps no pod from being judged.
+		unlabelled := webhook(UncoveredWebhookName, BudgetPath, pub.Rules...)
+		unlabelled.NamespaceSelector = inNamespaces(reg.BudgetNamespaces)
+		unlabelled.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: v1alpha1.LabelPUBCovered, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"},
+		}}}
+		unlabelled.TimeoutSeconds = pub.TimeoutSeconds
+		hooks = append(hooks, unlabelled)
 		evict := webhook(EvictionWebhookName, BudgetPath, rule(admissionregistrationv1.Create, "", "pods/eviction"))
 		evict.NamespaceSelector = inNamespaces(reg.BudgetNamespaces)
 		evict.TimeoutSeconds = ptr.To(int32(10))
@@ -260,6 +272,10 @@ func inNamespaces(names []string) *metav1.LabelSelector {
 
 // EvictionWebhookName judges evictions in namespaces holding budgets.
 const EvictionWebhookName = "evictions.budgets.rampart.io"
+
+// UncoveredWebhookName judges disruptions of pods not (yet) labelled
+// rampart.io/pub-covered in namespaces holding budgets.
+const UncoveredWebhookName = "uncovered.budgets.rampart.io"
 
 // MutatingConfigName is the name of Rampart's MutatingWebhookConfiguration.
 const MutatingConfigName = "rampart-mutating"

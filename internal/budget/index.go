@@ -104,6 +104,35 @@ func Selectors(b *v1alpha1.PodUnavailableBudget) (sel, ignored labels.Selector, 
 	return sel, ignored, true, nil
 }
 
+// CoversLabels says whether a budget covers a pod with labels l, from the
+// budget alone (for a budget not filed in an index yet). A targetRef
+// budget whose selector is not resolved covers nothing.
+func CoversLabels(b *v1alpha1.PodUnavailableBudget, l map[string]string) (bool, error) {
+	sel, ignored, ok, err := Selectors(b)
+	if err != nil || !ok {
+		return false, err
+	}
+	e := &entry{selector: sel, ignored: ignored}
+	return e.covers(l), nil
+}
+
+// EachPod calls f with every recorded pod's namespace and name (the
+// covered-label controller's full resync when it starts leading).
+func (x *Index) EachPod(f func(ns, name string)) {
+	type podKey struct{ ns, name string }
+	x.mu.RLock()
+	var all []podKey
+	for ns, n := range x.ns {
+		for name := range n.pods {
+			all = append(all, podKey{ns, name})
+		}
+	}
+	x.mu.RUnlock()
+	for _, p := range all {
+		f(p.ns, p.name)
+	}
+}
+
 // SetBudget files or refiles a budget and says whether the pods it
 // covers may have changed. A budget whose selector cannot be resolved yet
 // covers nothing.
