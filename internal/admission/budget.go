@@ -160,6 +160,9 @@ func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budg
 
 // Handle implements admission.Handler.
 func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if isCoverageProbe(req) {
+		return admission.Denied(coverageProbeAnswer)
+	}
 	r, podLabels, disrupts, err := h.disruption(ctx, req)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
@@ -215,10 +218,10 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 }
 
 // covering are the budgets that cover a pod with these labels: those the
-// index has filed, and those of the namespace it has not filed yet — a
-// budget created a moment ago that this replica's informer has not
-// delivered, or a targetRef whose selector the status controller has not
-// written yet. A budget holds from the moment the API server accepts it,
+// index has filed, and those of the namespace it has not filed as they are
+// now — a budget created or changed a moment ago that this replica's
+// informer has not delivered, or a targetRef whose selector the status
+// controller has not written yet. A budget holds from the moment the API server accepts it,
 // not from the moment this replica hears of it, so the namespace's budgets
 // are listed live (metadata only) and any the index lacks is read and
 // matched here.
@@ -232,14 +235,14 @@ func (h *Budgets) covering(ctx context.Context, ns string, podLabels map[string]
 	if err := h.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("listing the PodUnavailableBudgets of namespace %s: %w", ns, err)
 	}
-	filed := map[string]bool{}
-	for _, k := range h.Index.Keys(ns) {
-		filed[k.Name] = true
-	}
+	filed := h.Index.Generations(ns)
 	for _, m := range list.Items {
-		if filed[m.Name] || m.DeletionTimestamp != nil {
+		if gen, ok := filed[m.Name]; (ok && gen == m.Generation) || m.DeletionTimestamp != nil {
 			continue
 		}
+		// Not filed, or filed with a spec that has changed since: judge by
+		// the budget as it is now.
+		keys = slices.DeleteFunc(keys, func(k budget.Key) bool { return k.Name == m.Name })
 		b := &v1alpha1.PodUnavailableBudget{}
 		if err := h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: m.Name}, b); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -261,7 +264,7 @@ func (h *Budgets) covering(ctx context.Context, ns string, podLabels map[string]
 
 // unfiledCovers says whether a budget the index has not filed covers a pod.
 func (h *Budgets) unfiledCovers(ctx context.Context, b *v1alpha1.PodUnavailableBudget, podLabels map[string]string) (bool, error) {
-	if _, _, resolved, err := budget.Selectors(b); err == nil && !resolved && b.Spec.TargetRef != nil {
+	if t := b.Spec.TargetRef; t != nil && (b.Status.Selector == "" || b.Status.ObservedGeneration != b.Generation) {
 		if h.Targets == nil {
 			return true, nil
 		}

@@ -246,3 +246,58 @@ func TestBudgetHoldsAcrossManagerFailover(t *testing.T) {
 	}
 	t.Logf("%d rounds, a leader SIGKILLed in each: at most %d pods disrupted in a round (budget: %d)", rounds, worst, allowed)
 }
+
+// Issue 20: a budget holds from the moment `create` returns. Ten running
+// bare pods, a budget of minAvailable 8 created over them, and at once —
+// no sleep, no wait for Ready — ten concurrent deletes and evictions: at
+// most 2 go through, every time. The budget's admission waits until the
+// API server calls the budget webhooks for every pod of the namespace;
+// until the status controller has computed the budget, it allows nothing.
+func TestBudgetHoldsFromCreation(t *testing.T) {
+	env := clustertest.Get(t)
+	for i := range 3 {
+		disrupted, took := budgetActAtOnce(t, env)
+		t.Logf("iteration %d: budget created in %v; %d of 10 pods disrupted by 10 concurrent deletes and evictions sent at once (budget allows 2)",
+			i, took.Round(time.Millisecond), disrupted)
+		if disrupted > 2 {
+			t.Fatalf("iteration %d: %d pods disrupted right after the budget was created, it allows 2", i, disrupted)
+		}
+	}
+}
+
+// budgetActAtOnce creates 10 running pods in a new namespace, a budget of
+// minAvailable 8 over them, and at once 10 concurrent disruptions; it
+// returns how many pods were disrupted and how long the create took.
+func budgetActAtOnce(t testing.TB, env *clustertest.Env) (int, time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	createPods(t, env, ns, "web", 10, map[string]string{"app": "web"}, nil)
+	env.WaitPodsRunning(t, ns, "app=web", 10, 2*time.Minute)
+	start := time.Now()
+	createBudget(t, env, ns, "web", `{selector: {matchLabels: {app: web}}, minAvailable: 8}`)
+	took := time.Since(start)
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := fmt.Sprint("web-", i)
+			var err error
+			if i%2 == 0 {
+				err = env.Client.CoreV1().Pods(ns).Delete(ctx, p, metav1.DeleteOptions{})
+			} else {
+				err = evict(env, ns, p, false)
+			}
+			if err == nil {
+				n.Add(1)
+			} else if !apierrors.IsTooManyRequests(err) {
+				t.Logf("%s: %v", p, err)
+			}
+		}()
+	}
+	wg.Wait()
+	_ = env.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	return int(n.Load()), took
+}

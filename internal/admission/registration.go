@@ -2,10 +2,12 @@ package admission
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -77,6 +79,14 @@ type Registration struct {
 	// labels to select on, and a pod's covered label may not be written
 	// yet), and new pods are labelled when a budget covers them.
 	BudgetNamespaces []string
+	// BudgetPins are namespaces a budget is being admitted in, with when
+	// each was pinned: written into the validating configuration's
+	// annotation, so that no replica drops them before the budget exists.
+	BudgetPins map[string]time.Time
+	// ResourceVersion, when set, is the validating configuration's as read
+	// before this registration was computed: the write fails with a
+	// conflict if another replica wrote since.
+	ResourceVersion string
 	// Owner, when set, owns both configurations, so that the garbage
 	// collector deletes them with it: `helm uninstall` deletes the
 	// manager's ClusterRole, and with it the webhooks that would otherwise
@@ -211,12 +221,19 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 		evict.TimeoutSeconds = ptr.To(int32(10))
 		hooks = append(hooks, evict)
 	}
-	// ChangeWindows themselves: what CEL cannot check.
-	spec := webhook("changewindows.rampart.io", WindowSpecPath, admissionregistrationv1.RuleWithOperations{
+	// Rampart's own objects: ChangeWindows (what CEL cannot check), and
+	// new PodUnavailableBudgets, admitted once the budget webhooks reach
+	// their namespace.
+	spec := webhook("objects.rampart.io", ObjectsPath, admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
 			Resources: []string{"changewindows"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+	}, admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
+			Resources: []string{"podunavailablebudgets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 	})
+	spec.TimeoutSeconds = ptr.To(int32(10))
 	hooks = append(hooks, spec)
 	if len(reg.ScaleTargets) > 0 {
 		scale := webhook("scale.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*/scale"))
@@ -231,11 +248,50 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 	hooks = spread(reg.Endpoint, hooks, func(h *admissionregistrationv1.ValidatingWebhook) (*string, *string, *[]admissionregistrationv1.MatchCondition) {
 		return &h.Name, h.ClientConfig.URL, &h.MatchConditions
 	})
-	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: ValidatingConfigName, Labels: map[string]string{"app.kubernetes.io/managed-by": "rampart"}},
 		Webhooks:   hooks,
 	}
+	if len(reg.BudgetPins) > 0 {
+		pins := map[string]string{}
+		for ns, at := range reg.BudgetPins {
+			pins[ns] = at.UTC().Format(time.RFC3339)
+		}
+		raw, _ := json.Marshal(pins)
+		cfg.Annotations = map[string]string{BudgetPinsAnnotation: string(raw)}
+	}
+	return cfg
+}
+
+// BudgetPinsAnnotation, on the validating configuration, holds the
+// namespaces a budget is being admitted in (see Registration.BudgetPins).
+const BudgetPinsAnnotation = "rampart.io/budget-namespace-pins"
+
+// RegisteredBudgetNamespaces are the namespaces a registered validating
+// configuration judges every pod disruption in, and its pins.
+func RegisteredBudgetNamespaces(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) (namespaces []string, pins map[string]time.Time) {
+	for _, w := range cfg.Webhooks {
+		if BaseName(w.Name) != UncoveredWebhookName || w.NamespaceSelector == nil {
+			continue
+		}
+		for _, e := range w.NamespaceSelector.MatchExpressions {
+			if e.Key == corev1.LabelMetadataName && e.Operator == metav1.LabelSelectorOpIn {
+				namespaces = e.Values
+			}
+		}
+		break
+	}
+	pins = map[string]time.Time{}
+	var raw map[string]string
+	if json.Unmarshal([]byte(cfg.Annotations[BudgetPinsAnnotation]), &raw) == nil {
+		for ns, at := range raw {
+			if t, err := time.Parse(time.RFC3339, at); err == nil {
+				pins[ns] = t
+			}
+		}
+	}
+	return slices.Sorted(slices.Values(namespaces)), pins
 }
 
 // spread registers each webhook once per local replica (see partition);
@@ -401,12 +457,15 @@ func rule(op admissionregistrationv1.OperationType, group, resource string) admi
 
 // Register creates or updates Rampart's webhook configurations.
 func Register(ctx context.Context, c client.Client, reg Registration) error {
-	for _, obj := range []any{ValidatingConfig(reg), MutatingConfig(reg)} {
-		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	for _, o := range []any{ValidatingConfig(reg), MutatingConfig(reg)} {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 		if err != nil {
 			return err
 		}
 		obj := &unstructured.Unstructured{Object: u}
+		if _, validating := o.(*admissionregistrationv1.ValidatingWebhookConfiguration); validating {
+			obj.SetResourceVersion(reg.ResourceVersion)
+		}
 		if reg.Owner != nil {
 			obj.SetOwnerReferences([]metav1.OwnerReference{*reg.Owner})
 		}

@@ -56,11 +56,12 @@ type nsIndex struct {
 }
 
 type entry struct {
-	key      Key
-	selector labels.Selector
-	ignored  labels.Selector
-	pair     string
-	pods     map[string]*podEntry
+	key        Key
+	generation int64
+	selector   labels.Selector
+	ignored    labels.Selector
+	pair       string
+	pods       map[string]*podEntry
 }
 
 type podEntry struct {
@@ -143,6 +144,7 @@ func (x *Index) SetBudget(b *v1alpha1.PodUnavailableBudget) (changed bool) {
 	n := x.namespace(b.Namespace)
 	if old := n.budgets[b.Name]; old != nil {
 		if ok && err == nil && old.selector.String() == sel.String() && selString(old.ignored) == selString(ignored) {
+			old.generation = b.Generation
 			return false // same pods as before
 		}
 		n.remove(old)
@@ -151,7 +153,7 @@ func (x *Index) SetBudget(b *v1alpha1.PodUnavailableBudget) (changed bool) {
 	if !ok || err != nil {
 		return changed
 	}
-	e := &entry{key: Key{b.Namespace, b.Name}, selector: sel, ignored: ignored, pods: map[string]*podEntry{}}
+	e := &entry{key: Key{b.Namespace, b.Name}, generation: b.Generation, selector: sel, ignored: ignored, pods: map[string]*podEntry{}}
 	n.budgets[b.Name] = e
 	e.pair = n.choosePair(sel)
 	if e.pair == "" {
@@ -376,6 +378,20 @@ func (x *Index) PodsInNamespace(ns string) map[string]bool {
 	if n := x.ns[ns]; n != nil {
 		for name, p := range n.pods {
 			out[name] = len(p.budgets) > 0
+		}
+	}
+	return out
+}
+
+// Generations are the budgets filed in ns, each with the generation
+// (metadata.generation) it was filed at.
+func (x *Index) Generations(ns string) map[string]int64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	out := map[string]int64{}
+	if n := x.ns[ns]; n != nil {
+		for name, e := range n.budgets {
+			out[name] = e.generation
 		}
 	}
 	return out

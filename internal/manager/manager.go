@@ -17,6 +17,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
@@ -218,6 +219,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		Handler:         &rampartadmission.Windows{Reader: mgr.GetCache(), Recorder: recorder},
 		WithContextFunc: rampartadmission.WindowFromPath})
 	server.Register(rampartadmission.WindowSpecPath, &webhook.Admission{Handler: rampartadmission.WindowSpec{}})
+	// reg is made below; the handler runs only once the server serves.
+	var reg *registrar
+	server.Register(rampartadmission.ObjectsPath, &webhook.Admission{Handler: rampartadmission.Objects{
+		"changewindows":         rampartadmission.WindowSpec{},
+		"podunavailablebudgets": &rampartadmission.BudgetAdmission{Cover: func(ctx context.Context, ns string) error { return reg.coverNamespace(ctx, ns) }},
+	}})
 	server.Register(rampartadmission.FlowControlPrefix, &webhook.Admission{
 		Handler:         &rampartadmission.FlowControl{Client: direct, Pods: view, Recorder: recorder},
 		WithContextFunc: rampartadmission.FlowControlFromPath})
@@ -248,14 +255,18 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}); err != nil {
 		return err
 	}
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	owner, err := webhookOwner(ctx, direct, o.WebhookOwner)
 	if err != nil {
 		return err
 	}
-	reg := &registrar{
+	reg = &registrar{
 		client: direct, reader: mgr.GetCache(), view: view, policies: policies, done: registered, log: o.Log.WithName("registration"),
 		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, Owner: owner},
-		kick: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), clientset: clientset, elected: mgr.Elected(), budgetNS: newBudgetNamespaces(),
 	}
 	// Policy changes re-register at once.
 	policyInformer, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.ProtectionPolicy{})
@@ -345,6 +356,11 @@ type registrar struct {
 	// done is closed after the first successful registration.
 	done chan struct{}
 	kick chan struct{}
+	// clientset probes that the API server enforces a registration;
+	// elected is closed once this replica leads.
+	clientset kubernetes.Interface
+	elected   <-chan struct{}
+	budgetNS  *budgetNamespaces
 
 	mu   sync.Mutex
 	base rampartadmission.Registration
@@ -394,11 +410,31 @@ func (r *registrar) Start(ctx context.Context) error {
 		}
 		slices.SortFunc(fcs.Items, func(a, b v1alpha1.DeletionFlowControl) int { return strings.Compare(a.Name, b.Name) })
 		reg.FlowControls = fcs.Items
-		reg.BudgetNamespaces = r.view.Budgets().Namespaces()
+		iteration, pins := r.budgetNS.begin(time.Now())
+		live, err := r.readValidating(ctx)
+		if err != nil {
+			r.log.Error(err, "reading the webhook configuration; retrying", "in", delay)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, 10*time.Second)
+			continue
+		}
+		registered, _ := rampartadmission.RegisteredBudgetNamespaces(live)
+		reg.BudgetNamespaces, reg.BudgetPins = r.planBudgetNamespaces(ctx, live, pins, time.Now())
+		reg.ResourceVersion = live.ResourceVersion
 		want, wantMutating := rampartadmission.ValidatingConfig(reg), rampartadmission.MutatingConfig(reg)
 		if last == nil || !equality.Semantic.DeepEqual(last.Webhooks, want.Webhooks) ||
-			!equality.Semantic.DeepEqual(lastMutating.Webhooks, wantMutating.Webhooks) {
+			!equality.Semantic.DeepEqual(lastMutating.Webhooks, wantMutating.Webhooks) ||
+			!slices.Equal(registered, reg.BudgetNamespaces) || !equality.Semantic.DeepEqual(live.Annotations[rampartadmission.BudgetPinsAnnotation], want.Annotations[rampartadmission.BudgetPinsAnnotation]) {
 			if err := rampartadmission.Register(ctx, r.client, reg); err != nil {
+				if apierrors.IsConflict(err) {
+					// Another replica wrote since the read: plan again on
+					// what it wrote.
+					continue
+				}
 				r.log.Error(err, "registering webhook configuration; retrying", "in", delay)
 				select {
 				case <-ctx.Done():
@@ -413,11 +449,14 @@ func (r *registrar) Start(ctx context.Context) error {
 			}
 			last, lastMutating, delay = want, wantMutating, 100*time.Millisecond
 			r.log.Info("webhook configuration registered", "name", rampartadmission.ValidatingConfigName,
-				"policies", len(reg.Policies), "scaleTargets", len(reg.ScaleTargets))
+				"policies", len(reg.Policies), "scaleTargets", len(reg.ScaleTargets), "budgetNamespaces", len(reg.BudgetNamespaces))
 		}
+		r.budgetNS.end(iteration, reg.BudgetNamespaces)
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-time.After(budgetNamespaceGrace):
+			// A namespace without budgets may leave now.
 		case <-r.kick:
 		case <-r.view.Changes():
 			// Coalesce a burst of label changes into one update.
