@@ -87,6 +87,9 @@ type Registration struct {
 	// before this registration was computed: the write fails with a
 	// conflict if another replica wrote since.
 	ResourceVersion string
+	// GeneratedBudgets registers the webhook that admits workloads
+	// annotated rampart.io/generate-pub once their budget exists.
+	GeneratedBudgets bool
 	// Owner, when set, owns both configurations, so that the garbage
 	// collector deletes them with it: `helm uninstall` deletes the
 	// manager's ClusterRole, and with it the webhooks that would otherwise
@@ -244,6 +247,19 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 			}}
 		}
 		hooks = append(hooks, scale)
+	}
+	if reg.GeneratedBudgets {
+		// Workloads asking for a generated budget (only they pass the match
+		// condition: annotations cannot be selected on), admitted once it
+		// exists.
+		workloads := rule(admissionregistrationv1.Create, "apps", "deployments")
+		workloads.Operations = append(workloads.Operations, admissionregistrationv1.Update)
+		workloads.Resources = append(workloads.Resources, "statefulsets")
+		workloads.Scope = ptr.To(admissionregistrationv1.NamespacedScope)
+		gen := webhook(GeneratedBudgetsWebhookName, ObjectsPath, workloads)
+		gen.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "generate-pub", Expression: generatePUBCondition}}
+		gen.TimeoutSeconds = ptr.To(int32(10))
+		hooks = append(hooks, gen)
 	}
 	hooks = spread(reg.Endpoint, hooks, func(h *admissionregistrationv1.ValidatingWebhook) (*string, *string, *[]admissionregistrationv1.MatchCondition) {
 		return &h.Name, h.ClientConfig.URL, &h.MatchConditions

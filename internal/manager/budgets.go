@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -151,14 +152,30 @@ func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View,
 	}
 	gen := &generatedBudgets{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: recorder}
 	for _, w := range []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}} {
-		if err := ctrl.NewControllerManagedBy(mgr).Named("generated-budgets-"+strings.ToLower(fmt.Sprintf("%T", w)[len("*v1."):])).
+		if err := ctrl.NewControllerManagedBy(mgr).Named("generated-budgets-"+strings.ToLower(kindOf(w))).
 			For(w, builder.OnlyMetadata).
 			Owns(&v1alpha1.PodUnavailableBudget{}).
+			// Budgets generated at a workload's creation have no owner yet.
+			Watches(&v1alpha1.PodUnavailableBudget{}, handler.EnqueueRequestsFromMapFunc(unownedGeneratedFor(kindOf(w)))).
 			Complete(gen.forKind(w)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func kindOf(w client.Object) string { return fmt.Sprintf("%T", w)[len("*v1."):] }
+
+// unownedGeneratedFor maps a budget generated for a workload of kind, not owned
+// yet, to that workload.
+func unownedGeneratedFor(kind string) handler.MapFunc {
+	return func(_ context.Context, o client.Object) []reconcile.Request {
+		k, name, _ := strings.Cut(o.GetAnnotations()[rampartadmission.AnnotationGeneratedFor], "/")
+		if k != kind || metav1.GetControllerOf(o) != nil {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+	}
 }
 
 // budgetStatus keeps each budget's status current from the view: the
@@ -329,6 +346,35 @@ func (r *coveredLabel) Reconcile(ctx context.Context, req reconcile.Request) (re
 	return reconcile.Result{}, client.IgnoreNotFound(err)
 }
 
+// orphanGrace is how long a budget generated at a workload's creation
+// waits for its workload (the admission creates the budget before the
+// workload is stored) before it is deleted as an orphan.
+const orphanGrace = time.Minute
+
+// adoptable is a budget generated for kind/name before the workload had a
+// UID: no owner yet.
+func adoptable(b *v1alpha1.PodUnavailableBudget, kind, name string) bool {
+	return metav1.GetControllerOf(b) == nil && b.Annotations[rampartadmission.AnnotationGeneratedFor] == kind+"/"+name
+}
+
+// deleteOrphan deletes a budget generated for a workload whose creation
+// was admitted but never stored (another webhook refused it).
+func (g *generatedFor) deleteOrphan(ctx context.Context, req reconcile.Request, kind string) (reconcile.Result, error) {
+	b := &v1alpha1.PodUnavailableBudget{}
+	if err := g.client.Get(ctx, req.NamespacedName, b); err != nil || !adoptable(b, kind, req.Name) {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if wait := orphanGrace - time.Since(b.CreationTimestamp.Time); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	// The cache may lag: only a live read says the workload never came.
+	w := g.kind.DeepCopyObject().(client.Object)
+	if err := g.reader.Get(ctx, req.NamespacedName, w); !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, client.IgnoreNotFound(g.client.Delete(ctx, b, client.Preconditions{UID: &b.UID}))
+}
+
 // generatedBudgets makes a PodUnavailableBudget for each workload
 // annotated rampart.io/generate-pub: "true", owned by the workload (the
 // garbage collector deletes it with the workload), and removes it when the
@@ -358,7 +404,10 @@ func (g *generatedFor) Reconcile(ctx context.Context, req reconcile.Request) (re
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(gvk)
 	if err := g.client.Get(ctx, req.NamespacedName, m); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return g.deleteOrphan(ctx, req, gvk.Kind)
+		}
+		return reconcile.Result{}, err
 	}
 	kind := gvk.Kind
 	var w client.Object = m
@@ -385,7 +434,7 @@ func (g *generatedFor) Reconcile(ctx context.Context, req reconcile.Request) (re
 		return reconcile.Result{}, err
 	}
 	found := err == nil
-	ours := found && metav1.IsControlledBy(existing, w)
+	ours := found && (metav1.IsControlledBy(existing, w) || adoptable(existing, kind, req.Name))
 	if w.GetAnnotations()[v1alpha1.AnnotationGeneratePUB] != "true" || w.GetDeletionTimestamp() != nil {
 		if ours {
 			return reconcile.Result{}, client.IgnoreNotFound(g.client.Delete(ctx, existing))

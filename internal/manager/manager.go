@@ -221,9 +221,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	server.Register(rampartadmission.WindowSpecPath, &webhook.Admission{Handler: rampartadmission.WindowSpec{}})
 	// reg is made below; the handler runs only once the server serves.
 	var reg *registrar
+	generated := &rampartadmission.GeneratedBudgets{Client: direct}
 	server.Register(rampartadmission.ObjectsPath, &webhook.Admission{Handler: rampartadmission.Objects{
 		"changewindows":         rampartadmission.WindowSpec{},
 		"podunavailablebudgets": &rampartadmission.BudgetAdmission{Cover: func(ctx context.Context, ns string) error { return reg.coverNamespace(ctx, ns) }},
+		"deployments":           generated,
+		"statefulsets":          generated,
 	}})
 	server.Register(rampartadmission.FlowControlPrefix, &webhook.Admission{
 		Handler:         &rampartadmission.FlowControl{Client: direct, Pods: view, Recorder: recorder},
@@ -265,7 +268,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	reg = &registrar{
 		client: direct, reader: mgr.GetCache(), view: view, policies: policies, done: registered, log: o.Log.WithName("registration"),
-		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, Owner: owner},
+		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, Owner: owner, GeneratedBudgets: true},
 		kick: make(chan struct{}, 1), clientset: clientset, elected: mgr.Elected(), budgetNS: newBudgetNamespaces(),
 	}
 	// Policy changes re-register at once.

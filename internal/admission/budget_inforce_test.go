@@ -301,3 +301,61 @@ func budgetActAtOnce(t testing.TB, env *clustertest.Env) (int, time.Duration) {
 	_ = env.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	return int(n.Load()), took
 }
+
+// Issue 20: a generated budget holds from the moment the annotation that
+// asks for it is accepted. A running 10-replica Deployment is annotated
+// rampart.io/generate-pub (maxUnavailable 2), and at once ten concurrent
+// deletes and evictions of its pods: at most 2 go through.
+func TestGeneratedBudgetHoldsFromAnnotation(t *testing.T) {
+	env := clustertest.Get(t)
+	for i := range 3 {
+		disrupted, took := generatedActAtOnce(t, env)
+		t.Logf("iteration %d: annotation accepted in %v; %d of 10 pods disrupted by 10 concurrent deletes and evictions sent at once (budget allows 2)",
+			i, took.Round(time.Millisecond), disrupted)
+		if disrupted > 2 {
+			t.Fatalf("iteration %d: %d pods disrupted right after the workload asked for a budget of maxUnavailable 2", i, disrupted)
+		}
+	}
+}
+
+// generatedActAtOnce annotates a running 10-replica Deployment for a
+// generated budget of maxUnavailable 2 and at once disrupts each of its
+// pods concurrently; it returns how many were disrupted and how long the
+// annotation took.
+func generatedActAtOnce(t testing.TB, env *clustertest.Env) (int, time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	if out, err := env.Kubectl(t, "create", "deployment", "web", "-n", ns, "--image=web:1", "--replicas=10"); err != nil {
+		t.Fatal(out)
+	}
+	list := env.WaitPodsRunning(t, ns, "app=web", 10, 2*time.Minute)
+	patch := []byte(`{"metadata":{"annotations":{"rampart.io/generate-pub":"true","rampart.io/generate-pub-max-unavailable":"2"}}}`)
+	start := time.Now()
+	if _, err := env.Client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for i, p := range list {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if i%2 == 0 {
+				err = env.Client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{})
+			} else {
+				err = evict(env, ns, p.Name, false)
+			}
+			if err == nil {
+				n.Add(1)
+			} else if !apierrors.IsTooManyRequests(err) {
+				t.Logf("%s: %v", p.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	_ = env.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	return int(n.Load()), took
+}
