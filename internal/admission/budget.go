@@ -226,7 +226,7 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 // are listed live (metadata only) and any the index lacks is read and
 // matched here.
 func (h *Budgets) covering(ctx context.Context, ns string, podLabels map[string]string) ([]budget.Key, error) {
-	keys := h.Index.Covering(ns, podLabels)
+	keys, filed := h.Index.CoveringFiled(ns, podLabels)
 	if h.CacheOnly {
 		return keys, nil
 	}
@@ -235,7 +235,6 @@ func (h *Budgets) covering(ctx context.Context, ns string, podLabels map[string]
 	if err := h.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("listing the PodUnavailableBudgets of namespace %s: %w", ns, err)
 	}
-	filed := h.Index.Generations(ns)
 	for _, m := range list.Items {
 		if gen, ok := filed[m.Name]; (ok && gen == m.Generation) || m.DeletionTimestamp != nil {
 			continue

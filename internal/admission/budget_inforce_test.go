@@ -14,10 +14,13 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/localcluster"
@@ -255,7 +258,7 @@ func TestBudgetHoldsAcrossManagerFailover(t *testing.T) {
 // until the status controller has computed the budget, it allows nothing.
 func TestBudgetHoldsFromCreation(t *testing.T) {
 	env := clustertest.Get(t)
-	for i := range 3 {
+	for i := range inForceIterations() {
 		disrupted, took := budgetActAtOnce(t, env)
 		t.Logf("iteration %d: budget created in %v; %d of 10 pods disrupted by 10 concurrent deletes and evictions sent at once (budget allows 2)",
 			i, took.Round(time.Millisecond), disrupted)
@@ -308,7 +311,7 @@ func budgetActAtOnce(t testing.TB, env *clustertest.Env) (int, time.Duration) {
 // deletes and evictions of its pods: at most 2 go through.
 func TestGeneratedBudgetHoldsFromAnnotation(t *testing.T) {
 	env := clustertest.Get(t)
-	for i := range 3 {
+	for i := range inForceIterations() {
 		disrupted, took := generatedActAtOnce(t, env)
 		t.Logf("iteration %d: annotation accepted in %v; %d of 10 pods disrupted by 10 concurrent deletes and evictions sent at once (budget allows 2)",
 			i, took.Round(time.Millisecond), disrupted)
@@ -326,10 +329,23 @@ func generatedActAtOnce(t testing.TB, env *clustertest.Env) (int, time.Duration)
 	t.Helper()
 	ctx := context.Background()
 	ns := env.Namespace(t)
-	if out, err := env.Kubectl(t, "create", "deployment", "web", "-n", ns, "--image=web:1", "--replicas=10"); err != nil {
-		t.Fatal(out)
+	// Replacements must not become Ready during the storm, or the budget
+	// rightly allows more: the pods run on nodes labelled for this
+	// namespace, and the label goes before the storm.
+	pool := schedulable(t, env, ns)
+	pool(true)
+	defer pool(false)
+	web := map[string]string{"app": "web"}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To(int32(10)), Selector: &metav1.LabelSelector{MatchLabels: web},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: web}, Spec: corev1.PodSpec{
+			Containers:   []corev1.Container{{Name: "app", Image: "web:1"}},
+			NodeSelector: map[string]string{ns: "pool"}, TerminationGracePeriodSeconds: ptr.To(int64(0))}}}}
+	if _, err := env.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	list := env.WaitPodsRunning(t, ns, "app=web", 10, 2*time.Minute)
+	pool(false)
 	patch := []byte(`{"metadata":{"annotations":{"rampart.io/generate-pub":"true","rampart.io/generate-pub-max-unavailable":"2"}}}`)
 	start := time.Now()
 	if _, err := env.Client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -358,4 +374,35 @@ func generatedActAtOnce(t testing.TB, env *clustertest.Env) (int, time.Duration)
 	wg.Wait()
 	_ = env.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	return int(n.Load()), took
+}
+
+// schedulable returns a switch of label key=pool on every node: pods
+// selecting it run while it is on, and replacements stay Pending once it
+// is off.
+func schedulable(t testing.TB, env *clustertest.Env, key string) func(on bool) {
+	return func(on bool) {
+		t.Helper()
+		nodes, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch := `{"metadata":{"labels":{"` + key + `":null}}}`
+		if on {
+			patch = `{"metadata":{"labels":{"` + key + `":"pool"}}}`
+		}
+		for _, n := range nodes.Items {
+			if _, err := env.Client.CoreV1().Nodes().Patch(context.Background(), n.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// inForceIterations is how many times the creation tests repeat: 3 here,
+// RAMPART_INFORCE_ITERATIONS in hack/budgets-in-force-loop.sh.
+func inForceIterations() int {
+	if n, err := strconv.Atoi(os.Getenv("RAMPART_INFORCE_ITERATIONS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
 }

@@ -383,18 +383,25 @@ func (x *Index) PodsInNamespace(ns string) map[string]bool {
 	return out
 }
 
-// Generations are the budgets filed in ns, each with the generation
-// (metadata.generation) it was filed at.
-func (x *Index) Generations(ns string) map[string]int64 {
+// CoveringFiled is Covering, with every budget filed in ns and the
+// generation (metadata.generation) it was filed at, read at the same
+// instant: a budget missing from filed (or filed at an older generation)
+// is one the answer may have missed.
+func (x *Index) CoveringFiled(ns string, l map[string]string) (keys []Key, filed map[string]int64) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	out := map[string]int64{}
-	if n := x.ns[ns]; n != nil {
-		for name, e := range n.budgets {
-			out[name] = e.generation
-		}
+	filed = map[string]int64{}
+	n := x.ns[ns]
+	if n == nil {
+		return nil, filed
 	}
-	return out
+	for name, e := range n.budgets {
+		filed[name] = e.generation
+	}
+	for _, e := range n.covering(l) {
+		keys = append(keys, e.key)
+	}
+	return keys, filed
 }
 
 // Keys are the budgets of ns, sorted by name.
@@ -412,3 +419,4 @@ func (x *Index) Keys(ns string) []Key {
 	slices.SortFunc(out, func(a, b Key) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
+

@@ -346,6 +346,10 @@ func (r *coveredLabel) Reconcile(ctx context.Context, req reconcile.Request) (re
 	return reconcile.Result{}, client.IgnoreNotFound(err)
 }
 
+// generatedGrace is how long a generated budget stays after its
+// workload's annotation seems gone (see Reconcile).
+const generatedGrace = 10 * time.Second
+
 // orphanGrace is how long a budget generated at a workload's creation
 // waits for its workload (the admission creates the budget before the
 // workload is stored) before it is deleted as an orphan.
@@ -436,10 +440,26 @@ func (g *generatedFor) Reconcile(ctx context.Context, req reconcile.Request) (re
 	found := err == nil
 	ours := found && (metav1.IsControlledBy(existing, w) || adoptable(existing, kind, req.Name))
 	if w.GetAnnotations()[v1alpha1.AnnotationGeneratePUB] != "true" || w.GetDeletionTimestamp() != nil {
-		if ours {
-			return reconcile.Result{}, client.IgnoreNotFound(g.client.Delete(ctx, existing))
+		if !ours {
+			return reconcile.Result{}, nil
 		}
-		return reconcile.Result{}, nil
+		// The request that asks for a budget creates it while it is being
+		// admitted, before the workload's new annotations are stored: a
+		// budget that young may belong to a change not seen yet.
+		if wait := generatedGrace - time.Since(existing.CreationTimestamp.Time); wait > 0 && w.GetDeletionTimestamp() == nil {
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
+		if w.GetDeletionTimestamp() == nil {
+			// The cache may lag: only the stored workload says the
+			// annotation is gone.
+			live := g.kind.DeepCopyObject().(client.Object)
+			if err := g.reader.Get(ctx, req.NamespacedName, live); client.IgnoreNotFound(err) != nil {
+				return reconcile.Result{}, err
+			} else if err == nil && live.GetAnnotations()[v1alpha1.AnnotationGeneratePUB] == "true" && live.GetDeletionTimestamp() == nil {
+				return reconcile.Result{Requeue: true}, nil
+			}
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(g.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}))
 	}
 	if found && !ours {
 		g.recorder.Eventf(w, nil, corev1.EventTypeWarning, "BudgetNotGenerated", "Generate",
