@@ -419,4 +419,3 @@ func (x *Index) Keys(ns string) []Key {
 	slices.SortFunc(out, func(a, b Key) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
-
