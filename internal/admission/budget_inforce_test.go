@@ -268,6 +268,27 @@ func TestBudgetHoldsFromCreation(t *testing.T) {
 	}
 }
 
+// The same with three manager replicas: the budget's admission may be
+// served by one replica while the disruptions go to the others, whose
+// caches have not seen the budget yet.
+func TestBudgetHoldsFromCreationWithSeveralReplicas(t *testing.T) {
+	env := clustertest.Start(t, localcluster.Options{Nodes: 1, Managers: 3})
+	for i := range inForceIterations() {
+		disrupted, took := budgetActAtOnce(t, env)
+		t.Logf("iteration %d: budget created in %v; %d of 10 pods disrupted by 10 concurrent deletes and evictions sent at once (budget allows 2)",
+			i, took.Round(time.Millisecond), disrupted)
+		if disrupted > 2 {
+			t.Fatalf("iteration %d: %d pods disrupted right after the budget was created, it allows 2", i, disrupted)
+		}
+		disrupted, took = generatedActAtOnce(t, env)
+		t.Logf("iteration %d: annotation accepted in %v; %d of 10 pods disrupted by 10 concurrent deletes and evictions sent at once (budget allows 2)",
+			i, took.Round(time.Millisecond), disrupted)
+		if disrupted > 2 {
+			t.Fatalf("iteration %d: %d pods disrupted right after the workload asked for a budget of maxUnavailable 2", i, disrupted)
+		}
+	}
+}
+
 // budgetActAtOnce creates 10 running pods in a new namespace, a budget of
 // minAvailable 8 over them, and at once 10 concurrent disruptions; it
 // returns how many pods were disrupted and how long the create took.
