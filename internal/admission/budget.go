@@ -75,9 +75,6 @@ type Budgets struct {
 	// has not filed yet (its status.selector is not written yet); nil
 	// treats such a budget as covering every pod of its namespace.
 	Targets TargetSelector
-	// CacheOnly skips the live look for budgets the index has not filed
-	// yet (benchmarks of the index alone).
-	CacheOnly bool
 
 	written latest[*v1alpha1.PodUnavailableBudget]
 }
@@ -227,9 +224,6 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 // matched here.
 func (h *Budgets) covering(ctx context.Context, ns string, podLabels map[string]string) ([]budget.Key, error) {
 	keys, filed := h.Index.CoveringFiled(ns, podLabels)
-	if h.CacheOnly {
-		return keys, nil
-	}
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("PodUnavailableBudgetList"))
 	if err := h.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
