@@ -105,6 +105,11 @@ type DeletionFlowControlStatus struct {
 	// +optional
 	// +listType=atomic
 	RecentDenied []DeniedRequester `json:"recentDenied,omitempty"`
+	// ObservedGeneration is the generation the Ready condition speaks of.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready (True once the flow control's webhook is registered:
+	// it counts from then on) and BreakerOpen.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -155,6 +160,7 @@ type DeniedRequester struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=dfc,categories=rampart
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a flow control name is at most 63 characters: it becomes part of its webhook's name"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Breaker",type=string,JSONPath=`.status.breaker.state`
 // +kubebuilder:printcolumn:name="Counts",type=string,JSONPath=`.status.counts`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`

@@ -157,9 +157,6 @@ func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budg
 
 // Handle implements admission.Handler.
 func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if isCoverageProbe(req) {
-		return admission.Denied(coverageProbeAnswer)
-	}
 	r, podLabels, disrupts, err := h.disruption(ctx, req)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)

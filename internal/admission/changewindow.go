@@ -43,7 +43,10 @@ func init() { metrics.Registry.MustRegister(overrides) }
 
 // Windows judges writes to objects a ChangeWindow covers.
 type Windows struct {
-	Reader   client.Reader
+	Reader client.Reader
+	// Live reads a window the cache does not hold yet (its webhook is
+	// called before the watch delivered it); nil trusts the cache.
+	Live     client.Reader
 	Recorder events.EventRecorder
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -112,7 +115,11 @@ func (h *Windows) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Allowed("")
 	}
 	cw := &v1alpha1.ChangeWindow{}
-	if err := h.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cw); err != nil {
+	err := h.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cw)
+	if apierrors.IsNotFound(err) && h.Live != nil {
+		err = h.Live.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cw)
+	}
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return admission.Allowed("") // the window is gone; its webhook soon too
 		}
@@ -212,17 +219,10 @@ func windowName(ctx context.Context) string {
 
 // WindowSpec rejects ChangeWindows whose schedules cannot be compiled:
 // cron expressions that do not parse or never fire, which the CRD's CEL
-// rules cannot see.
-type WindowSpec struct{}
+// rules cannot see. It admits a valid window once its webhook is in force.
+type WindowSpec struct{ InForce InForce }
 
 // Handle implements admission.Handler.
-func (WindowSpec) Handle(_ context.Context, req admission.Request) admission.Response {
-	cw := &v1alpha1.ChangeWindow{}
-	if err := jsonDecode(req.Object.Raw, cw); err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
-	if _, err := changewindow.Compile(cw.Spec, time.Now()); err != nil {
-		return admission.Denied(fmt.Sprintf("ChangeWindow %s: %v", cw.Name, err))
-	}
-	return admission.Allowed("")
+func (h WindowSpec) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return windowInForce(ctx, h.InForce, req)
 }

@@ -2,12 +2,10 @@ package admission
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -79,17 +77,18 @@ type Registration struct {
 	// labels to select on, and a pod's covered label may not be written
 	// yet), and new pods are labelled when a budget covers them.
 	BudgetNamespaces []string
-	// BudgetPins are namespaces a budget is being admitted in, with when
-	// each was pinned: written into the validating configuration's
-	// annotation, so that no replica drops them before the budget exists.
-	BudgetPins map[string]time.Time
-	// ResourceVersion, when set, is the validating configuration's as read
-	// before this registration was computed: the write fails with a
-	// conflict if another replica wrote since.
-	ResourceVersion string
 	// GeneratedBudgets registers the webhook that admits workloads
 	// annotated rampart.io/generate-pub once their budget exists.
 	GeneratedBudgets bool
+	// ScaleWidening are policies just admitted that guard replicas: the
+	// view that lists the workloads they cover (ScaleTargets) may lag, so
+	// for a while the scale subresource of their resources is judged in
+	// every namespace they select.
+	ScaleWidening []v1alpha1.ProtectionPolicy
+	// Token, when set, adds the probe webhook that a Barrier uses to see
+	// that the API servers have loaded this version of the configuration:
+	// a fresh one for each version written.
+	Token string
 	// Owner, when set, owns both configurations, so that the garbage
 	// collector deletes them with it: `helm uninstall` deletes the
 	// manager's ClusterRole, and with it the webhooks that would otherwise
@@ -138,7 +137,17 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 	del.ObjectSelector = labelled(v1alpha1.LabelProtection, string(v1alpha1.ProtectionAlways), string(v1alpha1.ProtectionCascading))
 	upd := webhook("replicas.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*"))
 	upd.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
-	hooks := []admissionregistrationv1.ValidatingWebhook{del, upd}
+	// A workload created with the label gets its scale subresource guarded
+	// before the creation is admitted. Pods copied from a labelled
+	// template never reach Rampart: the API server's match condition
+	// leaves them out.
+	created := webhook("created.replicas.rampart.io", ReplicasPath, rule(admissionregistrationv1.Create, "*", "*"))
+	created.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
+	upd.TimeoutSeconds, created.TimeoutSeconds = ptr.To(inForceTimeout), ptr.To(inForceTimeout)
+	created.MatchConditions = []admissionregistrationv1.MatchCondition{{
+		Name: "not-pods", Expression: `!(request.resource.group == "" && request.resource.resource == "pods")`,
+	}}
+	hooks := []admissionregistrationv1.ValidatingWebhook{del, upd, created}
 	for _, p := range reg.Policies {
 		scoped := func(h admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.ValidatingWebhook {
 			h.NamespaceSelector = withNotOwn(p.Spec.NamespaceSelector, notOwn)
@@ -154,8 +163,15 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 				policyRules(admissionregistrationv1.Delete, p)...)))
 		}
 		if policy.Guard(&p) != "" {
-			hooks = append(hooks, scoped(webhook(p.Name+".replicas.policy.rampart.io", PolicyReplicasPrefix+p.Name,
-				policyRules(admissionregistrationv1.Update, p)...)))
+			// CREATE too: a workload created under the policy gets its
+			// scale subresource guarded before the creation is admitted.
+			rules := policyRules(admissionregistrationv1.Update, p)
+			for i := range rules {
+				rules[i].Operations = append(rules[i].Operations, admissionregistrationv1.Create)
+			}
+			h := scoped(webhook(p.Name+".replicas.policy.rampart.io", PolicyReplicasPrefix+p.Name, rules...))
+			h.TimeoutSeconds = ptr.To(inForceTimeout)
+			hooks = append(hooks, h)
 		}
 	}
 	for _, w := range reg.Windows {
@@ -236,8 +252,26 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
 			Resources: []string{"podunavailablebudgets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 	})
-	spec.TimeoutSeconds = ptr.To(int32(10))
-	hooks = append(hooks, spec)
+	spec.TimeoutSeconds = ptr.To(inForceTimeout)
+	hooks = append(hooks, spec, specWebhook(webhook))
+	for _, p := range reg.ScaleWidening {
+		var rules []admissionregistrationv1.RuleWithOperations
+		for _, r := range p.Spec.Resources {
+			rl := rule(admissionregistrationv1.Update, "", "")
+			rl.APIGroups = r.APIGroups
+			for _, res := range r.Resources {
+				rl.Resources = append(rl.Resources, res+"/scale")
+			}
+			rules = append(rules, rl)
+		}
+		// A Scale carries no labels: only the namespace selector applies.
+		h := webhook(p.Name+".scale.policy.rampart.io", ReplicasPath, rules...)
+		h.NamespaceSelector = withNotOwn(p.Spec.NamespaceSelector, notOwn)
+		if !policy.Enforced(&p) {
+			h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+		}
+		hooks = append(hooks, h)
+	}
 	if len(reg.ScaleTargets) > 0 {
 		scale := webhook("scale.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*/scale"))
 		if len(reg.ScaleTargets) <= maxScaleTargets {
@@ -258,56 +292,20 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 		workloads.Scope = ptr.To(admissionregistrationv1.NamespacedScope)
 		gen := webhook(GeneratedBudgetsWebhookName, ObjectsPath, workloads)
 		gen.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "generate-pub", Expression: generatePUBCondition}}
-		gen.TimeoutSeconds = ptr.To(int32(10))
+		gen.TimeoutSeconds = ptr.To(inForceTimeout)
 		hooks = append(hooks, gen)
+	}
+	if reg.Token != "" {
+		hooks = append(hooks, probeWebhook(reg, webhook))
 	}
 	hooks = spread(reg.Endpoint, hooks, func(h *admissionregistrationv1.ValidatingWebhook) (*string, *string, *[]admissionregistrationv1.MatchCondition) {
 		return &h.Name, h.ClientConfig.URL, &h.MatchConditions
 	})
-	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: ValidatingConfigName, Labels: map[string]string{"app.kubernetes.io/managed-by": "rampart"}},
 		Webhooks:   hooks,
 	}
-	if len(reg.BudgetPins) > 0 {
-		pins := map[string]string{}
-		for ns, at := range reg.BudgetPins {
-			pins[ns] = at.UTC().Format(time.RFC3339)
-		}
-		raw, _ := json.Marshal(pins)
-		cfg.Annotations = map[string]string{BudgetPinsAnnotation: string(raw)}
-	}
-	return cfg
-}
-
-// BudgetPinsAnnotation, on the validating configuration, holds the
-// namespaces a budget is being admitted in (see Registration.BudgetPins).
-const BudgetPinsAnnotation = "rampart.io/budget-namespace-pins"
-
-// RegisteredBudgetNamespaces are the namespaces a registered validating
-// configuration judges every pod disruption in, and its pins.
-func RegisteredBudgetNamespaces(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) (namespaces []string, pins map[string]time.Time) {
-	for _, w := range cfg.Webhooks {
-		if BaseName(w.Name) != UncoveredWebhookName || w.NamespaceSelector == nil {
-			continue
-		}
-		for _, e := range w.NamespaceSelector.MatchExpressions {
-			if e.Key == corev1.LabelMetadataName && e.Operator == metav1.LabelSelectorOpIn {
-				namespaces = e.Values
-			}
-		}
-		break
-	}
-	pins = map[string]time.Time{}
-	var raw map[string]string
-	if json.Unmarshal([]byte(cfg.Annotations[BudgetPinsAnnotation]), &raw) == nil {
-		for ns, at := range raw {
-			if t, err := time.Parse(time.RFC3339, at); err == nil {
-				pins[ns] = t
-			}
-		}
-	}
-	return slices.Sorted(slices.Values(namespaces)), pins
 }
 
 // spread registers each webhook once per local replica (see partition);
@@ -471,17 +469,18 @@ func rule(op admissionregistrationv1.OperationType, group, resource string) admi
 	}
 }
 
-// Register creates or updates Rampart's webhook configurations.
-func Register(ctx context.Context, c client.Client, reg Registration) error {
-	for _, o := range []any{ValidatingConfig(reg), MutatingConfig(reg)} {
-		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+// Register creates or updates Rampart's webhook configurations: validating
+// as given (made by ValidatingConfig, perhaps merged with what is live; its
+// resourceVersion, when set, is a precondition) and the mutating one made
+// from reg.
+func Register(ctx context.Context, c client.Client, reg Registration, validating *admissionregistrationv1.ValidatingWebhookConfiguration) error {
+	for _, obj := range []any{validating, MutatingConfig(reg)} {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 		if err != nil {
 			return err
 		}
 		obj := &unstructured.Unstructured{Object: u}
-		if _, validating := o.(*admissionregistrationv1.ValidatingWebhookConfiguration); validating {
-			obj.SetResourceVersion(reg.ResourceVersion)
-		}
+		unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
 		if reg.Owner != nil {
 			obj.SetOwnerReferences([]metav1.OwnerReference{*reg.Owner})
 		}

@@ -44,8 +44,8 @@ func TestValidatingConfigReachesOnlyProtectedObjects(t *testing.T) {
 			t.Errorf("rule %v covers %v, want DELETE only", r.Resources, r.Operations)
 		}
 	}
-	if len(cfg.Webhooks) != 4 {
-		t.Errorf("%d webhooks without scale targets or policies, want deletion, replicas, budgets and changewindows", len(cfg.Webhooks))
+	if len(cfg.Webhooks) != 6 {
+		t.Errorf("%d webhooks without scale targets or policies, want deletion, replicas (update and create), budgets, changewindows and spec", len(cfg.Webhooks))
 	}
 	if *wh.FailurePolicy != admissionregistrationv1.Fail {
 		t.Error("protected objects must fail closed")
@@ -113,17 +113,48 @@ func TestScaleWebhookNamesItsTargets(t *testing.T) {
 	reg := Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system",
 		ScaleTargets: []string{"apps/deployments/shop/web"}}
 	cfg := ValidatingConfig(reg)
-	if len(cfg.Webhooks) != 5 || cfg.Webhooks[4].Name != "scale.rampart.io" {
+	last := len(cfg.Webhooks) - 1
+	if len(cfg.Webhooks) != 7 || cfg.Webhooks[last].Name != "scale.rampart.io" {
 		t.Fatalf("webhooks = %d, want a scale webhook", len(cfg.Webhooks))
 	}
-	mc := cfg.Webhooks[4].MatchConditions
+	mc := cfg.Webhooks[last].MatchConditions
 	if len(mc) != 1 || !strings.Contains(mc[0].Expression, `"apps/deployments/shop/web"`) {
 		t.Fatalf("match conditions = %+v", mc)
 	}
 	for i := range maxScaleTargets {
 		reg.ScaleTargets = append(reg.ScaleTargets, fmt.Sprintf("apps/deployments/ns/w%d", i))
 	}
-	if mc := ValidatingConfig(reg).Webhooks[3].MatchConditions; len(mc) != 0 {
+	if mc := ValidatingConfig(reg).Webhooks[last].MatchConditions; len(mc) != 0 {
 		t.Fatal("past maxScaleTargets the condition must be dropped, not truncated: truncation would leave workloads unguarded")
+	}
+}
+
+// The probe reaches only dry-run creations of its own ConfigMap name in
+// Rampart's namespace: it adds nothing an outage could block.
+func TestProbeReachesOnlyItsOwnDryRun(t *testing.T) {
+	reg := Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system", Token: "abc123"}
+	var probe *admissionregistrationv1.ValidatingWebhook
+	for i, h := range ValidatingConfig(reg).Webhooks {
+		if IsProbe(h.Name) {
+			probe = &ValidatingConfig(reg).Webhooks[i]
+		}
+	}
+	if probe == nil {
+		t.Fatal("no probe webhook with a token")
+	}
+	if len(probe.Rules) != 1 || probe.Rules[0].Operations[0] != admissionregistrationv1.Create || probe.Rules[0].Resources[0] != "configmaps" {
+		t.Errorf("probe rules %+v", probe.Rules)
+	}
+	nsSel, _ := metav1.LabelSelectorAsSelector(probe.NamespaceSelector)
+	if !nsSel.Matches(labels.Set{"kubernetes.io/metadata.name": "rampart-system"}) || nsSel.Matches(labels.Set{"kubernetes.io/metadata.name": "prod"}) {
+		t.Errorf("probe namespace selector %v", nsSel)
+	}
+	if len(probe.MatchConditions) != 1 || probe.MatchConditions[0].Expression != `request.dryRun == true && request.name == "rampart-probe-abc123"` {
+		t.Errorf("probe match conditions %+v", probe.MatchConditions)
+	}
+	for _, h := range ValidatingConfig(Registration{Endpoint: reg.Endpoint, OwnNamespace: "rampart-system"}).Webhooks {
+		if IsProbe(h.Name) {
+			t.Error("a probe without a token")
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,6 +33,13 @@ type Replicas struct {
 	// horizontal-pod-autoscaler's service account); policies carry their own.
 	Exempt   v1alpha1.Subjects
 	Recorder events.EventRecorder
+	// InForce registers the scale subresource of a workload gaining the
+	// label before the request is admitted; nil skips that.
+	InForce InForce
+	// LiveLabels reads a workload's labels from the API server, when the
+	// view says a scale target carries no rule (it may lag); nil trusts
+	// the view.
+	LiveLabels func(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (map[string]string, bool, error)
 }
 
 var _ admission.Handler = (*Replicas)(nil)
@@ -47,6 +55,9 @@ type guardSource struct {
 
 // Handle implements admission.Handler.
 func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if resp := h.labelInForce(ctx, req); resp != nil {
+		return *resp
+	}
 	if req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
@@ -71,23 +82,49 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 		// A Scale carries no labels: the workload's, and its namespace's,
 		// come from the view, and every rule that may guard it is judged.
 		labels, u, ok := h.View.WorkloadLabels(gr, req.Namespace, req.Name)
+		fresh := false // labels read from the API server
 		if !ok {
 			if !h.View.HasSynced() {
 				return admission.Errored(http.StatusServiceUnavailable,
 					errors.New("rampart is still loading its view of the cluster; retry in a few seconds"))
 			}
-			return admission.Allowed("")
+			// The view may not have a workload just created: this webhook
+			// reaches only registered targets, so ask the API server.
+			live, found, err := h.liveLabels(ctx, req)
+			if err != nil {
+				return admission.Errored(http.StatusServiceUnavailable, err)
+			}
+			if !found {
+				return admission.Allowed("")
+			}
+			labels, fresh = live, true
 		}
 		uid, base.Scale = u, true
 		base.Old, base.New = replicasAt(&old, ".spec.replicas", 0), replicasAt(&cur, ".spec.replicas", 0)
 		if w, ok := builtinWorkloads[gr]; ok {
 			kind = w.kind
 		}
-		sources = append(sources, labelRule(labels))
 		ps, err := h.scalePolicies(ctx, gr, req.Namespace, labels)
 		if err != nil {
 			return admission.Errored(http.StatusServiceUnavailable, err)
 		}
+		if labelGuard(labels) == "" && len(ps) == 0 {
+			// Registered as a target, yet the view sees no rule: it may
+			// lag behind a label or a policy just added. Ask the API server.
+			if !fresh {
+				live, found, err := h.liveLabels(ctx, req)
+				if err != nil {
+					return admission.Errored(http.StatusServiceUnavailable, err)
+				}
+				if found {
+					labels = live
+				}
+			}
+			if ps, err = h.scalePoliciesLive(ctx, gr, req.Namespace, labels); err != nil {
+				return admission.Errored(http.StatusServiceUnavailable, err)
+			}
+		}
+		sources = append(sources, labelRule(labels))
 		for _, p := range ps {
 			sources = append(sources, guardSource{guard: policy.Guard(&p), source: protection.Source{Policy: p.Name},
 				exempt: protection.Names(p.Spec.Exempt, req.UserInfo), enforce: policy.Enforced(&p)})
@@ -131,18 +168,50 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 	return admission.Allowed("").WithWarnings(warnings...)
 }
 
+// liveLabels reads the labels of a scale request's workload from the API
+// server; found is false without LiveLabels.
+func (h *Replicas) liveLabels(ctx context.Context, req admission.Request) (map[string]string, bool, error) {
+	if h.LiveLabels == nil {
+		return nil, false, nil
+	}
+	gvr := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
+	return h.LiveLabels(ctx, gvr, req.Namespace, req.Name)
+}
+
+// LivePolicies lists policies from the API server rather than a cache;
+// a Policies that can implements it.
+type LivePolicies interface {
+	ListLive(ctx context.Context) ([]v1alpha1.ProtectionPolicy, error)
+}
+
+// scalePoliciesLive is scalePolicies from the API server's list, when the
+// Policies can read it.
+func (h *Replicas) scalePoliciesLive(ctx context.Context, gr schema.GroupResource, ns string, labels map[string]string) ([]v1alpha1.ProtectionPolicy, error) {
+	live, ok := h.Policies.(LivePolicies)
+	if !ok {
+		return h.scalePolicies(ctx, gr, ns, labels)
+	}
+	return h.coveringPolicies(gr, ns, labels, func() ([]v1alpha1.ProtectionPolicy, error) { return live.ListLive(ctx) })
+}
+
 // scalePolicies are the policies guarding the replicas of a workload.
 func (h *Replicas) scalePolicies(ctx context.Context, gr schema.GroupResource, ns string, labels map[string]string) ([]v1alpha1.ProtectionPolicy, error) {
 	if h.Policies == nil {
 		return nil, nil
 	}
-	all, err := h.Policies.List(ctx)
+	return h.coveringPolicies(gr, ns, labels, func() ([]v1alpha1.ProtectionPolicy, error) { return h.Policies.List(ctx) })
+}
+
+func (h *Replicas) coveringPolicies(gr schema.GroupResource, ns string, labels map[string]string, list func() ([]v1alpha1.ProtectionPolicy, error)) ([]v1alpha1.ProtectionPolicy, error) {
+	all, err := list()
 	if err != nil {
 		return nil, err
 	}
 	nsLabels, _ := h.View.NamespaceLabels(ns)
 	if nsLabels == nil {
-		nsLabels = map[string]string{}
+		// A namespace the view has not seen yet: the one label the API
+		// server always sets.
+		nsLabels = map[string]string{corev1.LabelMetadataName: ns}
 	}
 	var out []v1alpha1.ProtectionPolicy
 	for _, p := range all {

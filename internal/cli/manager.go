@@ -47,6 +47,7 @@ func newManagerCommand() *cobra.Command {
 	f.IntVar(&o.WebhookPort, "webhook-port", 9443, "webhook server port")
 	f.StringVar(&o.WebhookURLHost, "webhook-url-host", "", "register webhooks by URL https://HOST:PORT (local clusters)")
 	f.StringSliceVar(&o.WebhookReplicas, "webhook-replica-urls", nil, "base URLs of every local replica's webhook server, this one included (local clusters with several managers)")
+	f.StringSliceVar(&o.APIServerURLs, "apiserver-urls", nil, "every kube-apiserver's URL, when default/kubernetes does not list them (local clusters): a protection is admitted once each enforces it")
 	f.StringVar(&o.WebhookService, "webhook-service", "", "register webhooks by this Service in --namespace (in a cluster)")
 	f.StringVar(&o.WebhookOwner, "webhook-owner-cluster-role", "", "ClusterRole that owns the webhook configurations, so that deleting it (helm uninstall) deletes them")
 	f.StringVar(&o.CertDir, "cert-dir", "/tmp/rampart-webhook-certs", "directory with tls.crt and tls.key")

@@ -189,6 +189,9 @@ func (c *Cluster) managerArgs(i int) []string {
 	if len(urls) > 1 {
 		args = append(args, "--webhook-replica-urls="+strings.Join(urls, ","))
 	}
+	if servers := c.APIServerURLs(); len(servers) > 1 {
+		args = append(args, "--apiserver-urls="+strings.Join(servers, ","))
+	}
 	return args
 }
 

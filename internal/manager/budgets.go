@@ -37,7 +37,6 @@ import (
 
 // +kubebuilder:rbac:groups=rampart.io,resources=podunavailablebudgets,verbs=create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;patch
-// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get
 // +kubebuilder:rbac:groups=*,resources=*/scale,verbs=get
 

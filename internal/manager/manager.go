@@ -14,15 +14,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -50,6 +48,8 @@ import (
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=rampart.io,resources=*,verbs=get;list;watch
 // +kubebuilder:rbac:groups=rampart.io,resources=*/status,verbs=get;update;patch
+// Probes of the webhook configuration are dry-run creations of a ConfigMap.
+// +kubebuilder:rbac:groups="",namespace=rampart-system,resources=configmaps,verbs=create
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=rampart-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
 // Options configure the manager.
@@ -68,6 +68,10 @@ type Options struct {
 	// server, when several run beside the API server (see
 	// admission.Endpoint.Replicas).
 	WebhookReplicas []string
+	// APIServerURLs are every API server's address, when they are not
+	// listed in the default/kubernetes EndpointSlices (a local cluster):
+	// a protection is admitted only once each of them enforces it.
+	APIServerURLs []string
 	// WebhookService is the Service in Namespace fronting the webhook
 	// server in a cluster.
 	WebhookService string
@@ -205,10 +209,26 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
+	servers, err := apiServers(cfg, o)
+	if err != nil {
+		return err
+	}
+	policies := cachedPolicies{reader: mgr.GetCache(), live: direct}
+	registered := make(chan struct{})
+	reg := &registrar{
+		barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace},
+		client:  direct, reader: mgr.GetCache(), view: view, policies: policies, done: registered, log: o.Log.WithName("registration"),
+		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true},
+		kick: make(chan struct{}, 1),
+	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	recorder := mgr.GetEventRecorder("rampart")
-	policies := cachedPolicies{reader: mgr.GetCache()}
 	deletionHook := &rampartadmission.Deletion{View: view, Policies: policies, Recorder: recorder}
-	replicasHook := &rampartadmission.Replicas{View: view, Policies: policies, Exempt: o.ReplicasExempt, Recorder: recorder}
+	replicasHook := &rampartadmission.Replicas{View: view, Policies: policies, Exempt: o.ReplicasExempt, Recorder: recorder,
+		InForce: reg, LiveLabels: liveLabels(meta)}
 	server.Register(rampartadmission.DeletionPath, &webhook.Admission{Handler: deletionHook})
 	server.Register(rampartadmission.ReplicasPath, &webhook.Admission{Handler: replicasHook})
 	server.Register(rampartadmission.PolicyDeletionPrefix, &webhook.Admission{Handler: deletionHook,
@@ -216,18 +236,17 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	server.Register(rampartadmission.PolicyReplicasPrefix, &webhook.Admission{Handler: replicasHook,
 		WithContextFunc: rampartadmission.PolicyFromPath(rampartadmission.PolicyReplicasPrefix)})
 	server.Register(rampartadmission.WindowPrefix, &webhook.Admission{
-		Handler:         &rampartadmission.Windows{Reader: mgr.GetCache(), Recorder: recorder},
+		Handler:         &rampartadmission.Windows{Reader: mgr.GetCache(), Live: direct, Recorder: recorder},
 		WithContextFunc: rampartadmission.WindowFromPath})
-	server.Register(rampartadmission.WindowSpecPath, &webhook.Admission{Handler: rampartadmission.WindowSpec{}})
-	// reg is made below; the handler runs only once the server serves.
-	var reg *registrar
 	generated := &rampartadmission.GeneratedBudgets{Client: direct}
+	server.Register(rampartadmission.WindowSpecPath, &webhook.Admission{Handler: rampartadmission.WindowSpec{InForce: reg}})
 	server.Register(rampartadmission.ObjectsPath, &webhook.Admission{Handler: rampartadmission.Objects{
-		"changewindows":         rampartadmission.WindowSpec{},
-		"podunavailablebudgets": &rampartadmission.BudgetAdmission{Cover: func(ctx context.Context, ns string) error { return reg.coverNamespace(ctx, ns) }},
+		"changewindows":         rampartadmission.WindowSpec{InForce: reg},
+		"podunavailablebudgets": &rampartadmission.BudgetAdmission{InForce: reg},
 		"deployments":           generated,
 		"statefulsets":          generated,
 	}})
+	server.Register(rampartadmission.SpecPath, &webhook.Admission{Handler: rampartadmission.Spec{InForce: reg}})
 	server.Register(rampartadmission.FlowControlPrefix, &webhook.Admission{
 		Handler:         &rampartadmission.FlowControl{Client: direct, Pods: view, Recorder: recorder},
 		WithContextFunc: rampartadmission.FlowControlFromPath})
@@ -239,12 +258,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	server.Register(rampartadmission.BudgetPath, &webhook.Admission{Handler: &rampartadmission.Budgets{
 		Client: direct, Cache: mgr.GetCache(), Index: view.Budgets(), Pods: view, Namespaces: view, Recorder: recorder, Targets: scales}})
 	server.Register(rampartadmission.BudgetCoverPath, &webhook.Admission{Handler: &rampartadmission.BudgetCover{Index: view.Budgets()}})
+	server.Register(rampartadmission.ProbePath, &webhook.Admission{Handler: rampartadmission.Probe{}})
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
 	// Ready once the webhook server serves TLS and the configuration is
 	// registered: from then on the API server can call this replica.
-	registered := make(chan struct{})
 	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
 		return err
 	}
@@ -258,19 +277,11 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}); err != nil {
 		return err
 	}
-	clientset, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
 	owner, err := webhookOwner(ctx, direct, o.WebhookOwner)
 	if err != nil {
 		return err
 	}
-	reg = &registrar{
-		client: direct, reader: mgr.GetCache(), view: view, policies: policies, done: registered, log: o.Log.WithName("registration"),
-		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, Owner: owner, GeneratedBudgets: true},
-		kick: make(chan struct{}, 1), clientset: clientset, elected: mgr.Elected(), budgetNS: newBudgetNamespaces(),
-	}
+	reg.base.Owner = owner
 	// Policy changes re-register at once.
 	policyInformer, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.ProtectionPolicy{})
 	if err != nil {
@@ -324,6 +335,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := (&windowStatus{client: mgr.GetClient(), reg: reg.registration, now: time.Now}).setup(mgr); err != nil {
 		return err
 	}
+	if err := (&flowControlStatus{client: mgr.GetClient(), reg: reg.registration}).setup(mgr); err != nil {
+		return err
+	}
 	timeout := o.BudgetDisruptionTimeout
 	if timeout <= 0 {
 		timeout = DefaultBudgetDisruptionTimeout
@@ -359,14 +373,14 @@ type registrar struct {
 	// done is closed after the first successful registration.
 	done chan struct{}
 	kick chan struct{}
-	// clientset probes that the API server enforces a registration;
-	// elected is closed once this replica leads.
-	clientset kubernetes.Interface
-	elected   <-chan struct{}
-	budgetNS  *budgetNamespaces
+	barrier rampartadmission.Barrier
+	// writeMu orders this replica's writes of the configuration.
+	writeMu sync.Mutex
 
 	mu   sync.Mutex
 	base rampartadmission.Registration
+	// pending is coverage admitted but maybe not yet in the caches.
+	pending []pending
 }
 
 func (r *registrar) NeedLeaderElection() bool { return false }
@@ -392,31 +406,40 @@ func (r *registrar) registration() rampartadmission.Registration {
 	return r.base
 }
 
+// fromCaches is the registration this replica's caches make.
+func (r *registrar) fromCaches(ctx context.Context) rampartadmission.Registration {
+	reg := r.registration()
+	policies, err := r.policies.List(ctx)
+	if err != nil {
+		r.log.Error(err, "listing ProtectionPolicies")
+	}
+	reg.Policies = policies
+	reg.ScaleTargets = scaleTargets(r.view, policies)
+	if reg.Windows, err = listWindows(ctx, r.reader); err != nil {
+		r.log.Error(err, "listing ChangeWindows")
+	}
+	var fcs v1alpha1.DeletionFlowControlList
+	if err := r.reader.List(ctx, &fcs); err != nil {
+		r.log.Error(err, "listing DeletionFlowControls")
+	}
+	slices.SortFunc(fcs.Items, func(a, b v1alpha1.DeletionFlowControl) int { return strings.Compare(a.Name, b.Name) })
+	reg.FlowControls = fcs.Items
+	reg.BudgetNamespaces = r.view.Budgets().Namespaces()
+	return reg
+}
+
 func (r *registrar) Start(ctx context.Context) error {
-	var last *admissionregistrationv1.ValidatingWebhookConfiguration
-	var lastMutating *admissionregistrationv1.MutatingWebhookConfiguration
 	delay := 100 * time.Millisecond
+	registered := false
+	// Marks of pending coverage expire: look again now and then.
+	tick := time.NewTicker(pendingFor / 3)
+	defer tick.Stop()
 	for {
-		reg := r.registration()
-		policies, err := r.policies.List(ctx)
+		r.writeMu.Lock()
+		_, err := r.write(ctx, false)
+		r.writeMu.Unlock()
 		if err != nil {
-			r.log.Error(err, "listing ProtectionPolicies")
-		}
-		reg.Policies = policies
-		reg.ScaleTargets = scaleTargets(r.view, policies)
-		if reg.Windows, err = listWindows(ctx, r.reader); err != nil {
-			r.log.Error(err, "listing ChangeWindows")
-		}
-		var fcs v1alpha1.DeletionFlowControlList
-		if err := r.reader.List(ctx, &fcs); err != nil {
-			r.log.Error(err, "listing DeletionFlowControls")
-		}
-		slices.SortFunc(fcs.Items, func(a, b v1alpha1.DeletionFlowControl) int { return strings.Compare(a.Name, b.Name) })
-		reg.FlowControls = fcs.Items
-		iteration, pins := r.budgetNS.begin(time.Now())
-		live, err := r.readValidating(ctx)
-		if err != nil {
-			r.log.Error(err, "reading the webhook configuration; retrying", "in", delay)
+			r.log.Error(err, "registering webhook configuration; retrying", "in", delay)
 			select {
 			case <-ctx.Done():
 				return nil
@@ -425,42 +448,17 @@ func (r *registrar) Start(ctx context.Context) error {
 			delay = min(2*delay, 10*time.Second)
 			continue
 		}
-		registered, _ := rampartadmission.RegisteredBudgetNamespaces(live)
-		reg.BudgetNamespaces, reg.BudgetPins = r.planBudgetNamespaces(ctx, live, pins, time.Now())
-		reg.ResourceVersion = live.ResourceVersion
-		want, wantMutating := rampartadmission.ValidatingConfig(reg), rampartadmission.MutatingConfig(reg)
-		if last == nil || !equality.Semantic.DeepEqual(last.Webhooks, want.Webhooks) ||
-			!equality.Semantic.DeepEqual(lastMutating.Webhooks, wantMutating.Webhooks) ||
-			!slices.Equal(registered, reg.BudgetNamespaces) || !equality.Semantic.DeepEqual(live.Annotations[rampartadmission.BudgetPinsAnnotation], want.Annotations[rampartadmission.BudgetPinsAnnotation]) {
-			if err := rampartadmission.Register(ctx, r.client, reg); err != nil {
-				if apierrors.IsConflict(err) {
-					// Another replica wrote since the read: plan again on
-					// what it wrote.
-					continue
-				}
-				r.log.Error(err, "registering webhook configuration; retrying", "in", delay)
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(delay):
-				}
-				delay = min(2*delay, 10*time.Second)
-				continue
-			}
-			if last == nil {
-				close(r.done)
-			}
-			last, lastMutating, delay = want, wantMutating, 100*time.Millisecond
-			r.log.Info("webhook configuration registered", "name", rampartadmission.ValidatingConfigName,
-				"policies", len(reg.Policies), "scaleTargets", len(reg.ScaleTargets), "budgetNamespaces", len(reg.BudgetNamespaces))
+		if !registered {
+			registered = true
+			close(r.done)
+			r.log.Info("webhook configuration registered", "name", rampartadmission.ValidatingConfigName)
 		}
-		r.budgetNS.end(iteration, reg.BudgetNamespaces)
+		delay = 100 * time.Millisecond
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(budgetNamespaceGrace):
-			// A namespace without budgets may leave now.
 		case <-r.kick:
+		case <-tick.C:
 		case <-r.view.Changes():
 			// Coalesce a burst of label changes into one update.
 			select {
@@ -470,6 +468,19 @@ func (r *registrar) Start(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// apiServers are clients of every API server: those named by
+// --apiserver-urls, else those listed for the kubernetes Service.
+func apiServers(cfg *rest.Config, o Options) (func(context.Context) ([]kubernetes.Interface, error), error) {
+	if len(o.APIServerURLs) > 0 {
+		return rampartadmission.StaticServers(cfg, o.APIServerURLs)
+	}
+	if o.WebhookURLHost != "" {
+		// A local cluster without the list: its one API server.
+		return rampartadmission.StaticServers(cfg, nil)
+	}
+	return rampartadmission.ClusterServers(cfg)
 }
 
 // webhookOwner is the owner reference to ClusterRole name, or nil when name

@@ -70,11 +70,9 @@ func (r *windowStatus) Reconcile(ctx context.Context, req reconcile.Request) (re
 		reg.Windows, reg.Policies, reg.ScaleTargets = []v1alpha1.ChangeWindow{*cw}, nil, nil
 		name := cw.Name + "." + cw.Namespace + ".window.rampart.io"
 		cond.Message = "webhook " + name + " registered"
-		for _, want := range rampartadmission.ValidatingConfig(reg).Webhooks {
-			if rampartadmission.BaseName(want.Name) == name && !registered(cfg.Webhooks, want) {
-				cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Registering", "waiting for webhook "+name
-				requeue = time.Second
-			}
+		if !registeredAs(cfg, reg, name) {
+			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Registering", "waiting for webhook "+name
+			requeue = time.Second
 		}
 	}
 	meta.SetStatusCondition(&cw.Status.Conditions, cond)
@@ -85,6 +83,17 @@ func (r *windowStatus) Reconcile(ctx context.Context, req reconcile.Request) (re
 		}
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+// registeredAs says whether cfg holds every copy of webhook name as reg
+// makes it.
+func registeredAs(cfg *admissionregistrationv1.ValidatingWebhookConfiguration, reg rampartadmission.Registration, name string) bool {
+	for _, want := range rampartadmission.ValidatingConfig(reg).Webhooks {
+		if rampartadmission.BaseName(want.Name) == name && !registered(cfg.Webhooks, want) {
+			return false
+		}
+	}
+	return true
 }
 
 func metaTime(t *time.Time) *metav1.Time {

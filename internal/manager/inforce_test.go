@@ -1,0 +1,96 @@
+package manager
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+)
+
+func testPolicy(name string, gen int64) v1alpha1.ProtectionPolicy {
+	return v1alpha1.ProtectionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: "uid-" + types.UID(name), Generation: gen},
+		Spec: v1alpha1.ProtectionPolicySpec{
+			Resources:  []v1alpha1.ResourceRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}}},
+			Protection: v1alpha1.ProtectionAlways,
+		},
+	}
+}
+
+func hookNames(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) []string {
+	var out []string
+	for _, h := range cfg.Webhooks {
+		out = append(out, h.Name)
+	}
+	return out
+}
+
+// A replica whose caches lag keeps what another replica admitted and
+// marked, until the mark expires; then only what its caches hold.
+func TestMergeLiveKeepsWhatAnotherReplicaMarked(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	base := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
+	other := base
+	other.Policies = []v1alpha1.ProtectionPolicy{testPolicy("fresh", 1)}
+	other.ScaleTargets = []string{"apps/deployments/shop/web"}
+	live := rampartadmission.ValidatingConfig(other)
+	marks := func(until time.Time) {
+		b, _ := json.Marshal(map[string]string{
+			"webhook/fresh.deletion.policy.rampart.io": until.Format(time.RFC3339Nano),
+			"scale/apps/deployments/shop/web":          until.Format(time.RFC3339Nano),
+		})
+		live.Annotations = map[string]string{pendingAnnotation: string(b)}
+	}
+
+	marks(now.Add(10 * time.Second))
+	want, kept := mergeLive(base, nil, live, now)
+	if !slices.Contains(hookNames(want), "fresh.deletion.policy.rampart.io") || !slices.Contains(hookNames(want), "scale.rampart.io") {
+		t.Errorf("a marked policy webhook and scale target were dropped: %v", hookNames(want))
+	}
+	if len(kept) != 2 {
+		t.Errorf("marks kept = %v, want both", kept)
+	}
+	if !sameReach(live.Webhooks, want.Webhooks) {
+		t.Error("the merged configuration differs from the live one: the lagging replica would rewrite it")
+	}
+
+	marks(now.Add(-time.Second))
+	want, kept = mergeLive(base, nil, live, now)
+	if slices.Contains(hookNames(want), "fresh.deletion.policy.rampart.io") || slices.Contains(hookNames(want), "scale.rampart.io") || len(kept) != 0 {
+		t.Errorf("expired marks still keep %v (marks %v)", hookNames(want), kept)
+	}
+}
+
+// Pending coverage replaces what the caches say about the same object
+// until they hold that generation, and then is forgotten.
+func TestPendingCoverageUntilTheCachesCatchUp(t *testing.T) {
+	cached := rampartadmission.Registration{Policies: []v1alpha1.ProtectionPolicy{testPolicy("p", 1)}}
+	newer := testPolicy("p", 2)
+	newer.Spec.Protection = v1alpha1.ProtectionCascading
+	p := pending{policy: &newer}
+	if caughtUp(p, cached) {
+		t.Error("generation 1 in the cache does not hold generation 2")
+	}
+	merged := withPending(cached, []pending{p})
+	if len(merged.Policies) != 1 || merged.Policies[0].Spec.Protection != v1alpha1.ProtectionCascading {
+		t.Errorf("merged policies = %+v, want the pending generation only", merged.Policies)
+	}
+	cached.Policies[0].Generation = 2
+	if !caughtUp(p, cached) {
+		t.Error("the cache holds generation 2: the pending entry should go")
+	}
+	target := pending{scaleTarget: "apps/deployments/shop/web"}
+	if caughtUp(target, cached) {
+		t.Error("a scale target the view does not list yet is not caught up")
+	}
+	if got := withPending(cached, []pending{target}).ScaleTargets; !slices.Equal(got, []string{"apps/deployments/shop/web"}) {
+		t.Errorf("scale targets = %v", got)
+	}
+}
