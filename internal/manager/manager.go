@@ -371,8 +371,8 @@ type registrar struct {
 	policies cachedPolicies
 	log      logr.Logger
 	// done is closed after the first successful registration.
-	done chan struct{}
-	kick chan struct{}
+	done    chan struct{}
+	kick    chan struct{}
 	barrier rampartadmission.Barrier
 	// writeMu orders this replica's writes of the configuration.
 	writeMu sync.Mutex
