@@ -258,7 +258,7 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 		var rules []admissionregistrationv1.RuleWithOperations
 		for _, r := range p.Spec.Resources {
 			rl := rule(admissionregistrationv1.Update, "", "")
-			rl.APIGroups = r.APIGroups
+			rl.APIGroups, rl.Resources = r.APIGroups, nil
 			for _, res := range r.Resources {
 				rl.Resources = append(rl.Resources, res+"/scale")
 			}
