@@ -7,15 +7,21 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -65,15 +71,25 @@ type Budgets struct {
 	Namespaces interface{ NamespaceTerminating(string) bool }
 	Recorder   events.EventRecorder
 	Now        func() time.Time
+	// Targets resolves the pod selector of a targetRef budget the index
+	// has not filed yet (its status.selector is not written yet); nil
+	// treats such a budget as covering every pod of its namespace.
+	Targets TargetSelector
 
 	written latest[*v1alpha1.PodUnavailableBudget]
+}
+
+// TargetSelector resolves a budget's targetRef into its pod selector
+// (the workload's scale subresource).
+type TargetSelector interface {
+	TargetSelector(ctx context.Context, namespace string, t *v1alpha1.TargetReference) (string, error)
 }
 
 var _ admission.Handler = (*Budgets)(nil)
 
 // disruption reads what a request does to which pod; ok is false for a
 // request that disrupts nothing (a label change, a pod already going).
-func (h *Budgets) disruption(req admission.Request) (r budget.Request, podLabels map[string]string, ok bool, err error) {
+func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budget.Request, podLabels map[string]string, ok bool, err error) {
 	r = budget.Request{Namespace: req.Namespace, Pod: req.Name}
 	decode := func(raw []byte) (*corev1.Pod, error) {
 		p := &corev1.Pod{}
@@ -105,10 +121,21 @@ func (h *Budgets) disruption(req admission.Request) (r budget.Request, podLabels
 			return r, p.Labels, !p.Gone, nil
 		}
 		if h.Pods != nil {
-			l, found := h.Pods.PodLabels(req.Namespace, req.Name)
-			return r, l, found, nil
+			if l, found := h.Pods.PodLabels(req.Namespace, req.Name); found {
+				return r, l, true, nil
+			}
 		}
-		return r, nil, false, nil
+		// A pod created a moment ago may not be cached yet: ask the API
+		// server rather than let its eviction through unjudged.
+		p := &corev1.Pod{}
+		if err := h.Client.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: req.Name}, p); err != nil {
+			if apierrors.IsNotFound(err) {
+				return r, nil, false, nil
+			}
+			return r, nil, false, fmt.Errorf("reading pod %s/%s: %w", req.Namespace, req.Name, err)
+		}
+		gone := p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+		return r, p.Labels, !gone, nil
 	case req.Operation == admissionv1.Update && (req.SubResource == "" || req.SubResource == "resize"):
 		old, err := decode(req.OldObject.Raw)
 		if err != nil {
@@ -130,14 +157,17 @@ func (h *Budgets) disruption(req admission.Request) (r budget.Request, podLabels
 
 // Handle implements admission.Handler.
 func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.Response {
-	r, podLabels, disrupts, err := h.disruption(req)
+	r, podLabels, disrupts, err := h.disruption(ctx, req)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	if !disrupts || (r.Op == v1alpha1.DisruptDelete && h.Namespaces != nil && h.Namespaces.NamespaceTerminating(req.Namespace)) {
 		return admission.Allowed("")
 	}
-	keys := h.Index.Covering(req.Namespace, podLabels)
+	keys, err := h.covering(ctx, req.Namespace, podLabels)
+	if err != nil {
+		return admission.Errored(http.StatusServiceUnavailable, err)
+	}
 	if len(keys) == 0 {
 		return admission.Allowed("")
 	}
@@ -179,6 +209,109 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	budgetDecisions.WithLabelValues(string(r.Op), outcome).Inc()
 	return admission.Allowed("")
+}
+
+// covering are the budgets that cover a pod with these labels: those the
+// index has filed, and those of the namespace it has not filed as they are
+// now — a budget created or changed a moment ago that this replica's
+// informer has not delivered, or a targetRef whose selector the status
+// controller has not written yet. A budget holds from the moment the API server accepts it,
+// not from the moment this replica hears of it, so the namespace's budgets
+// are listed live (metadata only) and any the index lacks is read and
+// matched here.
+func (h *Budgets) covering(ctx context.Context, ns string, podLabels map[string]string) ([]budget.Key, error) {
+	keys, filed := h.Index.CoveringFiled(ns, podLabels)
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("PodUnavailableBudgetList"))
+	if err := h.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("listing the PodUnavailableBudgets of namespace %s: %w", ns, err)
+	}
+	for _, m := range list.Items {
+		if gen, ok := filed[m.Name]; (ok && gen == m.Generation) || m.DeletionTimestamp != nil {
+			continue
+		}
+		// Not filed, or filed with a spec that has changed since: judge by
+		// the budget as it is now.
+		keys = slices.DeleteFunc(keys, func(k budget.Key) bool { return k.Name == m.Name })
+		b := &v1alpha1.PodUnavailableBudget{}
+		if err := h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: m.Name}, b); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("reading PodUnavailableBudget %s/%s: %w", ns, m.Name, err)
+		}
+		covers, err := h.unfiledCovers(ctx, b, podLabels)
+		if err != nil {
+			return nil, err
+		}
+		if covers {
+			keys = append(keys, budget.Key{Namespace: ns, Name: b.Name})
+		}
+	}
+	slices.SortFunc(keys, func(a, b budget.Key) int { return strings.Compare(a.Name, b.Name) })
+	return slices.Compact(keys), nil
+}
+
+// unfiledCovers says whether a budget the index has not filed covers a pod.
+func (h *Budgets) unfiledCovers(ctx context.Context, b *v1alpha1.PodUnavailableBudget, podLabels map[string]string) (bool, error) {
+	if t := b.Spec.TargetRef; t != nil && (b.Status.Selector == "" || b.Status.ObservedGeneration != b.Generation) {
+		if h.Targets == nil {
+			return true, nil
+		}
+		sel, err := h.Targets.TargetSelector(ctx, b.Namespace, b.Spec.TargetRef)
+		if apierrors.IsNotFound(err) {
+			return false, nil // no target: the budget covers nothing (see the status controller)
+		}
+		if err != nil {
+			return false, fmt.Errorf("PodUnavailableBudget %s/%s: %w", b.Namespace, b.Name, err)
+		}
+		b = b.DeepCopy()
+		b.Status.Selector = sel
+	}
+	covers, err := budget.CoversLabels(b, podLabels)
+	// A selector that does not parse covers nothing, as in the index (the
+	// status controller reports it).
+	return covers && err == nil, nil
+}
+
+// Scales reads workloads' scale subresources, for any kind that has one
+// (custom workloads included).
+type Scales struct {
+	Dynamic dynamic.Interface
+	Mapper  meta.RESTMapper
+}
+
+// Scale is a targetRef's pod selector and desired replicas.
+func (s Scales) Scale(ctx context.Context, ns string, t *v1alpha1.TargetReference) (string, int32, error) {
+	gv, err := schema.ParseGroupVersion(t.APIVersion)
+	if err != nil {
+		return "", 0, fmt.Errorf("targetRef.apiVersion: %w", err)
+	}
+	m, err := s.Mapper.RESTMapping(gv.WithKind(t.Kind).GroupKind(), gv.Version)
+	if err != nil {
+		return "", 0, fmt.Errorf("targetRef %s %s: %w", t.APIVersion, t.Kind, err)
+	}
+	u, err := s.Dynamic.Resource(m.Resource).Namespace(ns).Get(ctx, t.Name, metav1.GetOptions{}, "scale")
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", 0, err
+		}
+		return "", 0, fmt.Errorf("targetRef %s/%s: reading its scale subresource: %w", t.Kind, t.Name, err)
+	}
+	var sc autoscalingv1.Scale
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &sc); err != nil {
+		return "", 0, err
+	}
+	if sc.Status.Selector == "" {
+		return "", 0, fmt.Errorf("targetRef %s/%s has no pod selector in its scale subresource", t.Kind, t.Name)
+	}
+	return sc.Status.Selector, sc.Spec.Replicas, nil
+}
+
+// TargetSelector implements TargetSelector.
+func (s Scales) TargetSelector(ctx context.Context, ns string, t *v1alpha1.TargetReference) (string, error) {
+	sel, _, err := s.Scale(ctx, ns, t)
+	return sel, err
 }
 
 func (h *Budgets) podUID(req admission.Request) (uid string) {

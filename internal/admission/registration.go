@@ -72,10 +72,14 @@ type Registration struct {
 	// FlowControls get webhooks of their own, scoped by their resources
 	// and selectors.
 	FlowControls []v1alpha1.DeletionFlowControl
-	// BudgetNamespaces hold PodUnavailableBudgets: evictions there are
-	// judged (an Eviction carries no pod labels to select on), and new pods
-	// are labelled when a budget covers them.
+	// BudgetNamespaces hold PodUnavailableBudgets: evictions and
+	// disruptions of every pod there are judged (an Eviction carries no pod
+	// labels to select on, and a pod's covered label may not be written
+	// yet), and new pods are labelled when a budget covers them.
 	BudgetNamespaces []string
+	// GeneratedBudgets registers the webhook that admits workloads
+	// annotated rampart.io/generate-pub once their budget exists.
+	GeneratedBudgets bool
 	// ScaleWidening are policies just admitted that guard replicas: the
 	// view that lists the workloads they cover (ScaleTargets) may lag, so
 	// for a while the scale subresource of their resources is judged in
@@ -220,16 +224,33 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 	pub.TimeoutSeconds = ptr.To(int32(10))
 	hooks = append(hooks, pub)
 	if len(reg.BudgetNamespaces) > 0 {
+		// And every other pod of a namespace holding budgets: the label is
+		// written after the fact (by a controller, or a mutating webhook
+		// that is ignored when down), so a pod without it may still be
+		// covered. The label keeps no pod from being judged.
+		unlabelled := webhook(UncoveredWebhookName, BudgetPath, pub.Rules...)
+		unlabelled.NamespaceSelector = inNamespaces(reg.BudgetNamespaces)
+		unlabelled.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: v1alpha1.LabelPUBCovered, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"},
+		}}}
+		unlabelled.TimeoutSeconds = pub.TimeoutSeconds
+		hooks = append(hooks, unlabelled)
 		evict := webhook(EvictionWebhookName, BudgetPath, rule(admissionregistrationv1.Create, "", "pods/eviction"))
 		evict.NamespaceSelector = inNamespaces(reg.BudgetNamespaces)
 		evict.TimeoutSeconds = ptr.To(int32(10))
 		hooks = append(hooks, evict)
 	}
-	// ChangeWindows themselves: what CEL cannot check.
-	spec := webhook("changewindows.rampart.io", WindowSpecPath, admissionregistrationv1.RuleWithOperations{
+	// Rampart's own objects: ChangeWindows (what CEL cannot check), and
+	// new PodUnavailableBudgets, admitted once the budget webhooks reach
+	// their namespace.
+	spec := webhook("objects.rampart.io", ObjectsPath, admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
 			Resources: []string{"changewindows"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+	}, admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
+			Resources: []string{"podunavailablebudgets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 	})
 	spec.TimeoutSeconds = ptr.To(inForceTimeout)
 	hooks = append(hooks, spec, specWebhook(webhook))
@@ -260,6 +281,19 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 			}}
 		}
 		hooks = append(hooks, scale)
+	}
+	if reg.GeneratedBudgets {
+		// Workloads asking for a generated budget (only they pass the match
+		// condition: annotations cannot be selected on), admitted once it
+		// exists.
+		workloads := rule(admissionregistrationv1.Create, "apps", "deployments")
+		workloads.Operations = append(workloads.Operations, admissionregistrationv1.Update)
+		workloads.Resources = append(workloads.Resources, "statefulsets")
+		workloads.Scope = ptr.To(admissionregistrationv1.NamespacedScope)
+		gen := webhook(GeneratedBudgetsWebhookName, ObjectsPath, workloads)
+		gen.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "generate-pub", Expression: generatePUBCondition}}
+		gen.TimeoutSeconds = ptr.To(inForceTimeout)
+		hooks = append(hooks, gen)
 	}
 	if reg.Token != "" {
 		hooks = append(hooks, probeWebhook(reg, webhook))
@@ -308,6 +342,10 @@ func inNamespaces(names []string) *metav1.LabelSelector {
 
 // EvictionWebhookName judges evictions in namespaces holding budgets.
 const EvictionWebhookName = "evictions.budgets.rampart.io"
+
+// UncoveredWebhookName judges disruptions of pods not (yet) labelled
+// rampart.io/pub-covered in namespaces holding budgets.
+const UncoveredWebhookName = "uncovered.budgets.rampart.io"
 
 // MutatingConfigName is the name of Rampart's MutatingWebhookConfiguration.
 const MutatingConfigName = "rampart-mutating"

@@ -56,11 +56,12 @@ type nsIndex struct {
 }
 
 type entry struct {
-	key      Key
-	selector labels.Selector
-	ignored  labels.Selector
-	pair     string
-	pods     map[string]*podEntry
+	key        Key
+	generation int64
+	selector   labels.Selector
+	ignored    labels.Selector
+	pair       string
+	pods       map[string]*podEntry
 }
 
 type podEntry struct {
@@ -104,6 +105,35 @@ func Selectors(b *v1alpha1.PodUnavailableBudget) (sel, ignored labels.Selector, 
 	return sel, ignored, true, nil
 }
 
+// CoversLabels says whether a budget covers a pod with labels l, from the
+// budget alone (for a budget not filed in an index yet). A targetRef
+// budget whose selector is not resolved covers nothing.
+func CoversLabels(b *v1alpha1.PodUnavailableBudget, l map[string]string) (bool, error) {
+	sel, ignored, ok, err := Selectors(b)
+	if err != nil || !ok {
+		return false, err
+	}
+	e := &entry{selector: sel, ignored: ignored}
+	return e.covers(l), nil
+}
+
+// EachPod calls f with every recorded pod's namespace and name (the
+// covered-label controller's full resync when it starts leading).
+func (x *Index) EachPod(f func(ns, name string)) {
+	type podKey struct{ ns, name string }
+	x.mu.RLock()
+	var all []podKey
+	for ns, n := range x.ns {
+		for name := range n.pods {
+			all = append(all, podKey{ns, name})
+		}
+	}
+	x.mu.RUnlock()
+	for _, p := range all {
+		f(p.ns, p.name)
+	}
+}
+
 // SetBudget files or refiles a budget and says whether the pods it
 // covers may have changed. A budget whose selector cannot be resolved yet
 // covers nothing.
@@ -114,6 +144,7 @@ func (x *Index) SetBudget(b *v1alpha1.PodUnavailableBudget) (changed bool) {
 	n := x.namespace(b.Namespace)
 	if old := n.budgets[b.Name]; old != nil {
 		if ok && err == nil && old.selector.String() == sel.String() && selString(old.ignored) == selString(ignored) {
+			old.generation = b.Generation
 			return false // same pods as before
 		}
 		n.remove(old)
@@ -122,7 +153,7 @@ func (x *Index) SetBudget(b *v1alpha1.PodUnavailableBudget) (changed bool) {
 	if !ok || err != nil {
 		return changed
 	}
-	e := &entry{key: Key{b.Namespace, b.Name}, selector: sel, ignored: ignored, pods: map[string]*podEntry{}}
+	e := &entry{key: Key{b.Namespace, b.Name}, generation: b.Generation, selector: sel, ignored: ignored, pods: map[string]*podEntry{}}
 	n.budgets[b.Name] = e
 	e.pair = n.choosePair(sel)
 	if e.pair == "" {
@@ -350,6 +381,27 @@ func (x *Index) PodsInNamespace(ns string) map[string]bool {
 		}
 	}
 	return out
+}
+
+// CoveringFiled is Covering, with every budget filed in ns and the
+// generation (metadata.generation) it was filed at, read at the same
+// instant: a budget missing from filed (or filed at an older generation)
+// is one the answer may have missed.
+func (x *Index) CoveringFiled(ns string, l map[string]string) (keys []Key, filed map[string]int64) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	filed = map[string]int64{}
+	n := x.ns[ns]
+	if n == nil {
+		return nil, filed
+	}
+	for name, e := range n.budgets {
+		filed[name] = e.generation
+	}
+	for _, e := range n.covering(l) {
+		keys = append(keys, e.key)
+	}
+	return keys, filed
 }
 
 // Keys are the budgets of ns, sorted by name.

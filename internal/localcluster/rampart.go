@@ -183,41 +183,64 @@ func ManagerName(i int) string {
 }
 
 func (c *Cluster) startManager(ctx context.Context) error {
-	var urls []string
-	for _, mp := range c.ports.managers {
-		urls = append(urls, "https://127.0.0.1:"+strconv.Itoa(mp.webhook))
-	}
-	for i, mp := range c.ports.managers {
-		args := append([]string{"manager",
-			"--kubeconfig=" + c.path(managerID.file),
-			"--namespace=" + ManagerNamespace,
-			"--webhook-url-host=127.0.0.1",
-			"--webhook-bind-host=127.0.0.1",
-			"--webhook-port=" + strconv.Itoa(mp.webhook),
-			"--cert-dir=" + c.path("manager", strconv.Itoa(i), "certs"),
-			"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(mp.metrics),
-			// As the chart runs it: HTTPS, only for callers allowed to get
-			// /metrics (ScrapeManagerMetrics), with a certificate of the
-			// local CA.
-			"--metrics-secure", "--metrics-cert-dir=" + c.pkiFile("manager-metrics"),
-			"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(mp.health),
-		}, append(c.managerClientAuthArgs(), c.opts.ManagerArgs...)...)
-		if len(urls) > 1 {
-			args = append(args, "--webhook-replica-urls="+strings.Join(urls, ","))
-		}
-		if servers := c.APIServerURLs(); len(servers) > 1 {
-			args = append(args, "--apiserver-urls="+strings.Join(servers, ","))
-		}
-		if err := c.run(ManagerName(i), c.opts.Rampart, args...); err != nil {
+	for i := range c.ports.managers {
+		if err := c.run(ManagerName(i), c.opts.Rampart, c.managerArgs(i)...); err != nil {
 			return err
 		}
 	}
-	for i, mp := range c.ports.managers {
-		if err := c.waitHealthy(ctx, ManagerName(i), "http://127.0.0.1:"+strconv.Itoa(mp.health)+"/readyz", nil); err != nil {
+	for i := range c.ports.managers {
+		if err := c.waitManagerReady(ctx, i); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func (c *Cluster) managerArgs(i int) []string {
+	var urls []string
+	for _, mp := range c.ports.managers {
+		urls = append(urls, "https://127.0.0.1:"+strconv.Itoa(mp.webhook))
+	}
+	mp := c.ports.managers[i]
+	args := append([]string{"manager",
+		"--kubeconfig=" + c.path(managerID.file),
+		"--namespace=" + ManagerNamespace,
+		"--webhook-url-host=127.0.0.1",
+		"--webhook-bind-host=127.0.0.1",
+		"--webhook-port=" + strconv.Itoa(mp.webhook),
+		"--cert-dir=" + c.path("manager", strconv.Itoa(i), "certs"),
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(mp.metrics),
+		// As the chart runs it: HTTPS, only for callers allowed to get
+		// /metrics (ScrapeManagerMetrics), with a certificate of the
+		// local CA.
+		"--metrics-secure", "--metrics-cert-dir=" + c.pkiFile("manager-metrics"),
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(mp.health),
+	}, append(c.managerClientAuthArgs(), c.opts.ManagerArgs...)...)
+	if len(urls) > 1 {
+		args = append(args, "--webhook-replica-urls="+strings.Join(urls, ","))
+	}
+	if servers := c.APIServerURLs(); len(servers) > 1 {
+		args = append(args, "--apiserver-urls="+strings.Join(servers, ","))
+	}
+	return args
+}
+
+func (c *Cluster) waitManagerReady(ctx context.Context, i int) error {
+	return c.waitHealthy(ctx, ManagerName(i), "http://127.0.0.1:"+strconv.Itoa(c.ports.managers[i].health)+"/readyz", nil)
+}
+
+// StartManager starts manager replica i again after StopComponent or
+// KillComponent(ManagerName(i)), on the same ports, and waits until it is
+// ready (serving, and its webhook configuration registered).
+func (c *Cluster) StartManager(ctx context.Context, i int) error {
+	if i < 0 || i >= len(c.ports.managers) {
+		return fmt.Errorf("no manager replica %d: the cluster has %d", i, len(c.ports.managers))
+	}
+	c.forgetStopped(ManagerName(i))
+	if err := c.run(ManagerName(i), c.opts.Rampart, c.managerArgs(i)...); err != nil {
+		return err
+	}
+	return c.waitManagerReady(ctx, i)
 }
 
 // WebhookURL is manager replica 0's webhook server.

@@ -10,18 +10,14 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
-	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/dynamic"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -30,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -45,16 +42,30 @@ import (
 
 // queueSource is a controller source fed from outside the cluster's
 // watches (the view's pod events): it adds to the controller's queue once
-// the controller runs (on the leader), and drops what comes before.
+// the controller runs (on the leader). Events before that are dropped, so
+// when the controller starts — when this replica starts leading — it
+// queues everything resync lists, once the view has synced: a new leader
+// reconciles every pod, not only those that change after it took over.
 type queueSource struct {
 	mu sync.Mutex
 	q  workqueue.TypedRateLimitingInterface[reconcile.Request]
+	// synced says whether resync's answer is complete yet.
+	synced func() bool
+	resync func(add func(ns, name string))
 }
 
-func (s *queueSource) Start(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+func (s *queueSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.q = q
+	if s.resync != nil {
+		go func() {
+			if s.synced != nil && !toolscache.WaitForCacheSync(ctx.Done(), s.synced) {
+				return
+			}
+			s.resync(s.add)
+		}()
+	}
 	return nil
 }
 
@@ -69,13 +80,14 @@ func (s *queueSource) add(ns, name string) {
 // setupBudgets files budgets in the view's index on every replica (the
 // webhooks read it) and runs the budget controllers on the leader: status,
 // the covered-pod label, and generated budgets.
-func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View, reg *registrar, timeout time.Duration, recorder events.EventRecorder) error {
+func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View, reg *registrar, scales rampartadmission.Scales, timeout time.Duration, recorder events.EventRecorder) error {
 	inf, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.PodUnavailableBudget{})
 	if err != nil {
 		return err
 	}
 	index := view.Budgets()
-	statusQ, labelQ := &queueSource{}, &queueSource{}
+	statusQ := &queueSource{}
+	labelQ := &queueSource{synced: view.HasSynced, resync: index.EachPod}
 	relabel := func(ns string) {
 		for name := range index.PodsInNamespace(ns) {
 			labelQ.add(ns, name)
@@ -125,11 +137,7 @@ func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View,
 			labelQ.add(ns, pod)
 		}
 	})
-	dyn, err := dynamic.NewForConfig(mgr.GetConfig())
-	if err != nil {
-		return err
-	}
-	status := &budgetStatus{client: mgr.GetClient(), view: view, dynamic: dyn, mapper: mgr.GetRESTMapper(), timeout: timeout, now: time.Now}
+	status := &budgetStatus{client: mgr.GetClient(), view: view, scales: scales, timeout: timeout, now: time.Now}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("podunavailablebudget-status").
 		For(&v1alpha1.PodUnavailableBudget{}).
 		WatchesRawSource(statusQ).
@@ -143,14 +151,30 @@ func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View,
 	}
 	gen := &generatedBudgets{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: recorder}
 	for _, w := range []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}} {
-		if err := ctrl.NewControllerManagedBy(mgr).Named("generated-budgets-"+strings.ToLower(fmt.Sprintf("%T", w)[len("*v1."):])).
+		if err := ctrl.NewControllerManagedBy(mgr).Named("generated-budgets-"+strings.ToLower(kindOf(w))).
 			For(w, builder.OnlyMetadata).
 			Owns(&v1alpha1.PodUnavailableBudget{}).
+			// Budgets generated at a workload's creation have no owner yet.
+			Watches(&v1alpha1.PodUnavailableBudget{}, handler.EnqueueRequestsFromMapFunc(unownedGeneratedFor(kindOf(w)))).
 			Complete(gen.forKind(w)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func kindOf(w client.Object) string { return fmt.Sprintf("%T", w)[len("*v1."):] }
+
+// unownedGeneratedFor maps a budget generated for a workload of kind, not owned
+// yet, to that workload.
+func unownedGeneratedFor(kind string) handler.MapFunc {
+	return func(_ context.Context, o client.Object) []reconcile.Request {
+		k, name, _ := strings.Cut(o.GetAnnotations()[rampartadmission.AnnotationGeneratedFor], "/")
+		if k != kind || metav1.GetControllerOf(o) != nil {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+	}
 }
 
 // budgetStatus keeps each budget's status current from the view: the
@@ -159,8 +183,7 @@ func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View,
 type budgetStatus struct {
 	client  client.Client
 	view    *clusterview.View
-	dynamic dynamic.Interface
-	mapper  meta.RESTMapper
+	scales  rampartadmission.Scales
 	timeout time.Duration
 	now     func() time.Time
 }
@@ -198,8 +221,8 @@ func (r *budgetStatus) Reconcile(ctx context.Context, req reconcile.Request) (re
 	}
 	var requeue time.Duration
 	if cond.Status == metav1.ConditionTrue && !r.evictionsJudged(ctx, b.Namespace) {
-		// Deletes of covered pods are judged already (by label); evictions
-		// once the webhook reaches the namespace.
+		// Deletes of labelled pods are judged already; evictions and
+		// unlabelled pods once the webhooks reach the namespace.
 		cond.Status, cond.Reason = metav1.ConditionFalse, "Registering"
 		cond.Message = "waiting for the eviction webhook to reach namespace " + b.Namespace
 		requeue = time.Second
@@ -226,24 +249,26 @@ func (r *budgetStatus) Reconcile(ctx context.Context, req reconcile.Request) (re
 }
 
 // evictionsJudged says whether the registered webhook configuration judges
-// evictions in ns (every replica's copy, when there are several).
+// evictions, and disruptions of pods not labelled covered yet, in ns
+// (every replica's copy, when there are several).
 func (r *budgetStatus) evictionsJudged(ctx context.Context, ns string) bool {
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := r.client.Get(ctx, client.ObjectKey{Name: rampartadmission.ValidatingConfigName}, cfg); err != nil {
 		return false
 	}
-	found := false
+	found := map[string]bool{}
 	for _, w := range cfg.Webhooks {
-		if rampartadmission.BaseName(w.Name) != rampartadmission.EvictionWebhookName {
+		base := rampartadmission.BaseName(w.Name)
+		if base != rampartadmission.EvictionWebhookName && base != rampartadmission.UncoveredWebhookName {
 			continue
 		}
 		sel, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
 		if err != nil || !sel.Matches(labels.Set{corev1.LabelMetadataName: ns}) {
 			return false
 		}
-		found = true
+		found[base] = true
 	}
-	return found
+	return len(found) == 2
 }
 
 func (r *budgetStatus) podsOf(b *v1alpha1.PodUnavailableBudget) []budget.Pod {
@@ -261,7 +286,7 @@ func (r *budgetStatus) total(ctx context.Context, b *v1alpha1.PodUnavailableBudg
 		if cached && b.Status.Selector != "" && b.Status.ObservedGeneration == b.Generation {
 			return n, nil
 		}
-		selector, replicas, err := r.scale(ctx, b.Namespace, t)
+		selector, replicas, err := r.scales.Scale(ctx, b.Namespace, t)
 		if err != nil {
 			return 0, err
 		}
@@ -287,34 +312,6 @@ func (r *budgetStatus) total(ctx context.Context, b *v1alpha1.PodUnavailableBudg
 		}
 	}
 	return total, nil
-}
-
-// scale reads a workload's scale subresource: its pod selector and
-// replicas, for any kind that has one (custom workloads included).
-func (r *budgetStatus) scale(ctx context.Context, ns string, t *v1alpha1.TargetReference) (string, int32, error) {
-	gv, err := schema.ParseGroupVersion(t.APIVersion)
-	if err != nil {
-		return "", 0, fmt.Errorf("targetRef.apiVersion: %w", err)
-	}
-	m, err := r.mapper.RESTMapping(gv.WithKind(t.Kind).GroupKind(), gv.Version)
-	if err != nil {
-		return "", 0, fmt.Errorf("targetRef %s %s: %w", t.APIVersion, t.Kind, err)
-	}
-	u, err := r.dynamic.Resource(m.Resource).Namespace(ns).Get(ctx, t.Name, metav1.GetOptions{}, "scale")
-	if err != nil {
-		if apierrors.IsNotFound(err) {
-			return "", 0, err
-		}
-		return "", 0, fmt.Errorf("targetRef %s/%s: reading its scale subresource: %w", t.Kind, t.Name, err)
-	}
-	var s autoscalingv1.Scale
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &s); err != nil {
-		return "", 0, err
-	}
-	if s.Status.Selector == "" {
-		return "", 0, fmt.Errorf("targetRef %s/%s has no pod selector in its scale subresource", t.Kind, t.Name)
-	}
-	return s.Status.Selector, s.Spec.Replicas, nil
 }
 
 // coveredLabel keeps rampart.io/pub-covered=true on exactly the pods a
@@ -348,6 +345,39 @@ func (r *coveredLabel) Reconcile(ctx context.Context, req reconcile.Request) (re
 	return reconcile.Result{}, client.IgnoreNotFound(err)
 }
 
+// generatedGrace is how long a generated budget stays after its
+// workload's annotation seems gone (see Reconcile).
+const generatedGrace = 10 * time.Second
+
+// orphanGrace is how long a budget generated at a workload's creation
+// waits for its workload (the admission creates the budget before the
+// workload is stored) before it is deleted as an orphan.
+const orphanGrace = time.Minute
+
+// adoptable is a budget generated for kind/name before the workload had a
+// UID: no owner yet.
+func adoptable(b *v1alpha1.PodUnavailableBudget, kind, name string) bool {
+	return metav1.GetControllerOf(b) == nil && b.Annotations[rampartadmission.AnnotationGeneratedFor] == kind+"/"+name
+}
+
+// deleteOrphan deletes a budget generated for a workload whose creation
+// was admitted but never stored (another webhook refused it).
+func (g *generatedFor) deleteOrphan(ctx context.Context, req reconcile.Request, kind string) (reconcile.Result, error) {
+	b := &v1alpha1.PodUnavailableBudget{}
+	if err := g.client.Get(ctx, req.NamespacedName, b); err != nil || !adoptable(b, kind, req.Name) {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if wait := orphanGrace - time.Since(b.CreationTimestamp.Time); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	// The cache may lag: only a live read says the workload never came.
+	w := g.kind.DeepCopyObject().(client.Object)
+	if err := g.reader.Get(ctx, req.NamespacedName, w); !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, client.IgnoreNotFound(g.client.Delete(ctx, b, client.Preconditions{UID: &b.UID}))
+}
+
 // generatedBudgets makes a PodUnavailableBudget for each workload
 // annotated rampart.io/generate-pub: "true", owned by the workload (the
 // garbage collector deletes it with the workload), and removes it when the
@@ -377,7 +407,10 @@ func (g *generatedFor) Reconcile(ctx context.Context, req reconcile.Request) (re
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(gvk)
 	if err := g.client.Get(ctx, req.NamespacedName, m); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return g.deleteOrphan(ctx, req, gvk.Kind)
+		}
+		return reconcile.Result{}, err
 	}
 	kind := gvk.Kind
 	var w client.Object = m
@@ -404,12 +437,28 @@ func (g *generatedFor) Reconcile(ctx context.Context, req reconcile.Request) (re
 		return reconcile.Result{}, err
 	}
 	found := err == nil
-	ours := found && metav1.IsControlledBy(existing, w)
+	ours := found && (metav1.IsControlledBy(existing, w) || adoptable(existing, kind, req.Name))
 	if w.GetAnnotations()[v1alpha1.AnnotationGeneratePUB] != "true" || w.GetDeletionTimestamp() != nil {
-		if ours {
-			return reconcile.Result{}, client.IgnoreNotFound(g.client.Delete(ctx, existing))
+		if !ours {
+			return reconcile.Result{}, nil
 		}
-		return reconcile.Result{}, nil
+		// The request that asks for a budget creates it while it is being
+		// admitted, before the workload's new annotations are stored: a
+		// budget that young may belong to a change not seen yet.
+		if wait := generatedGrace - time.Since(existing.CreationTimestamp.Time); wait > 0 && w.GetDeletionTimestamp() == nil {
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
+		if w.GetDeletionTimestamp() == nil {
+			// The cache may lag: only the stored workload says the
+			// annotation is gone.
+			live := g.kind.DeepCopyObject().(client.Object)
+			if err := g.reader.Get(ctx, req.NamespacedName, live); client.IgnoreNotFound(err) != nil {
+				return reconcile.Result{}, err
+			} else if err == nil && live.GetAnnotations()[v1alpha1.AnnotationGeneratePUB] == "true" && live.GetDeletionTimestamp() == nil {
+				return reconcile.Result{Requeue: true}, nil
+			}
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(g.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}))
 	}
 	if found && !ours {
 		g.recorder.Eventf(w, nil, corev1.EventTypeWarning, "BudgetNotGenerated", "Generate",

@@ -52,6 +52,8 @@ type pending struct {
 	policy      *v1alpha1.ProtectionPolicy
 	window      *v1alpha1.ChangeWindow
 	flowControl *v1alpha1.DeletionFlowControl
+	// budgetNamespace is a namespace whose first budget is being admitted.
+	budgetNamespace string
 	// scaleWidening is a policy guarding replicas whose covered workloads
 	// the view may not list yet: kept until it expires.
 	scaleWidening *v1alpha1.ProtectionPolicy
@@ -64,6 +66,8 @@ func caughtUp(p pending, reg rampartadmission.Registration) bool {
 	switch {
 	case p.scaleTarget != "":
 		return slices.Contains(reg.ScaleTargets, p.scaleTarget)
+	case p.budgetNamespace != "":
+		return slices.Contains(reg.BudgetNamespaces, p.budgetNamespace)
 	case p.policy != nil:
 		for _, c := range reg.Policies {
 			if c.Name == p.policy.Name {
@@ -97,6 +101,8 @@ func withPending(reg rampartadmission.Registration, ps []pending) rampartadmissi
 		switch {
 		case p.scaleTarget != "":
 			reg.ScaleTargets = append(reg.ScaleTargets, p.scaleTarget)
+		case p.budgetNamespace != "":
+			reg.BudgetNamespaces = addNamespace(reg.BudgetNamespaces, p.budgetNamespace)
 		case p.policy != nil:
 			reg.Policies = slices.DeleteFunc(reg.Policies, func(c v1alpha1.ProtectionPolicy) bool { return c.Name == p.policy.Name })
 			reg.Policies = append(reg.Policies, *p.policy)
@@ -124,6 +130,8 @@ func pendingMarks(base rampartadmission.Registration, p pending, targets func([]
 	switch {
 	case p.scaleTarget != "":
 		return []string{"scale/" + p.scaleTarget}
+	case p.budgetNamespace != "":
+		return []string{"budgets/" + p.budgetNamespace}
 	case p.policy != nil:
 		one.Policies = []v1alpha1.ProtectionPolicy{*p.policy}
 	case p.window != nil:
@@ -182,6 +190,8 @@ func mergeLive(reg rampartadmission.Registration, own map[string]time.Time, live
 			}
 			if target, ok := strings.CutPrefix(k, "scale/"); ok && !slices.Contains(reg.ScaleTargets, target) {
 				reg.ScaleTargets = append(slices.Clone(reg.ScaleTargets), target)
+			} else if ns, ok := strings.CutPrefix(k, "budgets/"); ok {
+				reg.BudgetNamespaces = addNamespace(reg.BudgetNamespaces, ns)
 			} else if name, ok := strings.CutPrefix(k, "webhook/"); ok {
 				keepHooks = append(keepHooks, name)
 			}
@@ -366,6 +376,22 @@ func (r *registrar) Sync(ctx context.Context) error {
 
 // The registrar is the admission handlers' InForce.
 var _ rampartadmission.InForce = (*registrar)(nil)
+
+// BudgetNamespace puts the budget webhooks in force for every pod of ns
+// (the admission of a PodUnavailableBudget waits for it).
+func (r *registrar) BudgetNamespace(ctx context.Context, ns string) error {
+	return r.Ensure(ctx, pending{budgetNamespace: ns})
+}
+
+// addNamespace is namespaces with ns, sorted, without changing namespaces.
+func addNamespace(namespaces []string, ns string) []string {
+	if slices.Contains(namespaces, ns) {
+		return namespaces
+	}
+	out := append(slices.Clone(namespaces), ns)
+	slices.Sort(out)
+	return out
+}
 
 func (r *registrar) ScaleTarget(ctx context.Context, target string) error {
 	return r.Ensure(ctx, pending{scaleTarget: target})

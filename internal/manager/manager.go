@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
@@ -245,7 +246,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	reg := &registrar{
 		barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace, Current: liveToken(direct)},
 		client:  direct, reader: mgr.GetCache(), view: view, policies: policies, done: registered, log: o.Log.WithName("registration"),
-		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace},
+		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true},
 		kick: make(chan struct{}, 1),
 	}
 	meta, err := metadata.NewForConfig(cfg)
@@ -265,13 +266,25 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	server.Register(rampartadmission.WindowPrefix, &webhook.Admission{
 		Handler:         &rampartadmission.Windows{Reader: mgr.GetCache(), Live: direct, Recorder: recorder},
 		WithContextFunc: rampartadmission.WindowFromPath})
+	generated := &rampartadmission.GeneratedBudgets{Client: direct}
 	server.Register(rampartadmission.WindowSpecPath, &webhook.Admission{Handler: rampartadmission.WindowSpec{InForce: reg}})
+	server.Register(rampartadmission.ObjectsPath, &webhook.Admission{Handler: rampartadmission.Objects{
+		"changewindows":         rampartadmission.WindowSpec{InForce: reg},
+		"podunavailablebudgets": &rampartadmission.BudgetAdmission{InForce: reg},
+		"deployments":           generated,
+		"statefulsets":          generated,
+	}})
 	server.Register(rampartadmission.SpecPath, &webhook.Admission{Handler: rampartadmission.Spec{InForce: reg}})
 	server.Register(rampartadmission.FlowControlPrefix, &webhook.Admission{
 		Handler:         &rampartadmission.FlowControl{Client: direct, Pods: view, Recorder: recorder},
 		WithContextFunc: rampartadmission.FlowControlFromPath})
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	scales := rampartadmission.Scales{Dynamic: dyn, Mapper: mgr.GetRESTMapper()}
 	server.Register(rampartadmission.BudgetPath, &webhook.Admission{Handler: &rampartadmission.Budgets{
-		Client: direct, Cache: mgr.GetCache(), Index: view.Budgets(), Pods: view, Namespaces: view, Recorder: recorder}})
+		Client: direct, Cache: mgr.GetCache(), Index: view.Budgets(), Pods: view, Namespaces: view, Recorder: recorder, Targets: scales}})
 	server.Register(rampartadmission.BudgetCoverPath, &webhook.Admission{Handler: &rampartadmission.BudgetCover{Index: view.Budgets()}})
 	server.Register(rampartadmission.ProbePath, &webhook.Admission{Handler: rampartadmission.Probe{}})
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -357,7 +370,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if timeout <= 0 {
 		timeout = DefaultBudgetDisruptionTimeout
 	}
-	if err := setupBudgets(ctx, mgr, view, reg, timeout, recorder); err != nil {
+	if err := setupBudgets(ctx, mgr, view, reg, scales, timeout, recorder); err != nil {
 		return err
 	}
 	if rotator != nil {
@@ -386,9 +399,8 @@ type registrar struct {
 	policies cachedPolicies
 	log      logr.Logger
 	// done is closed after the first successful registration.
-	done chan struct{}
-	kick chan struct{}
-
+	done    chan struct{}
+	kick    chan struct{}
 	barrier rampartadmission.Barrier
 	// writeMu orders this replica's writes of the configuration.
 	writeMu sync.Mutex
