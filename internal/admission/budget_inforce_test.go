@@ -3,9 +3,7 @@ package admission_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -35,13 +33,11 @@ func leader(t testing.TB, env *clustertest.Env, replicas int) int {
 		if env.PID(localcluster.ManagerName(i)) == 0 {
 			continue
 		}
-		resp, err := http.Get(env.ManagerMetricsURL(i))
+		body, err := env.ScrapeManagerMetrics(context.Background(), i)
 		if err != nil {
 			continue
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if strings.Contains(string(body), `leader_election_master_status{name="rampart-manager"} 1`) {
+		if strings.Contains(body, `leader_election_master_status{name="rampart-manager"} 1`) {
 			return i
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,7 +123,11 @@ spec:
 		t.Fatal(err)
 	}
 	conds, _, _ := unstructured.NestedSlice(dfc.Object, "status", "conditions")
-	if len(conds) == 0 || conds[0].(map[string]any)["type"] != "BreakerOpen" || conds[0].(map[string]any)["status"] != "True" {
+	breakerOpen := slices.ContainsFunc(conds, func(c any) bool {
+		m, _ := c.(map[string]any)
+		return m["type"] == "BreakerOpen" && m["status"] == "True"
+	})
+	if !breakerOpen {
 		t.Errorf("conditions = %v, want BreakerOpen True", conds)
 	}
 	left, err := env.Client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
