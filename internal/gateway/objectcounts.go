@@ -260,7 +260,7 @@ func (c *objectCounts) startChecked(gvr schema.GroupVersionResource, now time.Ti
 			// Asked again in a minute, not at each request of a storm.
 			delete(c.resources, gvr.GroupResource())
 			stop()
-			c.log.Warn("asking the API server whether the gateway may count a resource for the LIST guard", "resource", gvr.String(), "err", err.Error())
+			c.log.Warn("asking the API server whether the gateway may count a resource for the LIST guard", "resource", gvr.GroupResource().String(), "err", err.Error())
 			c.markUncountable(gvr, "the access review failed", time.Now().Add(time.Minute))
 		case !allowed:
 			delete(c.resources, gvr.GroupResource())
@@ -347,7 +347,9 @@ func (c *objectCounts) countEagerly(ctx context.Context, resources []string) {
 				missing = append(missing, name)
 				continue
 			}
-			c.countEagerlyOne(ctx, gvr)
+			if !c.countEagerlyOne(ctx, gvr) {
+				missing = append(missing, name)
+			}
 		}
 		if pending = missing; len(pending) == 0 {
 			return
@@ -361,21 +363,27 @@ func (c *objectCounts) countEagerly(ctx context.Context, resources []string) {
 	}
 }
 
-// countEagerlyOne counts gvr from now on, if the gateway may.
-func (c *objectCounts) countEagerlyOne(ctx context.Context, gvr schema.GroupVersionResource) {
+// countEagerlyOne counts gvr from now on, if the gateway may; false if
+// it could not ask the API server, to be retried.
+func (c *objectCounts) countEagerlyOne(ctx context.Context, gvr schema.GroupVersionResource) bool {
 	gr := gvr.GroupResource()
 	c.mu.Lock()
 	uncountable := c.isUncountable(gvr, time.Now())
 	c.mu.Unlock()
 	if uncountable {
-		return
+		return true
 	}
 	if c.mayCount != nil {
-		if ok, err := c.mayCount(ctx, gvr); err != nil || !ok {
+		ok, err := c.mayCount(ctx, gvr)
+		if err != nil {
+			c.log.Warn("asking the API server whether the gateway may count a resource for the LIST guard", "resource", gr.String(), "err", err.Error())
+			return false
+		}
+		if !ok {
 			c.mu.Lock()
 			c.markUncountable(gvr, "--count-resources names it, but the gateway may not list and watch it (ClusterRole rampart-gateway)", time.Time{})
 			c.mu.Unlock()
-			return
+			return true
 		}
 	}
 	c.mu.Lock()
@@ -387,6 +395,7 @@ func (c *objectCounts) countEagerlyOne(ctx context.Context, gvr schema.GroupVers
 		c.resources[gr] = nc
 	}
 	c.resources[gr].eager = true
+	return true
 }
 
 func (nc *namespaceCounts) add(obj any, delta int64) {
