@@ -242,6 +242,15 @@ func TestChartGatewayRoleIsTheGatewaysRole(t *testing.T) {
 	if want := gateway.ClusterRole().Rules; !equality.Semantic.DeepEqual(role.Rules, want) {
 		t.Errorf("the chart's ClusterRole %s differs from gateway.ClusterRole():\nchart: %+v\ncode:  %+v", gateway.RoleName, role.Rules, want)
 	}
+	groups := []string{"cert-manager.io", "example.com"}
+	objs := render(t, append(slices.Clone(everything), "--set", "gateway.countCustomResourceGroups={"+strings.Join(groups, ",")+"}")...)
+	custom := convert[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", gateway.CustomResourceRoleName))
+	if want := gateway.CustomResourceRole(groups).Rules; !equality.Semantic.DeepEqual(custom.Rules, want) {
+		t.Errorf("the chart's ClusterRole %s differs from gateway.CustomResourceRole():\nchart: %+v\ncode:  %+v", gateway.CustomResourceRoleName, custom.Rules, want)
+	}
+	if _, err := helm(t, "template", "rampart", chart, "--set", "gateway.enabled=true", "--set", "gateway.countCustomResourceGroups={*}"); err == nil {
+		t.Error("gateway.countCustomResourceGroups={*} was accepted: it would let the gateway read every Secret")
+	}
 }
 
 // hostIP is an address of this machine the API server can be pointed at

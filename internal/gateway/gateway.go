@@ -57,6 +57,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
@@ -90,6 +91,10 @@ type Options struct {
 	// the start (kubectl's names: "pods", "deployments.apps"); others
 	// from their first guarded LIST.
 	CountResources []string
+	// CountCustomResourceGroups are the custom-resource groups the LIST
+	// guard may count per namespace (CustomResourceRole grants them);
+	// other custom resources are priced by their cluster-wide count.
+	CountCustomResourceGroups []string
 	// CountIdleAfter stops counting a resource counted since a guarded
 	// request (not a CountResources one) when no guarded LIST or
 	// watch-list of it has come for this long. 0: 10 minutes.
@@ -243,6 +248,19 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	if opts.CountIdleAfter > 0 {
 		g.counts.idleAfter = opts.CountIdleAfter
 	}
+	if err := CheckCountGroups(opts.CountCustomResourceGroups); err != nil {
+		return nil, fmt.Errorf("--count-custom-resource-groups: %w", err)
+	}
+	for _, name := range opts.CountResources {
+		if gr := schema.ParseGroupResource(name); gr == (schema.GroupResource{Resource: "secrets"}) {
+			return nil, fmt.Errorf("--count-resources: the gateway never counts secrets per namespace (it may not read them); they are priced by their cluster-wide count")
+		}
+	}
+	g.counts.customGroups = map[string]bool{}
+	for _, grp := range opts.CountCustomResourceGroups {
+		g.counts.customGroups[grp] = true
+	}
+	g.counts.mayCount = selfAccessReview(g.client.AuthorizationV1().SelfSubjectAccessReviews())
 	g.metrics.registry.MustRegister(g.counts)
 	g.auth = identity.New(g.client.AuthenticationV1().TokenReviews(), g.client.AuthorizationV1().SubjectAccessReviews(), opts.Identity)
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -215,5 +216,78 @@ func TestListGuardCountStopsWhenIdle(t *testing.T) {
 	waitCounted(t, env, admin.Host, ns, 11)
 	if n := counted(); n != 1 {
 		t.Errorf("rampart_gateway_counted_resources = %v after counting again, want 1", n)
+	}
+}
+
+// The gateway may not read Secrets, yet a guarded LIST of them through it
+// works: they are never counted per namespace, so they are priced by the
+// API server's cluster-wide count, and a namespaced unpaginated LIST of
+// them is not refused on a guess, where the same policy refuses one of
+// ConfigMaps on their count.
+func TestListGuardPricesSecretsWithoutReadingThem(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	waitRootCA(t, env, ns)
+	for i := range 3 {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s-" + strconv.Itoa(i)}, StringData: map[string]string{"k": "v"}}
+		if _, err := env.Client.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createConfigMaps(t, env, ns, "cm", 2)
+	admin, g := inProcessGateway(t, env, gateway.Options{})
+	metric := func(name string) float64 {
+		families, err := g.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == name {
+				m := f.GetMetric()[0]
+				if m.GetCounter() != nil {
+					return m.GetCounter().GetValue()
+				}
+				return m.GetGauge().GetValue()
+			}
+		}
+		return -1
+	}
+	// The policy refuses lw-probe's unpaginated LISTs of more than one
+	// object, and is in force: ConfigMaps (3 with kube-root-ca.crt) are
+	// counted and refused.
+	waitCounted(t, env, admin.Host, ns, 3)
+	counted := metric("rampart_gateway_counted_resources")
+
+	cfg := userConfig(t, env, "lw-probe", localcluster.GatewayAdminsGroup)
+	cfg.Host = admin.Host
+	probe := httpClient(t, cfg)
+	// Once the gateway knows the cluster's count of Secrets (its scrape of
+	// the API server's metrics), each such LIST is counted as uncounted.
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		a := get(t, probe, admin.Host+"/api/v1/namespaces/"+ns+"/secrets")
+		if a.code != http.StatusOK {
+			t.Fatalf("guarded LIST of 3 Secrets in %s: %d %s; want 200 (priced by the cluster's count, not refused on a guess)", ns, a.code, a.message)
+		}
+		return metric("rampart_gateway_uncounted_lists_total") > 0, nil
+	})
+	if err != nil {
+		t.Fatal("rampart_gateway_uncounted_lists_total stayed 0 under guarded LISTs of Secrets: the gateway never priced them as uncounted")
+	}
+	if n := metric("rampart_gateway_counted_resources"); n != counted {
+		t.Errorf("rampart_gateway_counted_resources = %v after LISTs of Secrets, want %v (Secrets are never counted)", n, counted)
+	}
+
+	// The gateway's identity may not list, watch or get them.
+	for _, verb := range []string{"list", "watch", "get"} {
+		r, err := env.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: gateway.RoleName, Groups: []string{"system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Resource: "secrets"}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status.Allowed {
+			t.Errorf("the gateway's identity %s may %s secrets in every namespace", gateway.RoleName, verb)
+		}
 	}
 }

@@ -15,10 +15,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
@@ -70,8 +72,17 @@ type objectCounts struct {
 	// idleAfter: see defaultCountIdleAfter.
 	idleAfter time.Duration
 	// uncounted counts guarded requests of resources not counted per
-	// namespace because maxCountedResources are.
+	// namespace: because maxCountedResources are, or because the gateway
+	// may not (see uncountedBecause).
 	uncounted prometheus.Counter
+	// customGroups are the custom-resource groups the gateway may count
+	// (--count-custom-resource-groups).
+	customGroups map[string]bool
+	// mayCount asks the API server whether the gateway may list and watch
+	// a resource in every namespace (a SelfSubjectAccessReview); nil
+	// allows all. An informer it may not run would retry forever and
+	// never sync.
+	mayCount func(context.Context, schema.GroupVersionResource) (bool, error)
 
 	mu sync.Mutex
 	// ctx is the gateway's background context, set by run: informers
@@ -81,13 +92,17 @@ type objectCounts struct {
 	resources map[schema.GroupResource]*namespaceCounts
 	// atCapLogged says the cap has been logged since it was last reached.
 	atCapLogged bool
+	// uncountable are resources the gateway does not count (logged once),
+	// until the time given; zero: for good.
+	uncountable map[schema.GroupResource]time.Time
 }
 
 // namespaceCounts counts one resource's objects per namespace.
 type namespaceCounts struct {
-	mu     sync.Mutex
-	perNS  map[string]int64
-	total  int64
+	mu    sync.Mutex
+	perNS map[string]int64
+	total int64
+	// synced is nil until the informer starts (after the access review).
 	synced cache.InformerSynced
 
 	// Under objectCounts.mu: eager counts (--count-resources) are never
@@ -110,10 +125,12 @@ func newObjectCounts(cfg *rest.Config, restClient rest.Interface, log *slog.Logg
 		log: log, rest: restClient, md: md, discovery: disc, idleAfter: defaultCountIdleAfter,
 		uncounted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rampart_gateway_uncounted_lists_total",
-			Help: fmt.Sprintf("Guarded LISTs and watch-lists of resources the gateway does not count per namespace because it already counts %d (the cap): "+
+			Help: fmt.Sprintf("Guarded LISTs and watch-lists of resources the gateway does not count per namespace, because it already counts %d (the cap) "+
+				"or may not list them (Secrets; custom resources outside --count-custom-resource-groups): "+
 				"priced by the API server's cluster-wide count, and a namespaced one never refused as unpaginated. Resources unused for a while stop being counted.", maxCountedResources),
 		}),
 		cluster: map[schema.GroupResource]int64{}, resources: map[schema.GroupResource]*namespaceCounts{},
+		uncountable: map[schema.GroupResource]time.Time{},
 	}, nil
 }
 
@@ -128,8 +145,11 @@ func (c *objectCounts) For(r traffic.Request, now time.Time) traffic.ObjectCount
 	// Only resources the API server counts are watched: a LIST of a
 	// resource that does not exist starts nothing.
 	if nc == nil && known && c.ctx != nil && r.Version != "" {
-		if len(c.resources) < maxCountedResources {
-			nc = c.start(schema.GroupVersionResource{Group: r.APIGroup, Version: r.Version, Resource: r.Resource})
+		gvr := schema.GroupVersionResource{Group: r.APIGroup, Version: r.Version, Resource: r.Resource}
+		if c.isUncountable(gvr, now) {
+			c.uncounted.Inc()
+		} else if len(c.resources) < maxCountedResources {
+			nc = c.startChecked(gvr, now)
 			c.resources[gr] = nc
 		} else {
 			c.uncounted.Inc()
@@ -146,7 +166,7 @@ func (c *objectCounts) For(r traffic.Request, now time.Time) traffic.ObjectCount
 	}
 	c.mu.Unlock()
 	out := traffic.ObjectCounts{Cluster: cluster, ClusterKnown: known}
-	if nc != nil && nc.synced() {
+	if nc != nil && nc.isSynced() {
 		nc.mu.Lock()
 		out.Cluster, out.ClusterKnown = nc.total, true // fresher than the metric
 		if r.Namespace != "" {
@@ -157,11 +177,105 @@ func (c *objectCounts) For(r traffic.Request, now time.Time) traffic.ObjectCount
 	return out
 }
 
-// start watches gvr's metadata and counts its objects per namespace,
-// until stopped or the gateway stops. Called with c.mu held.
-func (c *objectCounts) start(gvr schema.GroupVersionResource) *namespaceCounts {
+// uncountedBecause says why the gateway never counts gr per namespace,
+// whatever its rights, or "" if it may try: Secrets, so that it needs no
+// right to read them, and custom resources outside groups (see
+// CountedGroups).
+func uncountedBecause(gr schema.GroupResource, groups map[string]bool) string {
+	switch {
+	case gr.Group == "" && gr.Resource == "secrets":
+		return "the gateway never reads Secrets"
+	case gr.Group == "" || slices.Contains(CountedGroups, gr.Group) || groups[gr.Group]:
+		return ""
+	default:
+		return "a custom-resource group not in --count-custom-resource-groups (the chart's gateway.countCustomResourceGroups)"
+	}
+}
+
+// selfAccessReview asks the API server whether the gateway may list and
+// watch a resource in every namespace.
+func selfAccessReview(reviews authorizationv1client.SelfSubjectAccessReviewInterface) func(context.Context, schema.GroupVersionResource) (bool, error) {
+	return func(ctx context.Context, gvr schema.GroupVersionResource) (bool, error) {
+		for _, verb := range []string{"list", "watch"} {
+			r, err := reviews.Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+				Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Verb: verb, Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource}},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				return false, err
+			}
+			if !r.Status.Allowed {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+}
+
+// isUncountable says whether gvr is not to be counted at now, and logs
+// the first time it is found so. Called with c.mu held.
+func (c *objectCounts) isUncountable(gvr schema.GroupVersionResource, now time.Time) bool {
+	gr := gvr.GroupResource()
+	if until, ok := c.uncountable[gr]; ok && (until.IsZero() || now.Before(until)) {
+		return true
+	}
+	if why := uncountedBecause(gr, c.customGroups); why != "" {
+		c.markUncountable(gvr, why, time.Time{})
+		return true
+	}
+	return false
+}
+
+// markUncountable stops gvr from being counted until until (zero: for
+// good) and logs it once. Called with c.mu held.
+func (c *objectCounts) markUncountable(gvr schema.GroupVersionResource, why string, until time.Time) {
+	gr := gvr.GroupResource()
+	_, logged := c.uncountable[gr]
+	c.uncountable[gr] = until
+	if !logged {
+		c.log.Info("the LIST guard does not count this resource per namespace: it is priced by its cluster-wide count, and its namespaced unpaginated LISTs are not refused",
+			"resource", gr.String(), "because", why)
+	}
+}
+
+// startChecked counts gvr per namespace once the API server says the
+// gateway may list and watch it (mayCount); until then, and if it may
+// not, gvr is priced as uncounted. Called with c.mu held.
+func (c *objectCounts) startChecked(gvr schema.GroupVersionResource, now time.Time) *namespaceCounts {
 	ctx, stop := context.WithCancel(c.ctx)
-	nc := &namespaceCounts{perNS: map[string]int64{}, stop: stop}
+	nc := &namespaceCounts{perNS: map[string]int64{}, stop: stop, lastUsed: now}
+	if c.mayCount == nil {
+		c.start(ctx, gvr, nc)
+		return nc
+	}
+	go func() {
+		allowed, err := c.mayCount(ctx, gvr)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.resources[gvr.GroupResource()] != nc { // stopped meanwhile
+			return
+		}
+		switch {
+		case err != nil:
+			// Asked again in a minute, not at each request of a storm.
+			delete(c.resources, gvr.GroupResource())
+			stop()
+			c.log.Warn("asking the API server whether the gateway may count a resource for the LIST guard", "resource", gvr.GroupResource().String(), "err", err.Error())
+			c.markUncountable(gvr, "the access review failed", time.Now().Add(time.Minute))
+		case !allowed:
+			delete(c.resources, gvr.GroupResource())
+			stop()
+			c.markUncountable(gvr, "the gateway may not list and watch it (ClusterRole rampart-gateway; custom resources: gateway.countCustomResourceGroups)", time.Time{})
+		default:
+			c.start(ctx, gvr, nc)
+		}
+	}()
+	return nc
+}
+
+// start watches gvr's metadata into nc, counting its objects per
+// namespace, until ctx ends. Called with c.mu held.
+func (c *objectCounts) start(ctx context.Context, gvr schema.GroupVersionResource, nc *namespaceCounts) {
 	informer := metadatainformer.NewFilteredMetadataInformer(c.md, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
 	// Only the namespace and name are kept: the cache of a resource with
 	// many objects stays small.
@@ -176,13 +290,20 @@ func (c *objectCounts) start(gvr schema.GroupVersionResource) *namespaceCounts {
 		DeleteFunc: func(obj any) { nc.add(obj, -1) },
 	})
 	if err != nil { // only when the informer has stopped: it has not started
-		nc.synced = func() bool { return false }
-		return nc
+		return
 	}
+	nc.mu.Lock()
 	nc.synced = reg.HasSynced
+	nc.mu.Unlock()
 	c.log.Info("counting objects per namespace for the LIST guard", "resource", gvr.String())
 	go informer.Run(ctx.Done())
-	return nc
+}
+
+func (nc *namespaceCounts) isSynced() bool {
+	nc.mu.Lock()
+	synced := nc.synced
+	nc.mu.Unlock()
+	return synced != nil && synced()
 }
 
 // idleCounts are the resources whose counts may stop at now: counted
@@ -226,13 +347,9 @@ func (c *objectCounts) countEagerly(ctx context.Context, resources []string) {
 				missing = append(missing, name)
 				continue
 			}
-			c.mu.Lock()
-			gr := gvr.GroupResource()
-			if c.resources[gr] == nil {
-				c.resources[gr] = c.start(gvr)
+			if !c.countEagerlyOne(ctx, gvr) {
+				missing = append(missing, name)
 			}
-			c.resources[gr].eager = true
-			c.mu.Unlock()
 		}
 		if pending = missing; len(pending) == 0 {
 			return
@@ -244,6 +361,41 @@ func (c *objectCounts) countEagerly(ctx context.Context, resources []string) {
 		case <-time.After(30 * time.Second):
 		}
 	}
+}
+
+// countEagerlyOne counts gvr from now on, if the gateway may; false if
+// it could not ask the API server, to be retried.
+func (c *objectCounts) countEagerlyOne(ctx context.Context, gvr schema.GroupVersionResource) bool {
+	gr := gvr.GroupResource()
+	c.mu.Lock()
+	uncountable := c.isUncountable(gvr, time.Now())
+	c.mu.Unlock()
+	if uncountable {
+		return true
+	}
+	if c.mayCount != nil {
+		ok, err := c.mayCount(ctx, gvr)
+		if err != nil {
+			c.log.Warn("asking the API server whether the gateway may count a resource for the LIST guard", "resource", gr.String(), "err", err.Error())
+			return false
+		}
+		if !ok {
+			c.mu.Lock()
+			c.markUncountable(gvr, "--count-resources names it, but the gateway may not list and watch it (ClusterRole rampart-gateway)", time.Time{})
+			c.mu.Unlock()
+			return true
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resources[gr] == nil {
+		cctx, stop := context.WithCancel(c.ctx)
+		nc := &namespaceCounts{perNS: map[string]int64{}, stop: stop}
+		c.start(cctx, gvr, nc)
+		c.resources[gr] = nc
+	}
+	c.resources[gr].eager = true
+	return true
 }
 
 func (nc *namespaceCounts) add(obj any, delta int64) {
@@ -391,7 +543,7 @@ func (c *objectCounts) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.mu.Unlock()
 	for gr, nc := range watched {
-		if nc.synced() {
+		if nc.isSynced() {
 			nc.mu.Lock()
 			counts[gr] = nc.total
 			nc.mu.Unlock()

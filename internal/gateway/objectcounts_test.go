@@ -104,3 +104,86 @@ func counterValue(t *testing.T, c *objectCounts) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// Secrets and custom resources outside the configured groups are never
+// counted per namespace: priced by the cluster-wide count like a resource
+// at the cap, counted in rampart_gateway_uncounted_lists_total, logged once.
+func TestUncountableResourcesArePricedByTheCluster(t *testing.T) {
+	var log bytes.Buffer
+	c, err := newObjectCounts(&rest.Config{Host: "https://127.0.0.1:1"}, nil, slog.New(slog.NewTextHandler(&log, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c.ctx = ctx
+	c.customGroups = map[string]bool{"counted.example.com": true}
+	c.cluster[schema.GroupResource{Resource: "secrets"}] = 7000
+	c.cluster[schema.GroupResource{Group: "other.example.com", Resource: "widgets"}] = 300
+	t0 := time.Unix(10000, 0)
+	for _, r := range []traffic.Request{
+		{Verb: "list", Version: "v1", Resource: "secrets", Namespace: "small"},
+		{Verb: "list", APIGroup: "other.example.com", Version: "v1", Resource: "widgets", Namespace: "small"},
+	} {
+		for range 2 {
+			got := c.For(r, t0)
+			if !got.ClusterKnown || got.NamespaceKnown || got.Cluster != c.cluster[schema.GroupResource{Group: r.APIGroup, Resource: r.Resource}] {
+				t.Errorf("%s: %+v, want the cluster's count alone", r.Resource, got)
+			}
+		}
+	}
+	if len(c.resources) != 0 {
+		t.Errorf("counting %v, want nothing", c.resources)
+	}
+	if n := counterValue(t, c); n != 4 {
+		t.Errorf("rampart_gateway_uncounted_lists_total = %v, want 4", n)
+	}
+	for _, res := range []string{"secrets", "widgets.other.example.com"} {
+		if n := strings.Count(log.String(), "resource="+res); n != 1 {
+			t.Errorf("%s logged %d times, want once:\n%s", res, n, log.String())
+		}
+	}
+}
+
+// A resource the API server says the gateway may not list is not counted,
+// and not asked about again.
+func TestCountAsksTheAPIServerFirst(t *testing.T) {
+	c, err := newObjectCounts(&rest.Config{Host: "https://127.0.0.1:1"}, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c.ctx = ctx
+	asked := make(chan schema.GroupVersionResource, 4)
+	c.mayCount = func(_ context.Context, gvr schema.GroupVersionResource) (bool, error) {
+		asked <- gvr
+		return false, nil
+	}
+	c.cluster[schema.GroupResource{Resource: "configmaps"}] = 50
+	list := traffic.Request{Verb: "list", Version: "v1", Resource: "configmaps", Namespace: "ns"}
+	c.For(list, time.Unix(10000, 0))
+	<-asked
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.mu.Lock()
+		_, denied := c.uncountable[schema.GroupResource{Resource: "configmaps"}]
+		n := len(c.resources)
+		c.mu.Unlock()
+		if denied && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("configmaps not marked uncountable after a denied review (counting %d resources)", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := c.For(list, time.Unix(10001, 0)); got.NamespaceKnown || got.Cluster != 50 {
+		t.Errorf("after a denied review: %+v, want the cluster's count alone", got)
+	}
+	select {
+	case gvr := <-asked:
+		t.Errorf("asked again about %v", gvr)
+	default:
+	}
+}
