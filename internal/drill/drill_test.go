@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,25 +14,35 @@ import (
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
 )
 
-// TestDrills replays every incident at the size of the reports on two real
-// local clusters, one without Rampart and one with it: unprotected, the
-// loss is real; protected, nothing is lost and the mistake was denied with
-// the way to proceed.
+// TestDrills replays every incident (at half the size of the reports; see
+// RAMPART_DRILL_SCALE) on two real local clusters, one without Rampart and
+// one with it: unprotected, the loss is real; protected, nothing is lost
+// and the mistake was denied with the way to proceed.
 func TestDrills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drills start local clusters")
 	}
+	// make test runs the drills at half their size (RAMPART_DRILL_SCALE,
+	// default 2) to keep CI short; `rampart drill` runs them whole.
+	scale := 2
+	if s := os.Getenv("RAMPART_DRILL_SCALE"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("RAMPART_DRILL_SCALE=%q: want a positive integer", s)
+		}
+		scale = n
+	}
 	// One simulated node per custom resource of the meta-cluster drill.
-	const nodes = 1000
+	nodes := max(1000/scale, 3)
 	// Both run a gateway: the gateway drills compare going around it (or
 	// killing it) with going through it (or stopping it gracefully).
 	unprotectedEnv := clustertest.Start(t, localcluster.Options{Unprotected: true, Nodes: nodes, Gateway: true})
 	protectedEnv := clustertest.Start(t, localcluster.Options{Nodes: nodes, Gateway: true})
-	unprotected, err := drill.NewTarget(unprotectedEnv.Config, false, "u", 1)
+	unprotected, err := drill.NewTarget(unprotectedEnv.Config, false, "u", scale)
 	if err != nil {
 		t.Fatal(err)
 	}
-	protected, err := drill.NewTarget(protectedEnv.Config, true, "p", 1)
+	protected, err := drill.NewTarget(protectedEnv.Config, true, "p", scale)
 	if err != nil {
 		t.Fatal(err)
 	}
