@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -51,6 +52,8 @@ type Deletion struct {
 	Policies Policies
 	// Recorder writes an Event on each denied object; nil writes none.
 	Recorder events.EventRecorder
+	// Mapper names resources as discovery does in denials; nil guesses.
+	Mapper meta.RESTMapper
 }
 
 var _ admission.Handler = (*Deletion)(nil)
@@ -97,6 +100,7 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 		UID:   old.GetUID(),
 		Level: v1alpha1.ProtectionLevel(old.GetLabels()[v1alpha1.LabelProtection]),
 	}
+	r.Singular = protection.Singular(h.Mapper, r.Resource)
 	pol, resp := findPolicy(ctx, h.Policies, req, &old)
 	if resp != nil {
 		return *resp

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,6 +40,8 @@ type Replicas struct {
 	// view says a scale target carries no rule (it may lag); nil trusts
 	// the view.
 	LiveLabels func(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (map[string]string, bool, error)
+	// Mapper names resources as discovery does in denials; nil guesses.
+	Mapper meta.RESTMapper
 }
 
 var _ admission.Handler = (*Replicas)(nil)
@@ -81,7 +84,7 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 	if err := cur.UnmarshalJSON(req.Object.Raw); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	base := replicas.Request{Object: protection.Object{Resource: gr, Namespace: req.Namespace, Name: req.Name}}
+	base := replicas.Request{Object: protection.Object{Resource: gr, Namespace: req.Namespace, Name: req.Name, Singular: protection.Singular(h.Mapper, gr)}}
 	var uid types.UID
 	var sources []guardSource
 	kind := schema.GroupVersionKind(req.Kind)

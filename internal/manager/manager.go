@@ -254,9 +254,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("rampart")
-	deletionHook := &rampartadmission.Deletion{View: views.Deletion, Policies: policies, Recorder: recorder}
+	deletionHook := &rampartadmission.Deletion{View: views.Deletion, Policies: policies, Recorder: recorder, Mapper: mgr.GetRESTMapper()}
 	replicasHook := &rampartadmission.Replicas{View: views.ScaleTargets, Policies: policies, Exempt: o.ReplicasExempt, Recorder: recorder,
-		InForce: reg, LiveLabels: liveLabels(meta)}
+		InForce: reg, LiveLabels: liveLabels(meta), Mapper: mgr.GetRESTMapper()}
 	server.Register(rampartadmission.DeletionPath, &webhook.Admission{Handler: deletionHook})
 	server.Register(rampartadmission.ReplicasPath, &webhook.Admission{Handler: replicasHook})
 	server.Register(rampartadmission.PolicyDeletionPrefix, &webhook.Admission{Handler: deletionHook,
@@ -264,7 +264,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	server.Register(rampartadmission.PolicyReplicasPrefix, &webhook.Admission{Handler: replicasHook,
 		WithContextFunc: rampartadmission.PolicyFromPath(rampartadmission.PolicyReplicasPrefix)})
 	server.Register(rampartadmission.WindowPrefix, &webhook.Admission{
-		Handler:         &rampartadmission.Windows{Reader: mgr.GetCache(), Live: direct, Recorder: recorder},
+		Handler:         &rampartadmission.Windows{Reader: mgr.GetCache(), Live: direct, Recorder: recorder, Mapper: mgr.GetRESTMapper()},
 		WithContextFunc: rampartadmission.WindowFromPath})
 	generated := &rampartadmission.GeneratedBudgets{Client: direct}
 	server.Register(rampartadmission.WindowSpecPath, &webhook.Admission{Handler: rampartadmission.WindowSpec{InForce: reg}})
