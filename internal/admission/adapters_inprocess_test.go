@@ -9,8 +9,8 @@ package admission_test
 import (
 	"context"
 	"encoding/json"
-	"net/url"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 

@@ -33,14 +33,16 @@ func sample(n int, what string) deletion.Sample {
 	return deletion.Sample{Count: n, Examples: []string{what}}
 }
 
-func (v deletionView) LivePods(ns string) deletion.Sample       { return sample(v.livePods[ns], "pod/web-1") }
-func (v deletionView) BoundClaims(string) deletion.Sample       { return deletion.Sample{} }
-func (v deletionView) ScaledWorkloads(string) deletion.Sample   { return deletion.Sample{} }
-func (v deletionView) ProtectedObjects(string) deletion.Sample  { return deletion.Sample{} }
-func (v deletionView) CustomResources(string) deletion.Sample   { return deletion.Sample{} }
-func (v deletionView) Dependents(types.UID) deletion.Sample     { return deletion.Sample{} }
-func (v deletionView) LivePodsOf(uid types.UID) deletion.Sample { return sample(v.podsOf[uid], "pod/web-1") }
-func (v deletionView) HasSynced() bool                          { return !v.unsynced }
+func (v deletionView) LivePods(ns string) deletion.Sample      { return sample(v.livePods[ns], "pod/web-1") }
+func (v deletionView) BoundClaims(string) deletion.Sample      { return deletion.Sample{} }
+func (v deletionView) ScaledWorkloads(string) deletion.Sample  { return deletion.Sample{} }
+func (v deletionView) ProtectedObjects(string) deletion.Sample { return deletion.Sample{} }
+func (v deletionView) CustomResources(string) deletion.Sample  { return deletion.Sample{} }
+func (v deletionView) Dependents(types.UID) deletion.Sample    { return deletion.Sample{} }
+func (v deletionView) LivePodsOf(uid types.UID) deletion.Sample {
+	return sample(v.podsOf[uid], "pod/web-1")
+}
+func (v deletionView) HasSynced() bool { return !v.unsynced }
 func (v deletionView) ScaleReplicasPath(schema.GroupResource) (string, bool) {
 	return "", false
 }
@@ -124,7 +126,7 @@ func TestDeletionHandlerInProcess(t *testing.T) {
 			review: cascadingNS, want: outcome{allowed: true}},
 		{name: "through a Warn-mode policy: admitted with the denial as a warning", ctx: throughPolicy(rampartadmission.PolicyDeletionPrefix, "warn"),
 			review: with(cascadingNS, func(r *review) { r.old = namespaceObj("empty", "") }),
-			want: outcome{allowed: true, says: []string{"Warn mode", `ProtectionPolicy "warn"`}}},
+			want:   outcome{allowed: true, says: []string{"Warn mode", `ProtectionPolicy "warn"`}}},
 	} {
 		v := view
 		if tt.view.unsynced {

@@ -106,7 +106,7 @@ func TestReplicasHandlerInProcess(t *testing.T) {
 		// The policy whose webhook the write came through.
 		{name: "policy: its guard, not the label's", ctx: throughPolicy(rampartadmission.PolicyReplicasPrefix, "critical"),
 			review: update("prod", deploymentWith(2, nil, nil), deploymentWith(0, nil, nil)),
-			want: outcome{code: http.StatusForbidden, says: []string{`ProtectionPolicy "critical"`, "ToZero"}}},
+			want:   outcome{code: http.StatusForbidden, says: []string{`ProtectionPolicy "critical"`, "ToZero"}}},
 		{name: "policy: a change its guard does not cover", ctx: throughPolicy(rampartadmission.PolicyReplicasPrefix, "critical"),
 			review: update("prod", deploymentWith(2, nil, nil), deploymentWith(1, explicit, nil)), want: outcome{allowed: true}},
 		{name: "policy: gone", ctx: throughPolicy(rampartadmission.PolicyReplicasPrefix, "gone"),
