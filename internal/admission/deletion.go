@@ -1,5 +1,5 @@
 // Package admission adapts Rampart's decisions to Kubernetes admission
-// webhooks: it builds each decision's request view from an AdmissionReview,
+// webhooks: it builds each decision's request from an AdmissionReview,
 // reports denials (response, Event, metric), and registers the webhook
 // configurations with the API server.
 package admission
