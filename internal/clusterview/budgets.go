@@ -159,22 +159,26 @@ func (v *Budgets) ControllerReplicas(ns, controller string) (top string, replica
 		}
 	default:
 		// A custom workload with a scale subresource.
-		found := false
-		v.informers.eachScaleCR(func(_ schema.GroupVersionResource, store cache.Store) {
-			obj, ok, err := store.GetByKey(ns + "/" + name)
-			if u, isU := obj.(*unstructured.Unstructured); !found && err == nil && ok && isU && u.GetKind() == kind {
-				n, _, _ := unstructured.NestedInt64(u.Object, replicasField)
-				replicas, found = int32(n), true
-			}
-		})
-		if found {
-			return controller, replicas, true
+		if n, found := v.customReplicas(kind, ns+"/"+name); found {
+			return controller, n, true
 		}
 	}
 	return controller, 0, false
 }
 
 const labelPUBCovered = v1alpha1.LabelPUBCovered
+
+// customReplicas are the replicas of a cached custom workload of kind.
+func (v *Budgets) customReplicas(kind, key string) (replicas int32, found bool) {
+	v.informers.eachScaleCR(func(_ schema.GroupVersionResource, store cache.Store) {
+		obj, ok, err := store.GetByKey(key)
+		if u, isU := obj.(*unstructured.Unstructured); !found && err == nil && ok && isU && u.GetKind() == kind {
+			n, _, _ := unstructured.NestedInt64(u.Object, replicasField)
+			replicas, found = int32(n), true
+		}
+	})
+	return replicas, found
+}
 
 // PodLabels are a cached pod's labels.
 func (v *Budgets) PodLabels(ns, name string) (map[string]string, bool) {
