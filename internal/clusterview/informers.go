@@ -334,20 +334,31 @@ func (c *Informers) watchLabelled(ctx context.Context) error {
 }
 
 func (c *Informers) watchLabelledOf(ctx context.Context, gvr schema.GroupVersionResource) {
+	c.startOnce(ctx, c.labelled, gvr, func() (cache.SharedIndexInformer, error) {
+		return c.metadataInformer(gvr, v1alpha1.LabelProtection), nil
+	})
+}
+
+// startOnce runs the informer build makes of gvr and files it in m, unless
+// m holds one already or the manager may not watch gvr.
+func (c *Informers) startOnce(ctx context.Context, m map[schema.GroupVersionResource]*crInformer, gvr schema.GroupVersionResource, build func() (cache.SharedIndexInformer, error)) {
 	c.mu.RLock()
-	_, ok := c.labelled[gvr]
+	_, ok := m[gvr]
 	c.mu.RUnlock()
 	if ok || !c.watchable(ctx, gvr) {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.labelled[gvr]; ok {
+	if _, ok := m[gvr]; ok {
+		return
+	}
+	inf, err := build()
+	if err != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	inf := c.metadataInformer(gvr, v1alpha1.LabelProtection)
-	c.labelled[gvr] = &crInformer{informer: inf, cancel: cancel}
+	m[gvr] = &crInformer{informer: inf, cancel: cancel}
 	go inf.RunWithContext(ctx)
 }
 

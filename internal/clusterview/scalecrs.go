@@ -2,6 +2,7 @@ package clusterview
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -29,22 +30,29 @@ const replicasField = "replicas"
 // subresource, slimmed to metadata and replicas: their scale requests carry
 // no labels, and a namespace holding one with replicas is not empty.
 func (c *Informers) watchScaleCR(ctx context.Context, gvr schema.GroupVersionResource, path string) {
-	c.mu.RLock()
-	_, ok := c.scaleCRs[gvr]
-	c.mu.RUnlock()
-	if ok || !c.watchable(ctx, gvr) {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.scaleCRs[gvr]; ok || c.dynamic == nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(ctx)
+	c.startOnce(ctx, c.scaleCRs, gvr, func() (cache.SharedIndexInformer, error) {
+		if c.dynamic == nil {
+			return nil, errors.New("no dynamic client")
+		}
+		inf := dynamicinformer.NewFilteredDynamicInformer(c.dynamic, gvr, metav1.NamespaceAll, 0,
+			cache.Indexers{byNamespace: cache.MetaNamespaceIndexFunc}, nil).Informer()
+		if err := inf.SetTransform(slimScaled(path)); err != nil {
+			return nil, err
+		}
+		for _, on := range c.onScaleCR {
+			if _, err := inf.AddEventHandler(on(gvr)); err != nil {
+				return nil, err
+			}
+		}
+		return inf, nil
+	})
+}
+
+// slimScaled keeps of a custom workload its metadata and its replicas
+// (read at path, 1 when unset), under replicasField.
+func slimScaled(path string) cache.TransformFunc {
 	fields := strings.Split(strings.TrimPrefix(path, "."), ".")
-	inf := dynamicinformer.NewFilteredDynamicInformer(c.dynamic, gvr, metav1.NamespaceAll, 0,
-		cache.Indexers{byNamespace: cache.MetaNamespaceIndexFunc}, nil).Informer()
-	_ = inf.SetTransform(func(obj any) (any, error) {
+	return func(obj any) (any, error) {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
 			return obj, nil
@@ -62,15 +70,7 @@ func (c *Informers) watchScaleCR(ctx context.Context, gvr schema.GroupVersionRes
 		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": meta, replicasField: replicas,
 		}}, nil
-	})
-	for _, on := range c.onScaleCR {
-		if _, err := inf.AddEventHandler(on(gvr)); err != nil {
-			cancel()
-			return
-		}
 	}
-	c.scaleCRs[gvr] = &crInformer{informer: inf, cancel: cancel}
-	go inf.RunWithContext(ctx)
 }
 
 // scaleStore is the store of a custom resource with a scale subresource,
