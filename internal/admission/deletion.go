@@ -1,6 +1,6 @@
 // Package admission adapts Rampart's decisions to Kubernetes admission
 // webhooks: it builds each decision's request view from an AdmissionReview,
-// reports denials (response, Event, metric), and registers the webhook
+// answers every verdict alike (respond: response, Event, metric), and registers the webhook
 // configurations with the API server.
 package admission
 
@@ -129,14 +129,8 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 			errors.New("rampart is still loading its view of the cluster; retry in a few seconds"))
 	}
 	v := deletion.Decide(r, h.View)
-	if v.Allowed {
-		return admission.Allowed("")
-	}
-	if pol != nil && !policy.Enforced(pol) {
-		return warn(v.Rule, r.Object, v.Message)
-	}
-	deny(h.Recorder, req, schema.GroupVersionKind(req.Kind), r.Object, r.UID, v.Rule, "Delete", v.Message)
-	return admission.Denied(v.Message)
+	v.Warn = pol != nil && !policy.Enforced(pol)
+	return respond(h.Recorder, req, about{Kind: schema.GroupVersionKind(req.Kind), Object: r.Object, UID: r.UID, Action: "Delete"}, v)
 }
 
 // findPolicy finds the ProtectionPolicy whose webhook the request came

@@ -156,14 +156,12 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 		r := base
 		r.Guard, r.Source, r.Exempt = s.guard, s.source, s.exempt
 		v := replicas.Decide(r)
-		switch {
-		case v.Allowed:
-		case !s.enforce:
-			warnings = append(warnings, warn(v.Rule, r.Object, v.Message).Warnings...)
-		default:
-			deny(h.Recorder, req, kind, r.Object, uid, v.Rule, "Scale", v.Message)
-			return admission.Denied(v.Message)
+		v.Warn = !s.enforce
+		resp := respond(h.Recorder, req, about{Kind: kind, Object: r.Object, UID: uid, Action: "Scale"}, v)
+		if !resp.Allowed {
+			return resp
 		}
+		warnings = append(warnings, resp.Warnings...)
 	}
 	return admission.Allowed("").WithWarnings(warnings...)
 }
