@@ -36,7 +36,7 @@ import (
 
 // Webhook paths of PodUnavailableBudgets.
 const (
-	// BudgetPath judges pod deletes, evictions, in-place updates and resizes.
+	// BudgetPath decides pod deletes, evictions, in-place updates and resizes.
 	BudgetPath = "/validate/budgets"
 	// BudgetCoverPath labels new pods that a budget covers.
 	BudgetCoverPath = "/mutate/budgets"
@@ -49,7 +49,7 @@ var budgetDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 func init() { metrics.Registry.MustRegister(budgetDecisions) }
 
-// Budgets judges every disruption of a pod against every budget that
+// Budgets decides every disruption of a pod against every budget that
 // covers it. An admitted disruption is written into each budget's status
 // (the pod, with the time) with optimistic concurrency before it is
 // admitted, so that replicas never admit more than a budget allows between
@@ -59,7 +59,7 @@ type Budgets struct {
 	// Client reads and writes budgets directly: the latest status decides
 	// every denial and every write.
 	Client client.Client
-	// Cache, the manager's informer cache, is where a judgement starts.
+	// Cache, the manager's informer cache, is where a decision starts.
 	Cache client.Reader
 	Index *budget.Index
 	// Pods are cached pods, for evictions (their requests carry no pod).
@@ -127,7 +127,7 @@ func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budg
 			}
 		}
 		// A pod created a moment ago may not be cached yet: ask the API
-		// server rather than let its eviction through unjudged.
+		// server rather than let its eviction through undecided.
 		p := &corev1.Pod{}
 		if err := h.Client.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: req.Name}, p); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -222,7 +222,7 @@ func (h *Budgets) covering(ctx context.Context, ns string, podLabels map[string]
 		if gen, ok := filed[m.Name]; (ok && gen == m.Generation) || m.DeletionTimestamp != nil {
 			continue
 		}
-		// Not filed, or filed with a spec that has changed since: judge by
+		// Not filed, or filed with a spec that has changed since: decide by
 		// the budget as it is now.
 		keys = slices.DeleteFunc(keys, func(k budget.Key) bool { return k.Name == m.Name })
 		b := &v1alpha1.PodUnavailableBudget{}

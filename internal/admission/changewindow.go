@@ -42,7 +42,7 @@ var overrides = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 func init() { metrics.Registry.MustRegister(overrides) }
 
-// Windows judges writes to objects a ChangeWindow covers.
+// Windows decides writes to objects a ChangeWindow covers.
 type Windows struct {
 	Reader client.Reader
 	// Live reads a window the cache does not hold yet (its webhook is
@@ -124,7 +124,7 @@ func (h *Windows) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	w, err := h.compile(cw)
 	if err != nil {
-		// A window the API accepted but that cannot be judged fails closed
+		// A window the API accepted but that cannot be evaluated fails closed
 		// and says why.
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("ChangeWindow %s/%s: %w", ns, name, err))
 	}

@@ -46,7 +46,7 @@ type ClusterView interface {
 	NamespaceLabels(ns string) (map[string]string, bool)
 }
 
-// Deletion judges DELETE requests with internal/protection/deletion, for
+// Deletion decides DELETE requests with internal/protection/deletion, for
 // the rampart.io/protection label or, when reached through a policy's
 // webhook, for that ProtectionPolicy.
 type Deletion struct {

@@ -72,7 +72,7 @@ func NextExpiry(st v1alpha1.PodUnavailableBudgetStatus, timeout time.Duration) t
 	return next
 }
 
-// Protects says whether the budget judges this kind of disruption.
+// Protects says whether the budget decides this kind of disruption.
 func Protects(spec v1alpha1.PodUnavailableBudgetSpec, op v1alpha1.DisruptionOperation) bool {
 	ops := spec.ProtectOperations
 	if len(ops) == 0 {
@@ -87,7 +87,7 @@ type Request struct {
 	Op             v1alpha1.DisruptionOperation
 	// Verb is how the user sees it: "delete", "evict", "update", "resize".
 	Verb string
-	// DryRun requests are judged and never consume the budget.
+	// DryRun requests are decided and never consume the budget.
 	DryRun bool
 }
 
