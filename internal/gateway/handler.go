@@ -102,12 +102,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		case v1alpha1.ActionLimit:
 			if p.Spec.Breaker != nil {
-				if d := g.breakers.admit(p, start); !d.Admitted {
+				if d := g.breakers.decide(p, start); !d.Admitted {
 					g.refused(w, r, req, p.Name, "breaker", http.StatusTooManyRequests, d.Message, traffic.RetryAfter(d.Wait, jitter()), start)
 					return
 				}
 			}
-			v := g.limiter.Admit(p, req, start)
+			v := g.limiter.Decide(p, req, start)
 			if !v.Admitted {
 				g.refused(w, r, req, p.Name, v.Reason, http.StatusTooManyRequests, v.Message, traffic.RetryAfter(v.Wait, jitter()), start)
 				return

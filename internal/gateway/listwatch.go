@@ -21,5 +21,5 @@ func (g *Gateway) guardListWatch(p *traffic.Policy, req traffic.Request, now tim
 	if p.Spec.List != nil && (req.Verb == "list" || req.InitialEvents()) {
 		counts = g.counts.For(req, now)
 	}
-	return g.guards.Admit(p, req, counts, now)
+	return g.guards.Decide(p, req, counts, now)
 }
