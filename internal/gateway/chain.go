@@ -121,8 +121,10 @@ type exchange struct {
 	sample int
 	// long is set for watches and other long-running requests.
 	long bool
-	// ends run when the request ends, last registered first.
-	ends []func()
+	// ends run when the request ends, last registered first; endsBuf
+	// holds them without an allocation of their own.
+	ends    []func()
+	endsBuf [4]func()
 }
 
 // exchangeKey carries the exchange in the forwarded request's context.
@@ -142,6 +144,7 @@ func (x *exchange) end() {
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info := traffic.Info(r)
 	x := &exchange{r: r, start: time.Now(), info: info, req: traffic.FromInfo(info, r.URL), policyName: noPolicy}
+	x.ends = x.endsBuf[:0]
 	// Deferred: the proxy aborts a response that breaks mid-stream by
 	// panicking with http.ErrAbortHandler.
 	defer x.end()

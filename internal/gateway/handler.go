@@ -29,7 +29,9 @@ func (g *Gateway) forward(w http.ResponseWriter, x *exchange) {
 	out := x.r.WithContext(forwardContext(ctx, x))
 	inFlight := g.metrics.inFlightOf(x.policyName, kind)
 	inFlight.Inc()
-	x.onEnd(inFlight.Dec)
+	// Deferred: the proxy aborts a response that breaks mid-stream by
+	// panicking with http.ErrAbortHandler.
+	defer inFlight.Dec()
 	rec := &recorder{ResponseWriter: w, code: http.StatusOK}
 	sent := time.Now()
 	g.proxy.ServeHTTP(rec, out)
