@@ -55,9 +55,9 @@ func newBreakers(g *Gateway) *breakers {
 	return b
 }
 
-// admit asks p's breaker about a request p matched.
-func (b *breakers) admit(p *traffic.Policy, now time.Time) breaker.Decision {
-	d, ts := b.set.Admit(p.Name, breaker.ConfigOf(p.Spec.Breaker), now, jitter())
+// decide asks p's breaker about a request p matched.
+func (b *breakers) decide(p *traffic.Policy, now time.Time) breaker.Decision {
+	d, ts := b.set.Decide(p.Name, breaker.ConfigOf(p.Spec.Breaker), now, jitter())
 	b.report(ts)
 	return d
 }

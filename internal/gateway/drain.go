@@ -26,7 +26,7 @@ import (
 // broken one, and relisted), so that the re-watches reach the other
 // replicas, or the restarted gateway, as a trickle.
 
-// streamKey carries a long-running request's stream from ServeHTTP to the
+// streamKey carries a long-running request's stream from forward to the
 // transport, which attaches the upstream body to it.
 type streamKey struct{}
 

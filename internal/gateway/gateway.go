@@ -117,8 +117,10 @@ type Gateway struct {
 	transport *upstream.Transport
 	proxy     *httputil.ReverseProxy
 	auth      *identity.Authenticator
+	// guards decide, in order, whether a request is forwarded (chain.go).
+	guards    []guard
 	limiter   *traffic.Limiter
-	guards    *traffic.Guards
+	listWatch *traffic.Guards
 	counts    *objectCounts
 	policies  atomic.Pointer[[]traffic.Policy]
 	synced    atomic.Bool
@@ -180,12 +182,12 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	if !hasCert && !hasToken {
 		return nil, errors.New("the gateway's kubeconfig has neither a client certificate nor a token: the gateway must authenticate as itself (bound to ClusterRole rampart-gateway) to impersonate its clients")
 	}
-	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), guards: traffic.NewGuards(), refusalLog: rate.NewLimiter(20, 20), stopLong: context.Background()}
+	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), listWatch: traffic.NewGuards(), refusalLog: rate.NewLimiter(20, 20), stopLong: context.Background()}
 	g.pool = upstream.NewPool(urls, opts.Upstream, time.Now())
 	g.transport = upstream.NewTransport(g.pool, upTLS)
 	g.transport.LongRunning = func(r *http.Request) bool {
-		if f, ok := r.Context().Value(forwardKey{}).(forwarding); ok {
-			return f.long
+		if x := exchangeOf(r); x != nil {
+			return x.long
 		}
 		// The gateway's own requests (its policy and count watches).
 		return traffic.Describe(r).LongRunning()
@@ -213,10 +215,10 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 			// event's source IPs; Rewrite has dropped what the client
 			// sent, so this is the client's real address.
 			r.SetXForwarded()
-			if f, ok := r.In.Context().Value(forwardKey{}).(forwarding); ok {
-				identity.Forward(r.Out.Header, f.as)
+			if x := exchangeOf(r.In); x != nil {
+				identity.Forward(r.Out.Header, x.as)
 			} else {
-				// Unreachable: ServeHTTP always sets it. Forwarding
+				// Unreachable: forward always sets it. Forwarding
 				// without an identity would act as the gateway itself.
 				identity.Forward(r.Out.Header, identity.Anonymous)
 			}
@@ -230,6 +232,7 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	g.policies.Store(&empty)
 	g.metrics = newMetrics(g)
 	g.breakers = newBreakers(g)
+	g.guards = g.chain()
 
 	// The gateway's own calls (TokenReview, SubjectAccessReview, the
 	// policy watch) go through the pool too, so they survive an API

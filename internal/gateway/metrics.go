@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -25,8 +26,59 @@ type metrics struct {
 	ejections  *prometheus.CounterVec
 	top        *topClients
 
+	// The children of the vectors above by their labels: a lookup in a
+	// sync.Map hashes no label string and allocates nothing, where
+	// WithLabelValues would on every request.
+	requestsOf   children[requestLabels, prometheus.Counter]
+	latencies    children[[2]string, prometheus.Observer]
+	inFlights    children[[2]string, prometheus.Gauge]
+	rejectionsOf children[[2]string, prometheus.Counter]
+
 	mu        sync.Mutex
 	resources map[string]bool
+	// labelOf caches the resource label of each resource admitted to
+	// resources, so that a known one is found without the lock.
+	labelOf sync.Map // resourceKey -> string
+}
+
+type requestLabels struct {
+	policy, verb, resource string
+	code                   int
+}
+
+type resourceKey struct{ group, resource, subresource string }
+
+// children caches the children of a metric vector by their labels. The
+// vectors' label values are bounded already (policies, verbs, at most
+// maxResourceLabels resources, codes), and so are the entries.
+type children[K comparable, M any] struct {
+	m     sync.Map
+	child func(K) M
+}
+
+func (c *children[K, M]) get(k K) M {
+	if m, ok := c.m.Load(k); ok {
+		return m.(M)
+	}
+	m, _ := c.m.LoadOrStore(k, c.child(k))
+	return m.(M)
+}
+
+// request is the requests_total counter of a request.
+func (m *metrics) request(policy, verb, resource string, code int) prometheus.Counter {
+	return m.requestsOf.get(requestLabels{policy, verb, resource, code})
+}
+
+func (m *metrics) latencyOf(policy, verb string) prometheus.Observer {
+	return m.latencies.get([2]string{policy, verb})
+}
+
+func (m *metrics) inFlightOf(policy, kind string) prometheus.Gauge {
+	return m.inFlights.get([2]string{policy, kind})
+}
+
+func (m *metrics) rejection(policy, reason string) prometheus.Counter {
+	return m.rejectionsOf.get([2]string{policy, reason})
 }
 
 var knownVerbs = map[string]bool{
@@ -61,6 +113,12 @@ func newMetrics(g *Gateway) *metrics {
 		top:       newTopClients(10, 256, time.Minute),
 		resources: map[string]bool{},
 	}
+	m.requestsOf.child = func(l requestLabels) prometheus.Counter {
+		return m.requests.WithLabelValues(l.policy, l.verb, l.resource, strconv.Itoa(l.code))
+	}
+	m.latencies.child = func(l [2]string) prometheus.Observer { return m.latency.WithLabelValues(l[0], l[1]) }
+	m.inFlights.child = func(l [2]string) prometheus.Gauge { return m.inFlight.WithLabelValues(l[0], l[1]) }
+	m.rejectionsOf.child = func(l [2]string) prometheus.Counter { return m.rejections.WithLabelValues(l[0], l[1]) }
 	m.registry.MustRegister(m.requests, m.latency, m.inFlight, m.rejections, m.ejections,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&upstreamCollector{g: g}, m.top)
@@ -78,6 +136,10 @@ func (m *metrics) labels(r traffic.Request, code int) (verb, resource string) {
 	if !r.IsResource {
 		return verb, "nonresource"
 	}
+	key := resourceKey{r.APIGroup, r.Resource, r.Subresource}
+	if l, ok := m.labelOf.Load(key); ok {
+		return verb, l.(string)
+	}
 	resource = r.Resource
 	if r.APIGroup != "" {
 		resource += "." + r.APIGroup
@@ -94,6 +156,7 @@ func (m *metrics) labels(r traffic.Request, code int) (verb, resource string) {
 		return verb, "other"
 	}
 	m.resources[resource] = true
+	m.labelOf.Store(key, resource)
 	return verb, resource
 }
 

@@ -46,7 +46,7 @@ func (g *Gateway) watchPolicies(ctx context.Context, wg *sync.WaitGroup) error {
 		traffic.Sort(ps)
 		g.policies.Store(&ps)
 		g.limiter.Forget(ps)
-		g.guards.Forget(ps)
+		g.listWatch.Forget(ps)
 	}
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { reload() },

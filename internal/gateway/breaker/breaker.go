@@ -75,10 +75,10 @@ func orDefault(v, def int32) int32 {
 // gateway resumes only those (an open by hand is in spec).
 const trippedPrefix = "tripped: "
 
-// Judge says whether the answers s summarizes show the API servers in
+// Decide says whether the answers s summarizes show the API servers in
 // distress by t's thresholds, and if so which threshold with the measured
 // value. Below t's minimum rate of answers nothing is distress.
-func Judge(t Trip, s *Summary) (reason string, distressed bool) {
+func Decide(t Trip, s *Summary) (reason string, distressed bool) {
 	if s.Answers == 0 || s.Answers < t.MinRequestsPerSecond*s.Seconds {
 		return "", false
 	}

@@ -211,9 +211,9 @@ func TestJudge(t *testing.T) {
 			w := &Window{}
 			tc.record(w)
 			s := w.Summarize(at(9.5), trip.ForSeconds)
-			reason, distressed := Judge(trip, &s)
+			reason, distressed := Decide(trip, &s)
 			if distressed != (tc.want != "") || !strings.Contains(reason, tc.want) {
-				t.Errorf("Judge: %v %q, want %q", distressed, reason, tc.want)
+				t.Errorf("Decide: %v %q, want %q", distressed, reason, tc.want)
 			}
 		})
 	}
@@ -250,7 +250,7 @@ func TestConfigOfAppliesDefaults(t *testing.T) {
 
 func TestSetForgetsBreakersOfGonePolicies(t *testing.T) {
 	s := NewSet()
-	if d, ts := s.Admit("web", Config{Open: true}, t0, 0); d.Admitted || len(ts) != 2 || ts[0].To != Closed || ts[1].To != Open || ts[1].Policy != "web" {
+	if d, ts := s.Decide("web", Config{Open: true}, t0, 0); d.Admitted || len(ts) != 2 || ts[0].To != Closed || ts[1].To != Open || ts[1].Policy != "web" {
 		t.Fatalf("first request to an open breaker: %+v %+v", d, ts)
 	}
 	s.Tick(nil, at(1))
@@ -289,13 +289,13 @@ func BenchmarkSummarize10s(b *testing.B) {
 	}
 }
 
-// BenchmarkSetAdmit is what a request of a policy with a breaker pays.
-func BenchmarkSetAdmit(b *testing.B) {
+// BenchmarkSetDecide is what a request of a policy with a breaker pays.
+func BenchmarkSetDecide(b *testing.B) {
 	s := NewSet()
 	cfg := Config{Ramp: 30 * time.Second}
 	now := time.Now()
 	for b.Loop() {
-		s.Admit("web", cfg, now, 0.5)
+		s.Decide("web", cfg, now, 0.5)
 	}
 }
 
@@ -356,7 +356,7 @@ func TestResume(t *testing.T) {
 	}
 	// A breaker the gateway has already made is not replaced.
 	s := NewSet()
-	s.Admit("web", Config{Open: true}, at(0), 0)
+	s.Decide("web", Config{Open: true}, at(0), 0)
 	if ts := s.Resume("web", Config{}, entry(Closed, "", 0), at(1)); ts != nil {
 		t.Errorf("Resume over a live breaker: %+v", ts)
 	}

@@ -26,9 +26,9 @@ type Decision struct {
 	Wait     time.Duration
 }
 
-// Admit advances policy's breaker by its spec and the clock (the window
+// Decide advances policy's breaker by its spec and the clock (the window
 // is judged by Tick) and says whether it lets a request through.
-func (s *Set) Admit(policy string, cfg Config, now time.Time, draw float64) (Decision, []Transition) {
+func (s *Set) Decide(policy string, cfg Config, now time.Time, draw float64) (Decision, []Transition) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ts := s.get(policy, cfg, now)
@@ -67,7 +67,7 @@ func (s *Set) Tick(ps []Configured, now time.Time) []Transition {
 				summaries[t.ForSeconds] = sum
 			}
 			judged = true
-			reason, distressed = Judge(*t, sum)
+			reason, distressed = Decide(*t, sum)
 		}
 		out = append(out, named(p.Policy, b.Advance(p.Config, judged, distressed, reason, now))...)
 	}

@@ -1,6 +1,6 @@
 // Package breaker is the gateway's circuit breaker: a sliding window of
 // the API servers' answers (Window), the judgement of distress over it
-// (Judge), and each policy's breaker state machine (Breaker). Everything
+// (Decide), and each policy's breaker state machine (Breaker). Everything
 // here is pure: the clock is passed in.
 package breaker
 

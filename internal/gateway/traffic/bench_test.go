@@ -25,9 +25,9 @@ func BenchmarkSelectAmong50Policies(b *testing.B) {
 	}
 }
 
-// BenchmarkAdmitFairShare is the per-request cost of a Limit policy shared
+// BenchmarkDecideFairShare is the per-request cost of a Limit policy shared
 // fairly by 100 active users.
-func BenchmarkAdmitFairShare(b *testing.B) {
+func BenchmarkDecideFairShare(b *testing.B) {
 	p := policy(b, "shared", `{precedence: 1, action: Limit, limit: {qps: 1000000, burst: 1000000, maxInFlight: 100000}, match: [{}]}`)
 	l := NewLimiter()
 	now := time.Unix(1_800_000_000, 0)
@@ -39,7 +39,7 @@ func BenchmarkAdmitFairShare(b *testing.B) {
 	for b.Loop() {
 		i++
 		now = now.Add(time.Microsecond)
-		v := l.Admit(&p, reqs[i%len(reqs)], now)
+		v := l.Decide(&p, reqs[i%len(reqs)], now)
 		if !v.Admitted {
 			b.Fatal(v.Message)
 		}

@@ -96,10 +96,10 @@ func (l *Limiter) Forget(keep []Policy) {
 	}
 }
 
-// Admit decides whether policy p (action Limit) admits r now. An admitted
+// Decide decides whether policy p (action Limit) admits r now. An admitted
 // request must call Done when it ends. Long-running requests (watches)
 // take a token but no in-flight slot.
-func (l *Limiter) Admit(p *Policy, r Request, now time.Time) Verdict {
+func (l *Limiter) Decide(p *Policy, r Request, now time.Time) Verdict {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.state(p, now)

@@ -105,7 +105,7 @@ func (v Verdict) StatusCode() int {
 }
 
 // RetryAfterSeconds is the Retry-After of a refusal: a storm refusal's
-// wait is already spread over the storm (AdmitWatch) and is sent as it
+// wait is already spread over the storm (DecideWatch) and is sent as it
 // is; others are jittered by RetryAfter. None for a 403.
 func (v Verdict) RetryAfterSeconds(jitter float64) int {
 	switch v.Reason {
@@ -159,9 +159,9 @@ type listState struct {
 	clients    clients[*rate.Limiter]
 }
 
-// AdmitList decides whether policy p's list guard admits the LIST r,
+// DecideList decides whether policy p's list guard admits the LIST r,
 // given what the gateway knows of its resource's objects.
-func (g *Guards) AdmitList(p *Policy, r Request, counts ObjectCounts, now time.Time) Verdict {
+func (g *Guards) DecideList(p *Policy, r Request, counts ObjectCounts, now time.Time) Verdict {
 	lg := p.Spec.List
 	if lg == nil || r.Verb != "list" {
 		return Verdict{Admitted: true}
@@ -179,17 +179,17 @@ func (g *Guards) AdmitList(p *Policy, r Request, counts ObjectCounts, now time.T
 	return v
 }
 
-// Admit applies policy p's list and watch guards to r. A LIST is priced
-// by AdmitList. A watch that starts by streaming its scope's objects (an
+// Decide applies policy p's list and watch guards to r. A LIST is priced
+// by DecideList. A watch that starts by streaming its scope's objects (an
 // informer's watch-list, see Request.InitialEvents) is a LIST served from
 // the watch cache: it is charged to the same object budget (never
 // refused as unpaginated: it does not read etcd), and must also pass the
 // watch guard; if the watch guard refuses it, the charge is given back.
 // An admitted request must call Done when it ends.
-func (g *Guards) Admit(p *Policy, r Request, counts ObjectCounts, now time.Time) Verdict {
+func (g *Guards) Decide(p *Policy, r Request, counts ObjectCounts, now time.Time) Verdict {
 	switch r.Verb {
 	case "list":
-		return g.AdmitList(p, r, counts, now)
+		return g.DecideList(p, r, counts, now)
 	case "watch":
 		undo := func() {}
 		if p.Spec.List != nil && r.InitialEvents() {
@@ -198,7 +198,7 @@ func (g *Guards) Admit(p *Policy, r Request, counts ObjectCounts, now time.Time)
 				return v
 			}
 		}
-		v := g.AdmitWatch(p, r, now)
+		v := g.DecideWatch(p, r, now)
 		if !v.Admitted {
 			undo()
 		}

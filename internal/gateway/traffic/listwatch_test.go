@@ -81,7 +81,7 @@ func TestUnpaginatedLargeListRefusedOnlyOnARealCount(t *testing.T) {
 		{"exactly at the threshold", ns(""), ObjectCounts{Namespace: 1000, NamespaceKnown: true}, false},
 		{"one object named by a field selector", Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: "alice", SingleObject: true}, big, false},
 	} {
-		v := NewGuards().AdmitList(&p, tc.r, tc.counts, time.Unix(0, 0))
+		v := NewGuards().DecideList(&p, tc.r, tc.counts, time.Unix(0, 0))
 		if v.Admitted == tc.refused {
 			t.Errorf("%s: admitted %v, want %v (%s)", tc.name, v.Admitted, !tc.refused, v.Message)
 			continue
@@ -108,7 +108,7 @@ func TestListBudgetPerClientWithDebt(t *testing.T) {
 		return ObjectCounts{Namespace: n, NamespaceKnown: true, Cluster: n, ClusterKnown: true}
 	}
 	list := func(user string, n int64, at time.Duration) Verdict {
-		return g.AdmitList(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: user}, counts(n), t0.Add(at))
+		return g.DecideList(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: user}, counts(n), t0.Add(at))
 	}
 	// A LIST larger than the burst passes from a full budget...
 	if v := list("alice", 1500, 0); !v.Admitted {
@@ -147,7 +147,7 @@ func TestListBudgetPerClientWithDebt(t *testing.T) {
 		t.Errorf("alice's 2000-object LIST from a full budget: %s", v.Message)
 	}
 	// Unknown counts cost nothing: no refusal on a guess.
-	if v := g.AdmitList(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: "alice"}, ObjectCounts{}, t0.Add(16*time.Second)); !v.Admitted {
+	if v := g.DecideList(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: "alice"}, ObjectCounts{}, t0.Add(16*time.Second)); !v.Admitted {
 		t.Errorf("a LIST of unknown size while in debt: %s, want admitted", v.Message)
 	}
 }
@@ -158,13 +158,13 @@ func TestListBudgetKeysBounded(t *testing.T) {
 	now := time.Unix(0, 0)
 	c := ObjectCounts{Namespace: 10, NamespaceKnown: true}
 	for i := range MaxKeys + 50 {
-		g.AdmitList(&p, Request{Verb: "list", Namespace: "x", UserAgent: fmt.Sprint("agent-", i)}, c, now)
+		g.DecideList(&p, Request{Verb: "list", Namespace: "x", UserAgent: fmt.Sprint("agent-", i)}, c, now)
 	}
 	if n := len(g.lists["list-budget"].clients.m); n > MaxKeys+1 { // +1: the overflow
 		t.Fatalf("%d budgets, want at most %d", n, MaxKeys)
 	}
 	// A minute later the idle budgets are gone.
-	g.AdmitList(&p, Request{Verb: "list", Namespace: "x", UserAgent: "late"}, c, now.Add(2*time.Minute))
+	g.DecideList(&p, Request{Verb: "list", Namespace: "x", UserAgent: "late"}, c, now.Add(2*time.Minute))
 	if n := len(g.lists["list-budget"].clients.m); n != 1 {
 		t.Fatalf("%d budgets after everyone went idle, want 1", n)
 	}
@@ -174,7 +174,7 @@ func TestWatchCapPerClientReleasedWhenWatchEnds(t *testing.T) {
 	p := policy(t, "watches", `{precedence: 1, action: Limit, match: [{}], watch: {maxPerClient: 2}}`)
 	g := NewGuards()
 	now := time.Unix(0, 0)
-	w := func(user string) Verdict { return g.AdmitWatch(&p, Request{Verb: "watch", User: user}, now) }
+	w := func(user string) Verdict { return g.DecideWatch(&p, Request{Verb: "watch", User: user}, now) }
 	a1, a2 := w("alice"), w("alice")
 	if !a1.Admitted || !a2.Admitted {
 		t.Fatal("alice's first two watches refused")
@@ -220,17 +220,17 @@ func TestNewWatchRatePerClient(t *testing.T) {
 	admitted := 0
 	var last Verdict
 	for range 10 {
-		if last = g.AdmitWatch(&p, Request{Verb: "watch", User: "alice"}, t0); last.Admitted {
+		if last = g.DecideWatch(&p, Request{Verb: "watch", User: "alice"}, t0); last.Admitted {
 			admitted++
 		}
 	}
 	if admitted != 4 || last.Reason != ReasonWatchRate || last.Wait != 500*time.Millisecond {
 		t.Fatalf("10 watches at once with burst 4: %d admitted, last %+v; want 4 and a 0.5s wait", admitted, last)
 	}
-	if !g.AdmitWatch(&p, Request{Verb: "watch", User: "bob"}, t0).Admitted {
+	if !g.DecideWatch(&p, Request{Verb: "watch", User: "bob"}, t0).Admitted {
 		t.Error("bob refused: rates are per client")
 	}
-	if !g.AdmitWatch(&p, Request{Verb: "watch", User: "alice"}, t0.Add(500*time.Millisecond)).Admitted {
+	if !g.DecideWatch(&p, Request{Verb: "watch", User: "alice"}, t0.Add(500*time.Millisecond)).Admitted {
 		t.Error("alice refused after the wait")
 	}
 }
@@ -254,7 +254,7 @@ func TestReconnectStormSpreadOverTheRate(t *testing.T) {
 			// The storm's first wave comes in one instant; later ones
 			// a millisecond apart.
 			at := t0.Add(time.Duration(sec)*time.Second + time.Duration(min(sec, 1)*n)*time.Millisecond)
-			v := g.AdmitWatch(&p, Request{Verb: "watch", User: fmt.Sprint("node-", i)}, at)
+			v := g.DecideWatch(&p, Request{Verb: "watch", User: fmt.Sprint("node-", i)}, at)
 			if v.Admitted {
 				perSecond[sec]++
 				continue
@@ -292,10 +292,10 @@ func TestReconnectStormSpreadOverTheRate(t *testing.T) {
 		t.Errorf("Retry-Afters %v: want at least 3 distinct seconds for 150 refusals at 50/s", retryAfters)
 	}
 	for _, want := range []string{`"storm"`, "50 new watches/s", "without relisting"} {
-		v := g.AdmitWatch(&p, Request{Verb: "watch", User: "late"}, t0.Add(10*time.Second))
+		v := g.DecideWatch(&p, Request{Verb: "watch", User: "late"}, t0.Add(10*time.Second))
 		for range 60 {
 			if v.Admitted {
-				v = g.AdmitWatch(&p, Request{Verb: "watch", User: "late"}, t0.Add(10*time.Second))
+				v = g.DecideWatch(&p, Request{Verb: "watch", User: "late"}, t0.Add(10*time.Second))
 			}
 		}
 		if !strings.Contains(v.Message, want) {
@@ -316,11 +316,11 @@ func TestWatchListSpendsTheListBudget(t *testing.T) {
 	sync := func(user string) Request {
 		return Request{Verb: "watch", Resource: "configmaps", Namespace: "big", User: user, SendInitialEvents: ptrTo(true)}
 	}
-	first := g.Admit(&p, sync("alice"), counts, t0)
+	first := g.Decide(&p, sync("alice"), counts, t0)
 	if !first.Admitted {
 		t.Fatalf("alice's first watch-list of 600 objects (budget 1000, maxUnpaginatedObjects 10): %s, want admitted", first.Message)
 	}
-	v := g.Admit(&p, sync("alice"), counts, t0)
+	v := g.Decide(&p, sync("alice"), counts, t0)
 	if v.Admitted || v.Reason != ReasonListCost || v.StatusCode() != http.StatusTooManyRequests {
 		t.Fatalf("alice's second watch-list at once: %+v, want a 429 list-cost refusal", v)
 	}
@@ -337,28 +337,28 @@ func TestWatchListSpendsTheListBudget(t *testing.T) {
 		}
 	}
 	// A LIST by the same client is refused too: one budget.
-	if l := g.Admit(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: "alice", ResourceVersion: "0"}, counts, t0); l.Admitted {
+	if l := g.Decide(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: "alice", ResourceVersion: "0"}, counts, t0); l.Admitted {
 		t.Error("alice's LIST right after her watch-list was admitted: the budget is shared")
 	}
 	// Resuming watches cost nothing and pass.
 	resume := Request{Verb: "watch", Resource: "configmaps", Namespace: "big", User: "alice", ResourceVersion: "77"}
-	if r := g.Admit(&p, resume, counts, t0); !r.Admitted {
+	if r := g.Decide(&p, resume, counts, t0); !r.Admitted {
 		t.Errorf("alice's resuming watch: %s", r.Message)
 	} else {
 		r.Done()
 	}
 	// The refused sync is admitted once the budget has refilled.
-	if v := g.Admit(&p, sync("alice"), counts, t0.Add(2100*time.Millisecond)); !v.Admitted {
+	if v := g.Decide(&p, sync("alice"), counts, t0.Add(2100*time.Millisecond)); !v.Admitted {
 		t.Fatalf("alice's watch-list after 2.1s: %s", v.Message)
 	}
 	// Alice now holds 2 watches: the watch guard refuses a third, and the
 	// 600 objects it would have cost stay in her budget.
 	at := t0.Add(10 * time.Second) // budget full again
-	if w := g.Admit(&p, sync("alice"), counts, at); w.Admitted || w.Reason != ReasonWatchMax {
+	if w := g.Decide(&p, sync("alice"), counts, at); w.Admitted || w.Reason != ReasonWatchMax {
 		t.Fatalf("alice's third open watch: %+v, want watch-max", w)
 	}
 	first.Done()
-	if w := g.Admit(&p, sync("alice"), counts, at); !w.Admitted {
+	if w := g.Decide(&p, sync("alice"), counts, at); !w.Admitted {
 		t.Fatalf("after closing a watch, alice's watch-list from a full budget: %s; the watch-max refusal kept its charge", w.Message)
 	}
 }

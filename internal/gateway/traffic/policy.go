@@ -5,10 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	"github.com/rampart-io/rampart/internal/protection"
 )
 
 // Policy is a TrafficPolicy ready to match requests.
@@ -53,12 +50,12 @@ func anyClause(cs []v1alpha1.TrafficMatch, r Request) bool {
 
 func clauseMatches(c v1alpha1.TrafficMatch, r Request) bool {
 	subjects := len(c.Users)+len(c.Groups)+len(c.ServiceAccounts) > 0
-	if subjects && !protection.Names(c.Subjects, authenticationv1.UserInfo{Username: r.User, Groups: r.Groups}) {
+	if subjects && !names(c.Subjects, r.User, r.Groups) {
 		return false
 	}
 	// A clause on the impersonated user alone never matches (the API
 	// refuses one too): it would let a client leave its own policy.
-	if c.Impersonated != nil && (!subjects || r.Impersonated == nil || !protection.Names(*c.Impersonated, *r.Impersonated)) {
+	if c.Impersonated != nil && (!subjects || r.Impersonated == nil || !names(*c.Impersonated, r.Impersonated.Username, r.Impersonated.Groups)) {
 		return false
 	}
 	if len(c.UserAgents) > 0 && !slices.ContainsFunc(c.UserAgents, func(p string) bool { return Glob(p, r.UserAgent) }) {
@@ -82,6 +79,38 @@ func clauseMatches(c v1alpha1.TrafficMatch, r Request) bool {
 		return false
 	}
 	return true
+}
+
+// names says whether s names the user, one of its groups, or the service
+// account it is. It is the admission side's subject match, written here so
+// that the gateway's decisions depend on the API types alone; it builds no
+// string, as it runs for every clause of every request.
+func names(s v1alpha1.Subjects, user string, groups []string) bool {
+	if slices.Contains(s.Users, user) {
+		return true
+	}
+	for _, g := range groups {
+		if slices.Contains(s.Groups, g) {
+			return true
+		}
+	}
+	if len(s.ServiceAccounts) == 0 {
+		return false
+	}
+	sa, ok := strings.CutPrefix(user, "system:serviceaccount:")
+	if !ok {
+		return false
+	}
+	ns, name, ok := strings.Cut(sa, ":")
+	if !ok {
+		return false
+	}
+	for _, ref := range s.ServiceAccounts {
+		if ref.Namespace == ns && ref.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func resourceMatches(rr v1alpha1.TrafficResourceRule, r Request) bool {

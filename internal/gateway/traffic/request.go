@@ -103,15 +103,30 @@ var apiServerRequests = &request.RequestInfoFactory{
 	GrouplessAPIPrefixes: sets.NewString("api"),
 }
 
-// Describe reads r as kube-apiserver will: RequestInfoFactory decides
-// the verb, resource, subresource, namespace and name (so that a policy
-// sees what the API server authorizes: `GET .../secrets/NAME?watch=1` is a
-// get, and `?watch=t` on a collection is a watch), and a LIST's or
-// watch's parameters are read by the API server's own conversion.
-// A path the API server cannot classify (/api/v1/watch) is described as
-// far as it goes; the API server refuses it.
-func Describe(r *http.Request) Request {
+// Info parses r as kube-apiserver will, with its RequestInfoFactory: the
+// verb, resource, subresource, namespace and name it authorizes
+// (`GET .../secrets/NAME?watch=1` is a get, and `?watch=t` on a collection
+// is a watch). A path the API server cannot classify (/api/v1/watch) is
+// described as far as it goes; the API server refuses it. The gateway
+// parses each request once, here, and carries the result in the request's
+// context (request.WithRequestInfo), as the API server's own filters do.
+func Info(r *http.Request) *request.RequestInfo {
+	// On an error the info goes as far as the path could be read, which
+	// is what the API server acts on too.
 	info, _ := apiServerRequests.NewRequestInfo(r)
+	if info == nil {
+		return &request.RequestInfo{Path: r.URL.Path, Verb: strings.ToLower(r.Method)}
+	}
+	return info
+}
+
+// Describe reads r as kube-apiserver will (Info), and a LIST's or
+// watch's parameters by the API server's own conversion.
+func Describe(r *http.Request) Request { return FromInfo(Info(r), r.URL) }
+
+// FromInfo is the Request of a request the API server classifies as info,
+// whose URL is u.
+func FromInfo(info *request.RequestInfo, u *url.URL) Request {
 	req := Request{
 		Path: info.Path, IsResource: info.IsResourceRequest, Verb: info.Verb,
 		APIGroup: info.APIGroup, Version: info.APIVersion,
@@ -119,7 +134,7 @@ func Describe(r *http.Request) Request {
 		Namespace: info.Namespace, Name: info.Name,
 	}
 	if req.IsResource && (req.Verb == "list" || req.Verb == "watch") {
-		describeList(&req, r.URL.Query())
+		describeList(&req, u.Query())
 	}
 	return req
 }

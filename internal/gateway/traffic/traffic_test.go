@@ -207,14 +207,14 @@ func TestNoisyClientDoesNotStarveOthersInSharedPolicy(t *testing.T) {
 	for ms := range 10_000 {
 		now := c.tick(time.Millisecond)
 		if ms%2 == 0 {
-			if v := l.Admit(&p, noisy, now); v.Admitted {
+			if v := l.Decide(&p, noisy, now); v.Admitted {
 				noisyOK++
 				v.Done()
 			}
 		}
 		if ms%200 == 0 {
 			quietSent++
-			v := l.Admit(&p, quiet, now)
+			v := l.Decide(&p, quiet, now)
 			if !v.Admitted {
 				t.Fatalf("quiet client refused at %dms: %s", ms, v.Message)
 			}
@@ -243,11 +243,11 @@ func TestWithoutFairShareNoisyClientStarvesOthers(t *testing.T) {
 	refused := 0
 	for ms := range 10_000 {
 		now := c.tick(time.Millisecond)
-		if v := l.Admit(&p, Request{User: "runaway"}, now); v.Admitted {
+		if v := l.Decide(&p, Request{User: "runaway"}, now); v.Admitted {
 			v.Done()
 		}
 		if ms%200 == 0 {
-			if v := l.Admit(&p, Request{User: "scheduler"}, now); !v.Admitted {
+			if v := l.Decide(&p, Request{User: "scheduler"}, now); !v.Admitted {
 				refused++
 			}
 		}
@@ -262,11 +262,11 @@ func TestAloneClientGetsWholeSharedLimit(t *testing.T) {
 	l := NewLimiter()
 	now := time.Unix(1_800_000_000, 0)
 	for i := range 10 {
-		if v := l.Admit(&p, Request{User: "only"}, now); !v.Admitted {
+		if v := l.Decide(&p, Request{User: "only"}, now); !v.Admitted {
 			t.Fatalf("request %d of a burst of 10 refused: %s", i, v.Message)
 		}
 	}
-	v := l.Admit(&p, Request{User: "only"}, now)
+	v := l.Decide(&p, Request{User: "only"}, now)
 	if v.Admitted || v.Reason != "rate" || !strings.Contains(v.Message, `TrafficPolicy "p"`) {
 		t.Fatalf("11th request: %+v, want a rate refusal naming the policy", v)
 	}
@@ -281,11 +281,11 @@ func TestPerUserBucketsAreIndependent(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	for _, u := range []string{"a", "b", "c"} {
 		for i := range 2 {
-			if v := l.Admit(&p, Request{User: u}, now); !v.Admitted {
+			if v := l.Decide(&p, Request{User: u}, now); !v.Admitted {
 				t.Fatalf("user %s request %d refused: %s", u, i, v.Message)
 			}
 		}
-		if v := l.Admit(&p, Request{User: u}, now); v.Admitted || !strings.Contains(v.Message, `user "`+u+`" is over it`) {
+		if v := l.Decide(&p, Request{User: u}, now); v.Admitted || !strings.Contains(v.Message, `user "`+u+`" is over it`) {
 			t.Fatalf("user %s third request: %+v", u, v)
 		}
 	}
@@ -296,32 +296,32 @@ func TestInFlightLimitSharedFairlyAndReleased(t *testing.T) {
 	l := NewLimiter()
 	now := time.Unix(1_800_000_000, 0)
 	// Two clients active: each may hold 2 of the 4 slots.
-	l.Admit(&p, Request{User: "b"}, now).Done()
+	l.Decide(&p, Request{User: "b"}, now).Done()
 	var held []Verdict
 	for i := range 2 {
-		v := l.Admit(&p, Request{User: "a"}, now)
+		v := l.Decide(&p, Request{User: "a"}, now)
 		if !v.Admitted {
 			t.Fatalf("a's request %d refused: %s", i, v.Message)
 		}
 		held = append(held, v)
 	}
-	v := l.Admit(&p, Request{User: "a"}, now)
+	v := l.Decide(&p, Request{User: "a"}, now)
 	if v.Admitted || v.Reason != "in-flight" {
 		t.Fatalf("a's third concurrent request: %+v, want refused over its in-flight share", v)
 	}
-	if v := l.Admit(&p, Request{User: "b"}, now); !v.Admitted {
+	if v := l.Decide(&p, Request{User: "b"}, now); !v.Admitted {
 		t.Fatalf("b refused while a holds only its share: %s", v.Message)
 	}
 	// Watches do not hold slots.
-	if v := l.Admit(&p, Request{User: "a", Verb: "watch"}, now); !v.Admitted {
+	if v := l.Decide(&p, Request{User: "a", Verb: "watch"}, now); !v.Admitted {
 		t.Fatalf("a's watch refused: %s", v.Message)
 	}
 	held[0].Done()
 	held[0].Done() // twice is once
-	if v := l.Admit(&p, Request{User: "a"}, now); !v.Admitted {
+	if v := l.Decide(&p, Request{User: "a"}, now); !v.Admitted {
 		t.Fatalf("a refused after one of its requests ended: %s", v.Message)
 	}
-	if v := l.Admit(&p, Request{User: "a"}, now); v.Admitted {
+	if v := l.Decide(&p, Request{User: "a"}, now); v.Admitted {
 		t.Fatal("a admitted a third concurrent request after a double Done")
 	}
 }
@@ -330,12 +330,12 @@ func TestEditedPolicyStartsFresh(t *testing.T) {
 	p := policy(t, "p", `{precedence: 1, action: Limit, limit: {qps: 1}, match: [{}]}`)
 	l := NewLimiter()
 	now := time.Unix(1_800_000_000, 0)
-	l.Admit(&p, Request{User: "u"}, now)
-	if l.Admit(&p, Request{User: "u"}, now).Admitted {
+	l.Decide(&p, Request{User: "u"}, now)
+	if l.Decide(&p, Request{User: "u"}, now).Admitted {
 		t.Fatal("second request admitted at 1/s")
 	}
 	p.Generation, p.Spec.Limit.QPS = 2, ptr.To[int32](100)
-	if v := l.Admit(&p, Request{User: "u"}, now); !v.Admitted {
+	if v := l.Decide(&p, Request{User: "u"}, now); !v.Admitted {
 		t.Fatalf("refused after the limit was raised: %s", v.Message)
 	}
 }
@@ -345,12 +345,12 @@ func TestKeysBeyondMaxShareOverflowBucket(t *testing.T) {
 	l := NewLimiter()
 	now := time.Unix(1_800_000_000, 0)
 	for i := range MaxKeys {
-		l.Admit(&p, Request{UserAgent: "agent-" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)}, now)
+		l.Decide(&p, Request{UserAgent: "agent-" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)}, now)
 	}
-	if v := l.Admit(&p, Request{UserAgent: "one-more"}, now); !v.Admitted {
+	if v := l.Decide(&p, Request{UserAgent: "one-more"}, now); !v.Admitted {
 		t.Fatalf("first key beyond the bound refused: %s", v.Message)
 	}
-	if v := l.Admit(&p, Request{UserAgent: "and-another"}, now); v.Admitted {
+	if v := l.Decide(&p, Request{UserAgent: "and-another"}, now); v.Admitted {
 		t.Fatal("keys beyond the bound do not share one bucket")
 	}
 	if n := len(l.policies["per-agent"].keys); n != MaxKeys+1 {

@@ -30,10 +30,10 @@ type watchClient struct {
 	bucket *rate.Limiter // nil: no per-client rate
 }
 
-// AdmitWatch decides whether policy p's watch guard admits the new watch
+// DecideWatch decides whether policy p's watch guard admits the new watch
 // r. An admitted watch must call Done when it ends, however it ends: the
 // client's count of open watches goes down then.
-func (g *Guards) AdmitWatch(p *Policy, r Request, now time.Time) Verdict {
+func (g *Guards) DecideWatch(p *Policy, r Request, now time.Time) Verdict {
 	if p.Spec.Watch == nil || r.Verb != "watch" {
 		return Verdict{Admitted: true}
 	}
