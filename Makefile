@@ -5,7 +5,7 @@ GO ?= go
 CONTROLLER_GEN := cd hack/tools && $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build assets generate test unit integration lint up down clean
+.PHONY: all build assets generate test unit integration lint up down clean fuzz fuzz-smoke
 
 all: build
 
@@ -32,6 +32,14 @@ unit: ## tests that need no cluster
 # they find the binaries through RAMPART_ASSETS and RAMPART_BIN.
 test: lint build assets ## everything: lint, unit and integration tests against real control planes
 	RAMPART_ASSETS=$(CURDIR)/$(BIN)/k8s RAMPART_BIN=$(CURDIR)/$(BIN)/rampart $(GO) test -count=1 -timeout 40m ./...
+	$(MAKE) fuzz-smoke
+
+FUZZTIME ?= 5m
+fuzz: ## run every fuzz target for FUZZTIME each (default 5m); crashers land in testdata/fuzz and replay in go test
+	FUZZTIME=$(FUZZTIME) GO=$(GO) bash hack/fuzz.sh
+
+fuzz-smoke: ## run every fuzz target for 5s (part of make test)
+	FUZZTIME=5s GO=$(GO) bash hack/fuzz.sh
 
 up: build assets ## start a protected local cluster in .rampart (detached)
 	$(BIN)/rampart up --detach --dir .rampart
