@@ -265,6 +265,10 @@ func fuzzSeeds() [][]byte {
 		// a DELETE with oldObject missing
 		seedReview(admissionv1.Delete, deploy, deploys, "", "default", "web", "", "", deleteOpts),
 		[]byte(`{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"x","operation":"DELETE","oldObject":` + fuzzPod + `}}`),
+		// found by review of the fuzz target: a label value that is not a
+		// string made the handler read no labels at all, and allow
+		seedReview(admissionv1.Delete, deploy, deploys, "", "default", "web", "",
+			strings.Replace(fuzzDeployment, `"app":"web",`, `"app":1,`, 1), deleteOpts),
 		[]byte(`{}`),
 		[]byte(`[`),
 	}
@@ -323,5 +327,34 @@ func TestFuzzSeedsAreRealReviews(t *testing.T) {
 	}
 	if out.Response.Allowed || !strings.Contains(out.Response.Result.Message, "rampart.io/protection=Always") {
 		t.Fatalf("the DELETE of a protected Deployment got %+v", out.Response)
+	}
+}
+
+// A DELETE review of a protected object whose labels cannot all be read
+// (a label value that is not a string) used to be allowed: the labels read
+// as none. It is refused now, and so is one without its oldObject.
+func TestProtectedDeleteWithUnreadableLabelsIsRefused(t *testing.T) {
+	mux := fuzzServer(t)
+	deploy := metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
+	deploys := metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	for name, old := range map[string]string{
+		"a label that is a number":  strings.Replace(fuzzDeployment, `"app":"web",`, `"app":1,`, 1),
+		"a label that is an object": strings.Replace(fuzzDeployment, `"app":"web",`, `"app":{},`, 1),
+		"no oldObject":              "",
+	} {
+		body := seedReview(admissionv1.Delete, deploy, deploys, "", "default", "web", "", old, "")
+		for _, path := range []string{rampartadmission.DeletionPath, rampartadmission.PolicyDeletionPrefix + alwaysPolicy.Name} {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			mux.ServeHTTP(rec, req)
+			var out admissionv1.AdmissionReview
+			if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
+				t.Fatalf("%s, %s: answer %q: %v", name, path, rec.Body.String(), err)
+			}
+			if out.Response.Allowed || out.Response.Result == nil || out.Response.Result.Code != http.StatusBadRequest {
+				t.Errorf("%s, %s: got %s, want a 400 refusal", name, path, rec.Body.String())
+			}
+		}
 	}
 }
