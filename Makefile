@@ -5,7 +5,7 @@ GO ?= go
 CONTROLLER_GEN := cd hack/tools && $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build assets generate test unit integration lint up down clean
+.PHONY: all build assets generate test unit integration lint up down clean fuzz fuzz-smoke secret-scan
 
 all: build
 
@@ -31,7 +31,20 @@ unit: ## tests that need no cluster
 # The integration tests start real control planes (one per test package);
 # they find the binaries through RAMPART_ASSETS and RAMPART_BIN.
 test: lint build assets ## everything: lint, unit and integration tests against real control planes
-	RAMPART_ASSETS=$(CURDIR)/$(BIN)/k8s RAMPART_BIN=$(CURDIR)/$(BIN)/rampart $(GO) test -count=1 -timeout 40m ./...
+	rm -rf $(BIN)/test-logs
+	RAMPART_TEST_LOGS=$(CURDIR)/$(BIN)/test-logs RAMPART_ASSETS=$(CURDIR)/$(BIN)/k8s RAMPART_BIN=$(CURDIR)/$(BIN)/rampart $(GO) test -count=1 -timeout 40m ./...
+	$(MAKE) fuzz-smoke
+	bash hack/secret-scan.sh $(BIN)/test-logs
+
+FUZZTIME ?= 5m
+fuzz: ## run every fuzz target for FUZZTIME each (default 5m); crashers land in testdata/fuzz and replay in go test
+	FUZZTIME=$(FUZZTIME) GO=$(GO) bash hack/fuzz.sh
+
+secret-scan: ## grep the logs of the last make test (bin/test-logs) for keys, tokens and canary Secret values
+	bash hack/secret-scan.sh $(BIN)/test-logs
+
+fuzz-smoke: ## run every fuzz target for 5s (part of make test)
+	FUZZTIME=5s GO=$(GO) bash hack/fuzz.sh
 
 up: build assets ## start a protected local cluster in .rampart (detached)
 	$(BIN)/rampart up --detach --dir .rampart

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -90,6 +91,11 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 	var old unstructured.Unstructured
 	if err := old.UnmarshalJSON(req.OldObject.Raw); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
+	}
+	// GetLabels reads labels it cannot parse as none: a protected object
+	// would be let go. Such a review is refused instead.
+	if _, _, err := unstructured.NestedStringMap(old.Object, "metadata", "labels"); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("oldObject: %w", err))
 	}
 	r := deletion.Request{
 		Object: protection.Object{

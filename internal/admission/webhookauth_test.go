@@ -78,7 +78,7 @@ func adminCert(t *testing.T, env *clustertest.Env) *pki.KeyPair {
 // deleteReview is a DELETE review of obj (a pod or a config map) by user.
 func deleteReview(t *testing.T, obj runtime.Object, resource, ns, name, user string) []byte {
 	t.Helper()
-	kind := map[string]string{"pods": "Pod", "configmaps": "ConfigMap"}[resource]
+	kind := map[string]string{"pods": "Pod", "configmaps": "ConfigMap", "secrets": "Secret"}[resource]
 	obj = obj.DeepCopyObject()
 	obj.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: kind})
 	raw, err := json.Marshal(obj)

@@ -8,6 +8,8 @@ package budget
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -20,20 +22,38 @@ import (
 func Desired(spec v1alpha1.PodUnavailableBudgetSpec, total int32) (int32, error) {
 	switch {
 	case spec.MinAvailable != nil:
-		n, err := intstr.GetScaledValueFromIntOrPercent(spec.MinAvailable, int(total), true)
-		if err != nil {
-			return 0, fmt.Errorf("minAvailable: %w", err)
-		}
-		return min(int32(n), total), nil
+		n, err := scaled("minAvailable", spec.MinAvailable, total)
+		return n, err
 	case spec.MaxUnavailable != nil:
-		n, err := intstr.GetScaledValueFromIntOrPercent(spec.MaxUnavailable, int(total), true)
+		n, err := scaled("maxUnavailable", spec.MaxUnavailable, total)
 		if err != nil {
-			return 0, fmt.Errorf("maxUnavailable: %w", err)
+			return 0, err
 		}
-		return max(total-int32(n), 0), nil
+		return total - n, nil
 	default:
 		return 0, fmt.Errorf("set maxUnavailable or minAvailable")
 	}
+}
+
+// scaled is a size's count of total pods, at most total. Sizes the CRD
+// would refuse (a negative count, a percentage outside 0%..100%) are
+// refused here too: read as they are, they wrap round int32 and leave a
+// budget that keeps nothing available.
+func scaled(name string, v *intstr.IntOrString, total int32) (int32, error) {
+	bad := fmt.Errorf("%s %s: want a count of 0 or more, or a percentage from 0%% to 100%%", name, v.String())
+	if v.Type == intstr.String {
+		p, ok := strings.CutSuffix(v.StrVal, "%")
+		if n, err := strconv.Atoi(p); !ok || err != nil || n < 0 || n > 100 {
+			return 0, bad
+		}
+	} else if v.IntVal < 0 {
+		return 0, bad
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(v, int(total), true)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return int32(min(n, int(total))), nil
 }
 
 // Allowed is how many more disruptions may be admitted: the available pods

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -48,7 +49,7 @@ func parseSize(key, s string) (*intstr.IntOrString, error) {
 			v := intstr.FromString(s)
 			return &v, nil
 		}
-	} else if n, err := strconv.Atoi(s); err == nil && n >= 0 {
+	} else if n, err := strconv.Atoi(s); err == nil && n >= 0 && n <= math.MaxInt32 {
 		v := intstr.FromInt32(int32(n))
 		return &v, nil
 	}

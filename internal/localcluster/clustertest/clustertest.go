@@ -63,6 +63,7 @@ func Main(m *testing.M, opts localcluster.Options) {
 			code = 1
 		}
 	}
+	archiveLogs(dir)
 	if code == 0 {
 		_ = os.RemoveAll(dir)
 	} else {
@@ -103,6 +104,7 @@ func Start(t testing.TB, opts localcluster.Options) *Env {
 		if err := env.Stop(); err != nil {
 			t.Errorf("stop local cluster: %v", err)
 		}
+		archiveLogs(dir)
 		if t.Failed() {
 			keepLogs(t, dir)
 		}
@@ -119,6 +121,28 @@ func keepLogs(t testing.TB, dir string) {
 	}
 	if err := exec.Command("cp", "-r", filepath.Join(dir, "logs"), keep).Run(); err == nil {
 		t.Logf("component logs kept in %s", keep)
+	}
+}
+
+// archiveLogs copies a stopped cluster's logs, and the keys that must not
+// appear in them, into $RAMPART_TEST_LOGS when it is set: `make test`
+// greps the logs of the whole run for secrets (hack/secret-scan.sh).
+func archiveLogs(dir string) {
+	to := os.Getenv("RAMPART_TEST_LOGS")
+	if to == "" {
+		return
+	}
+	keep := filepath.Join(to, filepath.Base(dir))
+	if err := os.MkdirAll(keep, 0o700); err != nil {
+		return
+	}
+	args := []string{"-r"}
+	for _, name := range []string{"logs", "pki", "manager", "*.log"} {
+		found, _ := filepath.Glob(filepath.Join(dir, name))
+		args = append(args, found...)
+	}
+	if out, err := exec.Command("cp", append(args, keep)...).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "clustertest: archiving logs: %v: %s\n", err, out)
 	}
 }
 
