@@ -75,9 +75,8 @@ func FuzzAdmitStoredStatus(f *testing.F) {
 	})
 }
 
-// decide is the one call of the decision under test (Admit here; main
-// renames it Decide, returning a protection.Verdict).
+// decide is the one call of the decision under test.
 func decide(r Request, st *v1alpha1.DeletionFlowControlStatus, now time.Time) (bool, error) {
-	v, err := Admit(r, st, now)
+	v, err := Decide(r, st, now)
 	return v.Allowed, err
 }
