@@ -178,8 +178,11 @@ func (c ctxReader) Read(p []byte) (int, error) {
 }
 
 type verifying struct {
-	f    *os.File
-	h    interface{ Write([]byte) (int, error); Sum([]byte) []byte }
+	f *os.File
+	h interface {
+		Write([]byte) (int, error)
+		Sum([]byte) []byte
+	}
 	want string
 	name string
 }

@@ -36,6 +36,8 @@ const (
 type Result struct {
 	Key    string `json:"key"`
 	Status Status `json:"status"`
+	// ModRevision is the revision that wrote the value.
+	ModRevision int64 `json:"modRevision,omitempty"`
 	// Kind is the decoded object's apiVersion and kind, when known.
 	Kind   string `json:"kind,omitempty"`
 	Reason string `json:"reason,omitempty"`
@@ -185,4 +187,3 @@ func quote(s string) string {
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
-

@@ -50,7 +50,9 @@ func Snapshot(ctx context.Context, c *Checker, path, prefix string) (Summary, er
 		if !ok || l.deleted || l.rev != e.ModRevision || e.Tombstone {
 			return nil
 		}
-		sum.add(c.Check(ctx, string(e.Key), e.Value))
+		r := c.Check(ctx, string(e.Key), e.Value)
+		r.ModRevision = e.ModRevision
+		sum.add(r)
 		return ctx.Err()
 	})
 	sortResults(sum.Problems)
@@ -61,7 +63,9 @@ func Snapshot(ctx context.Context, c *Checker, path, prefix string) (Summary, er
 func Live(ctx context.Context, c *Checker, cli *clientv3.Client, prefix string) (Summary, error) {
 	sum := Summary{Counts: map[Status]int{}}
 	rev, err := source.WalkLive(ctx, cli, prefix, func(e source.Entry) error {
-		sum.add(c.Check(ctx, string(e.Key), e.Value))
+		r := c.Check(ctx, string(e.Key), e.Value)
+		r.ModRevision = e.ModRevision
+		sum.add(r)
 		return nil
 	})
 	sum.Revision = rev

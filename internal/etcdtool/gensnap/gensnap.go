@@ -53,9 +53,9 @@ func Write(path string, s Spec) (int64, error) {
 	var rev int64
 	const batch = 5000
 	type op struct {
-		key  int
-		del  bool
-		ver  int64
+		key int
+		del bool
+		ver int64
 	}
 	var ops []op
 	for r := range max(s.Revisions, 1) {

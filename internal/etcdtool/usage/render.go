@@ -7,8 +7,6 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Formats are the output formats Write knows.
@@ -31,10 +29,22 @@ func Write(w io.Writer, r Report, format string, rows int) error {
 	return fmt.Errorf("unknown output %q: use one of %s", format, strings.Join(Formats, ", "))
 }
 
-func size(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
+// size prints bytes for people: 1023 B, 1.5 KiB, 2.0 GiB.
+func size(b int64) string {
+	const units = "KMGTPE"
+	if b < 1024 {
+		return fmt.Sprintf("%d B", b)
+	}
+	f, i := float64(b)/1024, 0
+	for f >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", f, units[i])
+}
 
 func writeTable(w io.Writer, r Report, rows int) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	history := "every revision kept"
 	if !r.AllRevisions {
 		history = "latest revision only (a live etcd's history is not listed; use a snapshot)"

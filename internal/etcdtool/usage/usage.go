@@ -40,13 +40,13 @@ type Report struct {
 	Revision int64 `json:"revision"`
 	// AllRevisions is false for a live etcd, whose history the client API
 	// does not list: the "all" figures then equal the latest ones.
-	AllRevisions bool      `json:"allRevisions"`
-	Total        Group     `json:"total"`
-	Resources    []Group   `json:"resources"`
-	Namespaces   []Group   `json:"namespaces"`
-	Prefixes     []Group   `json:"prefixes"`
-	Largest      []Object  `json:"largest"`
-	Stacks       []Stack   `json:"-"`
+	AllRevisions bool     `json:"allRevisions"`
+	Total        Group    `json:"total"`
+	Resources    []Group  `json:"resources"`
+	Namespaces   []Group  `json:"namespaces"`
+	Prefixes     []Group  `json:"prefixes"`
+	Largest      []Object `json:"largest"`
+	Stacks       []Stack  `json:"-"`
 }
 
 // Stack is one line of folded stacks: frames and the latest bytes under
@@ -147,7 +147,9 @@ func (c *Counter) Report(src string, top int) Report {
 	return r
 }
 
-func isRegistry(k string) bool { return len(k) >= len(etcdkey.Prefix) && k[:len(etcdkey.Prefix)] == etcdkey.Prefix }
+func isRegistry(k string) bool {
+	return len(k) >= len(etcdkey.Prefix) && k[:len(etcdkey.Prefix)] == etcdkey.Prefix
+}
 
 func count(g *Group, s *keyStat) {
 	g.Revisions += s.revisions
