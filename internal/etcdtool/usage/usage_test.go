@@ -187,3 +187,20 @@ func WriteBenchSnapshot(path string, mb int) error {
 	_, err := gensnap.Write(path, gensnap.Spec{Keys: keys, Namespaces: 50, ValueBytes: value, Revisions: revs, DeleteEvery: 20})
 	return err
 }
+
+// TestWriteBenchSnapshot writes the benchmark's snapshot to
+// ETCD_USAGE_BENCH_WRITE for hack/etcd-usage-bench.sh, so that rampart and
+// auger read the same file; it skips otherwise.
+func TestWriteBenchSnapshot(t *testing.T) {
+	path := os.Getenv("ETCD_USAGE_BENCH_WRITE")
+	if path == "" {
+		t.Skip("set ETCD_USAGE_BENCH_WRITE=FILE (and ETCD_USAGE_BENCH_MB) to write the benchmark snapshot")
+	}
+	mb, err := strconv.Atoi(os.Getenv("ETCD_USAGE_BENCH_MB"))
+	if err != nil {
+		t.Fatalf("ETCD_USAGE_BENCH_MB: %v", err)
+	}
+	if err := WriteBenchSnapshot(path, mb); err != nil {
+		t.Fatal(err)
+	}
+}
