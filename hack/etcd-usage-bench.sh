@@ -3,7 +3,9 @@
 # (default 1024 MB: 2 KiB values, 4 revisions per key, 5% deleted) and, if
 # auger builds from its Go module, `auger analyze` on the same file.
 # Prints wall time and peak RSS (GNU time; RSS includes the file pages bbolt
-# maps, so it is an upper bound on the heap) and the Go benchmark's figures.
+# maps, page cache rather than heap) and the Go benchmark's figures, whose
+# heap-MB is what the scan holds at its end (one record per key, no values).
+# The file is about twice MB: 2 KiB values fill bbolt's 4 KiB pages half.
 #   hack/etcd-usage-bench.sh [MB]
 set -euo pipefail
 cd "$(dirname "$0")/.."
