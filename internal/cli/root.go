@@ -40,6 +40,7 @@ func NewRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newUpCommand(), newDownCommand(), newManagerCommand(), newScaleCommand(), newStatusCommand(), newFlowControlCommand(), newPUBCommand(), newDrillCommand(), newGatewayCommand(), newVersionCommand())
+	root.AddCommand(newEtcdCommand())
 	return root
 }
 

@@ -1,0 +1,250 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rampart-io/rampart/internal/etcdtool/check"
+	"github.com/rampart-io/rampart/internal/etcdtool/etcdkey"
+	"github.com/rampart-io/rampart/internal/etcdtool/snapshot"
+	"github.com/rampart-io/rampart/internal/etcdtool/source"
+	"github.com/rampart-io/rampart/internal/etcdtool/usage"
+	"github.com/rampart-io/rampart/internal/storage"
+)
+
+func newEtcdCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "etcd",
+		Short: "Look inside etcd: usage, undecodable objects, verified snapshots",
+	}
+	cmd.AddCommand(newEtcdUsageCommand(), newEtcdCheckCommand(), newEtcdSnapshotCommand())
+	return cmd
+}
+
+// etcdFlags are etcdctl's connection flags, or a snapshot file instead.
+type etcdFlags struct {
+	source.Client
+	snapshot string
+}
+
+func (f *etcdFlags) add(cmd *cobra.Command, withSnapshot bool) {
+	cmd.Flags().StringSliceVar(&f.Endpoints, "endpoints", nil, "etcd client URLs (https://HOST:2379)")
+	cmd.Flags().StringVar(&f.CACert, "cacert", "", "CA bundle that signed etcd's serving certificate")
+	cmd.Flags().StringVar(&f.Cert, "cert", "", "client certificate (the API server's etcd client certificate will do)")
+	cmd.Flags().StringVar(&f.Key, "key", "", "client certificate's key")
+	if withSnapshot {
+		cmd.Flags().StringVar(&f.snapshot, "snapshot", "", "read this snapshot file (or a member's member/snap/db) instead of a live etcd")
+	}
+}
+
+func (f *etcdFlags) dial(ctx context.Context) (*clientv3.Client, error) {
+	if f.snapshot != "" && len(f.Endpoints) > 0 {
+		return nil, errors.New("give --snapshot or --endpoints, not both")
+	}
+	return f.Dial(ctx)
+}
+
+func newEtcdUsageCommand() *cobra.Command {
+	var f etcdFlags
+	var output, prefix string
+	var top, rows int
+	cmd := &cobra.Command{
+		Use:   "usage",
+		Short: "Bytes and counts by resource, namespace and key prefix, history included, and the largest objects",
+		Long: `Reads a snapshot file (every revision kept: what compaction would reclaim
+shows) or a live etcd (the latest revision of each key) and reports what
+fills it. -o folded writes folded stacks for flamegraph.pl or speedscope;
+-o html a self-contained flame graph page.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !slices.Contains(usage.Formats, output) {
+				return fmt.Errorf("-o %s: use one of %s", output, strings.Join(usage.Formats, ", "))
+			}
+			var r usage.Report
+			if f.snapshot != "" && len(f.Endpoints) == 0 {
+				c := usage.NewCounter(true)
+				if err := source.WalkSnapshot(f.snapshot, func(e source.Entry) error {
+					if !strings.HasPrefix(string(e.Key), prefix) {
+						return nil
+					}
+					return c.Add(e)
+				}); err != nil {
+					return err
+				}
+				r = c.Report(f.snapshot, top)
+			} else {
+				cli, err := f.dial(cmd.Context())
+				if err != nil {
+					return err
+				}
+				defer cli.Close()
+				c := usage.NewCounter(false)
+				if _, err := source.WalkLive(cmd.Context(), cli, prefix, c.Add); err != nil {
+					return err
+				}
+				r = c.Report(strings.Join(f.Endpoints, ","), top)
+			}
+			return usage.Write(cmd.OutOrStdout(), r, output, rows)
+		},
+	}
+	f.add(cmd, true)
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table, json, folded or html")
+	cmd.Flags().StringVar(&prefix, "prefix", "/", "count only keys under this prefix")
+	cmd.Flags().IntVar(&top, "top", 20, "number of largest objects to list")
+	cmd.Flags().IntVar(&rows, "rows", 30, "rows per table (0: all)")
+	return cmd
+}
+
+func newEtcdCheckCommand() *cobra.Command {
+	var f etcdFlags
+	var output, encConfig, prefix string
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Decode every object as the API server would and say how to remove the ones it cannot",
+		Long: `Decodes the latest value of every key under /registry/ as kube-apiserver
+does: protobuf for built-in types, JSON for custom resources, after
+decryption with --encryption-provider-config (the API server's file);
+without it, encrypted values are reported "not checked". One undecodable
+object makes every LIST of its resource fail. Exits 1 if any is found.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if output != "table" && output != "json" {
+				return fmt.Errorf("-o %s: use table or json", output)
+			}
+			checker, err := check.New(ctx, encConfig)
+			if err != nil {
+				return err
+			}
+			var sum check.Summary
+			what := f.snapshot
+			if f.snapshot != "" && len(f.Endpoints) == 0 {
+				sum, err = check.Snapshot(ctx, checker, f.snapshot, prefix)
+			} else {
+				cli, derr := f.dial(ctx)
+				if derr != nil {
+					return derr
+				}
+				defer cli.Close()
+				what = strings.Join(f.Endpoints, ",")
+				sum, err = check.Live(ctx, checker, cli, prefix)
+			}
+			if err != nil {
+				return err
+			}
+			rm := check.Removal{Endpoints: f.Endpoints, CACert: f.CACert, Cert: f.Cert, KeyFile: f.Key}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(sum); err != nil {
+					return err
+				}
+			} else {
+				writeCheck(cmd.OutOrStdout(), what, sum, rm)
+			}
+			if sum.Counts[check.Undecodable] > 0 {
+				return fmt.Errorf("%d %w", sum.Counts[check.Undecodable], check.ErrUndecodable)
+			}
+			return nil
+		},
+	}
+	f.add(cmd, true)
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	cmd.Flags().StringVar(&encConfig, "encryption-provider-config", "", "the API server's EncryptionConfiguration, to decrypt encrypted values")
+	cmd.Flags().StringVar(&prefix, "prefix", etcdkey.Prefix, "check only keys under this prefix (the API server's --etcd-prefix)")
+	return cmd
+}
+
+func writeCheck(w io.Writer, what string, sum check.Summary, rm check.Removal) {
+	fmt.Fprintf(w, "%s at revision %d: %d ok, %d undecodable, %d not checked\n", what, sum.Revision,
+		sum.Counts[check.OK], sum.Counts[check.Undecodable], sum.Counts[check.NotChecked])
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	var bad []check.Result
+	for _, r := range sum.Problems {
+		if r.Status == check.NotChecked {
+			fmt.Fprintf(tw, "not checked\t%s\t%s\n", r.Key, r.Reason)
+		} else {
+			bad = append(bad, r)
+		}
+	}
+	_ = tw.Flush()
+	if len(bad) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%d undecodable: the API server fails every LIST of these resources until they are removed.\n", len(bad))
+	fmt.Fprintln(w, "First take a snapshot (rampart etcd snapshot save --dir DIR ...) so the values can be recovered; then delete each key in etcd:")
+	for _, r := range bad {
+		fmt.Fprintf(w, "\n%s\n  reason: %s\n  remove: %s\n", r.Key, r.Reason, rm.Command(r.Key))
+	}
+}
+
+func newEtcdSnapshotCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "snapshot", Short: "Save and verify etcd snapshots"}
+	var f etcdFlags
+	var dir, name string
+	save := &cobra.Command{
+		Use:   "save",
+		Short: "Save a snapshot to the store, verified: etcd's hash, bbolt's check, the stored copy's checksum",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return errors.New("--dir is required: the directory to store snapshots in")
+			}
+			cli, err := f.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			if name == "" {
+				name = snapshot.DefaultName(time.Now())
+			}
+			store := storage.Dir{Root: dir}
+			// The local copy is verified before it is stored; keep it on
+			// the store's file system when there is one.
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			info, err := snapshot.Save(cmd.Context(), cli, store, name, dir)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "saved %s in %s: %d bytes, revision %d, %d revisions kept, sha256 %s (etcd hash ok, bbolt check ok, stored copy reads back)\n",
+				info.Name, dir, info.Size, info.Revision, info.Revisions, info.SHA256)
+			return nil
+		},
+	}
+	f.add(save, false)
+	save.Flags().StringVar(&dir, "dir", "", "directory store for snapshots")
+	save.Flags().StringVar(&name, "name", "", "object name in the store (default etcd/<time>.db)")
+	verify := &cobra.Command{
+		Use:   "verify FILE",
+		Short: "Verify a snapshot file: etcd's trailing hash, bbolt's consistency check, the revisions it holds",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			info, err := snapshot.Verify(args[0])
+			if err != nil {
+				return err
+			}
+			hash := "no etcd hash (a member's db file, not a snapshot)"
+			if info.EtcdHash {
+				hash = "etcd hash ok"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d bytes, revision %d, %d revisions kept, compacted at %d, sha256 %s (%s, bbolt check ok)\n",
+				args[0], info.Size, info.Revision, info.Revisions, info.CompactedRevision, info.SHA256, hash)
+			return nil
+		},
+	}
+	cmd.AddCommand(save, verify)
+	return cmd
+}

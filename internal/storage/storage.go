@@ -1,0 +1,199 @@
+// Package storage keeps backup artefacts (etcd snapshots now; object backups
+// and the recycle bin later) behind one small interface: a directory by
+// default, an S3-compatible bucket to come. Every object carries the SHA-256
+// of its content, checked again on read.
+package storage
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Object describes a stored object.
+type Object struct {
+	Name     string    `json:"name"`
+	Size     int64     `json:"size"`
+	SHA256   string    `json:"sha256"`
+	Modified time.Time `json:"modified"`
+}
+
+// Store is where artefacts go. Names are slash-separated relative paths.
+type Store interface {
+	// Put stores r under name, atomically: a reader never sees half an
+	// object. It returns the object with its size and checksum.
+	Put(ctx context.Context, name string, r io.Reader) (Object, error)
+	// Get opens name; the reader fails at EOF if the content no longer
+	// matches its checksum.
+	Get(ctx context.Context, name string) (io.ReadCloser, error)
+	// List lists the objects whose names start with prefix, by name.
+	List(ctx context.Context, prefix string) ([]Object, error)
+	Delete(ctx context.Context, name string) error
+}
+
+// ErrChecksum says stored content no longer matches its checksum.
+var ErrChecksum = errors.New("stored content does not match its checksum")
+
+// Dir is a Store in a local directory: each object a file, its checksum in
+// NAME.sha256 beside it (the format of sha256sum, so `sha256sum -c` checks
+// it too).
+type Dir struct{ Root string }
+
+const sumSuffix = ".sha256"
+
+func (d Dir) path(name string) (string, error) {
+	clean := filepath.Clean(filepath.FromSlash(name))
+	if name == "" || filepath.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)) || strings.HasSuffix(name, sumSuffix) {
+		return "", fmt.Errorf("invalid object name %q", name)
+	}
+	return filepath.Join(d.Root, clean), nil
+}
+
+func (d Dir) Put(ctx context.Context, name string, r io.Reader) (Object, error) {
+	p, err := d.path(name)
+	if err != nil {
+		return Object{}, err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return Object{}, err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), ".put-*")
+	if err != nil {
+		return Object{}, err
+	}
+	defer os.Remove(tmp.Name())
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), ctxReader{ctx, r})
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return Object{}, fmt.Errorf("store %s: %w", name, err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if err := os.WriteFile(p+sumSuffix, []byte(sum+"  "+filepath.Base(p)+"\n"), 0o600); err != nil {
+		return Object{}, err
+	}
+	if err := os.Rename(tmp.Name(), p); err != nil {
+		return Object{}, err
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		return Object{}, err
+	}
+	return Object{Name: name, Size: n, SHA256: sum, Modified: st.ModTime()}, nil
+}
+
+func (d Dir) sum(p string) (string, error) {
+	b, err := os.ReadFile(p + sumSuffix)
+	if err != nil {
+		return "", fmt.Errorf("checksum of %s: %w", p, err)
+	}
+	sum, _, _ := strings.Cut(string(b), " ")
+	return sum, nil
+}
+
+func (d Dir) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	p, err := d.path(name)
+	if err != nil {
+		return nil, err
+	}
+	want, err := d.sum(p)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	return &verifying{f: f, h: sha256.New(), want: want, name: name}, nil
+}
+
+func (d Dir) List(ctx context.Context, prefix string) ([]Object, error) {
+	var out []Object
+	err := filepath.WalkDir(d.Root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && p == d.Root {
+				return fs.SkipAll
+			}
+			return err
+		}
+		base := filepath.Base(p)
+		if e.IsDir() || strings.HasSuffix(p, sumSuffix) || strings.HasPrefix(base, ".put-") {
+			return nil
+		}
+		rel, _ := filepath.Rel(d.Root, p)
+		name := filepath.ToSlash(rel)
+		if !strings.HasPrefix(name, prefix) {
+			return nil
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		sum, err := d.sum(p)
+		if err != nil {
+			return err
+		}
+		out = append(out, Object{Name: name, Size: info.Size(), SHA256: sum, Modified: info.ModTime()})
+		return nil
+	})
+	slices.SortFunc(out, func(a, b Object) int { return strings.Compare(a.Name, b.Name) })
+	return out, err
+}
+
+func (d Dir) Delete(ctx context.Context, name string) error {
+	p, err := d.path(name)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil {
+		return err
+	}
+	return os.Remove(p + sumSuffix)
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+type verifying struct {
+	f *os.File
+	h interface {
+		Write([]byte) (int, error)
+		Sum([]byte) []byte
+	}
+	want string
+	name string
+}
+
+func (v *verifying) Read(p []byte) (int, error) {
+	n, err := v.f.Read(p)
+	v.h.Write(p[:n])
+	if err == io.EOF && hex.EncodeToString(v.h.Sum(nil)) != v.want {
+		return n, fmt.Errorf("%s: %w", v.name, ErrChecksum)
+	}
+	return n, err
+}
+
+func (v *verifying) Close() error { return v.f.Close() }
