@@ -74,8 +74,7 @@ type Registration struct {
 	FlowControls []v1alpha1.DeletionFlowControl
 	// BudgetNamespaces hold PodUnavailableBudgets: evictions and
 	// disruptions of every pod there are judged (an Eviction carries no pod
-	// labels to select on, and a pod's covered label may not be written
-	// yet), and new pods are labelled when a budget covers them.
+	// labels to select on).
 	BudgetNamespaces []string
 	// GeneratedBudgets registers the webhook that admits workloads
 	// annotated rampart.io/generate-pub once their budget exists.
@@ -89,7 +88,7 @@ type Registration struct {
 	// that the API servers have loaded this version of the configuration:
 	// a fresh one for each version written.
 	Token string
-	// Owner, when set, owns both configurations, so that the garbage
+	// Owner, when set, owns the configuration, so that the garbage
 	// collector deletes them with it: `helm uninstall` deletes the
 	// manager's ClusterRole, and with it the webhooks that would otherwise
 	// keep calling a manager that is gone.
@@ -216,29 +215,19 @@ func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebho
 		h.TimeoutSeconds = ptr.To(int32(10))
 		hooks = append(hooks, h)
 	}
-	// Disruptions of pods a budget covers (labelled by the manager).
-	pub := webhook("budgets.rampart.io", BudgetPath,
-		rule(admissionregistrationv1.Delete, "", "pods"), rule(admissionregistrationv1.Update, "", "pods"),
-		rule(admissionregistrationv1.Update, "", "pods/resize"))
-	pub.ObjectSelector = labelled(v1alpha1.LabelPUBCovered, "true")
-	pub.TimeoutSeconds = ptr.To(int32(10))
-	hooks = append(hooks, pub)
 	if len(reg.BudgetNamespaces) > 0 {
-		// And every other pod of a namespace holding budgets: the label is
-		// written after the fact (by a controller, or a mutating webhook
-		// that is ignored when down), so a pod without it may still be
-		// covered. The label keeps no pod from being judged.
-		unlabelled := webhook(UncoveredWebhookName, BudgetPath, pub.Rules...)
-		unlabelled.NamespaceSelector = inNamespaces(reg.BudgetNamespaces)
-		unlabelled.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-			Key: v1alpha1.LabelPUBCovered, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"},
-		}}}
-		unlabelled.TimeoutSeconds = pub.TimeoutSeconds
-		hooks = append(hooks, unlabelled)
+		// Disruptions of every pod of a namespace holding budgets: a pod's
+		// labels say which budget covers it, and the handler reads them
+		// from the request, so nothing needs writing on the pod first.
+		pub := webhook(BudgetsWebhookName, BudgetPath,
+			rule(admissionregistrationv1.Delete, "", "pods"), rule(admissionregistrationv1.Update, "", "pods"),
+			rule(admissionregistrationv1.Update, "", "pods/resize"))
+		pub.NamespaceSelector = inNamespaces(reg.BudgetNamespaces)
+		pub.TimeoutSeconds = ptr.To(int32(10))
 		evict := webhook(EvictionWebhookName, BudgetPath, rule(admissionregistrationv1.Create, "", "pods/eviction"))
 		evict.NamespaceSelector = inNamespaces(reg.BudgetNamespaces)
 		evict.TimeoutSeconds = ptr.To(int32(10))
-		hooks = append(hooks, evict)
+		hooks = append(hooks, pub, evict)
 	}
 	// Rampart's own objects: ChangeWindows (what CEL cannot check), and
 	// new PodUnavailableBudgets, admitted once the budget webhooks reach
@@ -343,42 +332,9 @@ func inNamespaces(names []string) *metav1.LabelSelector {
 // EvictionWebhookName judges evictions in namespaces holding budgets.
 const EvictionWebhookName = "evictions.budgets.rampart.io"
 
-// UncoveredWebhookName judges disruptions of pods not (yet) labelled
-// rampart.io/pub-covered in namespaces holding budgets.
-const UncoveredWebhookName = "uncovered.budgets.rampart.io"
-
-// MutatingConfigName is the name of Rampart's MutatingWebhookConfiguration.
-const MutatingConfigName = "rampart-mutating"
-
-// MutatingConfig labels new pods that a PodUnavailableBudget covers. It
-// reaches pod creations in namespaces holding budgets only, and is
-// ignored when Rampart is down: the controller labels such pods later.
-func MutatingConfig(reg Registration) *admissionregistrationv1.MutatingWebhookConfiguration {
-	var hooks []admissionregistrationv1.MutatingWebhook
-	if len(reg.BudgetNamespaces) > 0 {
-		hooks = append(hooks, admissionregistrationv1.MutatingWebhook{
-			Name:                    "cover.budgets.rampart.io",
-			ClientConfig:            reg.Endpoint.clientConfig(BudgetCoverPath, reg.CABundle),
-			Rules:                   []admissionregistrationv1.RuleWithOperations{rule(admissionregistrationv1.Create, "", "pods")},
-			NamespaceSelector:       inNamespaces(reg.BudgetNamespaces),
-			ObjectSelector:          &metav1.LabelSelector{},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			TimeoutSeconds:          ptr.To(int32(5)),
-			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
-			AdmissionReviewVersions: []string{"v1"},
-		})
-	}
-	hooks = spread(reg.Endpoint, hooks, func(h *admissionregistrationv1.MutatingWebhook) (*string, *string, *[]admissionregistrationv1.MatchCondition) {
-		return &h.Name, h.ClientConfig.URL, &h.MatchConditions
-	})
-	return &admissionregistrationv1.MutatingWebhookConfiguration{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
-		ObjectMeta: metav1.ObjectMeta{Name: MutatingConfigName, Labels: map[string]string{"app.kubernetes.io/managed-by": "rampart"}},
-		Webhooks:   hooks,
-	}
-}
+// BudgetsWebhookName judges disruptions of pods in namespaces holding
+// budgets.
+const BudgetsWebhookName = "budgets.rampart.io"
 
 // partition is true for the requests replica i of n serves, chosen by the
 // last character of the object's name (the random suffix of generated
@@ -469,25 +425,18 @@ func rule(op admissionregistrationv1.OperationType, group, resource string) admi
 	}
 }
 
-// Register creates or updates Rampart's webhook configurations: validating
-// as given (made by ValidatingConfig, perhaps merged with what is live; its
-// resourceVersion, when set, is a precondition) and the mutating one made
-// from reg.
+// Register creates or updates Rampart's webhook configuration as given
+// (made by ValidatingConfig, perhaps merged with what is live; its
+// resourceVersion, when set, is a precondition).
 func Register(ctx context.Context, c client.Client, reg Registration, validating *admissionregistrationv1.ValidatingWebhookConfiguration) error {
-	for _, obj := range []any{validating, MutatingConfig(reg)} {
-		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-		if err != nil {
-			return err
-		}
-		obj := &unstructured.Unstructured{Object: u}
-		unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
-		if reg.Owner != nil {
-			obj.SetOwnerReferences([]metav1.OwnerReference{*reg.Owner})
-		}
-		cfg := client.ApplyConfigurationFromUnstructured(obj)
-		if err := c.Apply(ctx, cfg, client.FieldOwner("rampart-manager"), client.ForceOwnership); err != nil {
-			return err
-		}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(validating)
+	if err != nil {
+		return err
 	}
-	return nil
+	obj := &unstructured.Unstructured{Object: u}
+	unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
+	if reg.Owner != nil {
+		obj.SetOwnerReferences([]metav1.OwnerReference{*reg.Owner})
+	}
+	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("rampart-manager"), client.ForceOwnership)
 }

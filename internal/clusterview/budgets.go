@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/budget"
 )
 
@@ -45,7 +44,7 @@ func (v *View) budgetPodsHandler() cache.ResourceEventHandler {
 			return
 		}
 		now, before := v.budgets.SetPod(p.Namespace, BudgetPod(p))
-		if v.onBudgetPods != nil && (len(now) > 0 || len(before) > 0 || p.Labels[labelPUBCovered] != "") {
+		if v.onBudgetPods != nil && (len(now) > 0 || len(before) > 0) {
 			v.onBudgetPods(p.Name, p.Namespace, append(now, before...))
 		}
 	}
@@ -148,5 +147,3 @@ func (v *View) ControllerReplicas(ns, controller string) (top string, replicas i
 	}
 	return controller, 0, false
 }
-
-const labelPUBCovered = v1alpha1.LabelPUBCovered

@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -36,36 +35,24 @@ import (
 )
 
 // +kubebuilder:rbac:groups=rampart.io,resources=podunavailablebudgets,verbs=create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;patch
+// An eviction of a pod the cluster view has not cached yet reads the pod.
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get
 // +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get
 // +kubebuilder:rbac:groups=*,resources=*/scale,verbs=get
 
 // queueSource is a controller source fed from outside the cluster's
 // watches (the view's pod events): it adds to the controller's queue once
-// the controller runs (on the leader). Events before that are dropped, so
-// when the controller starts — when this replica starts leading — it
-// queues everything resync lists, once the view has synced: a new leader
-// reconciles every pod, not only those that change after it took over.
+// the controller runs (on the leader). Events before that are dropped: a
+// new leader reconciles every budget anyway.
 type queueSource struct {
 	mu sync.Mutex
 	q  workqueue.TypedRateLimitingInterface[reconcile.Request]
-	// synced says whether resync's answer is complete yet.
-	synced func() bool
-	resync func(add func(ns, name string))
 }
 
-func (s *queueSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+func (s *queueSource) Start(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.q = q
-	if s.resync != nil {
-		go func() {
-			if s.synced != nil && !toolscache.WaitForCacheSync(ctx.Done(), s.synced) {
-				return
-			}
-			s.resync(s.add)
-		}()
-	}
 	return nil
 }
 
@@ -78,8 +65,8 @@ func (s *queueSource) add(ns, name string) {
 }
 
 // setupBudgets files budgets in the view's index on every replica (the
-// webhooks read it) and runs the budget controllers on the leader: status,
-// the covered-pod label, and generated budgets.
+// webhooks read it) and runs the budget controllers on the leader: status
+// and generated budgets.
 func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View, reg *registrar, scales rampartadmission.Scales, timeout time.Duration, recorder events.EventRecorder) error {
 	inf, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.PodUnavailableBudget{})
 	if err != nil {
@@ -87,25 +74,13 @@ func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View,
 	}
 	index := view.Budgets()
 	statusQ := &queueSource{}
-	labelQ := &queueSource{synced: view.HasSynced, resync: index.EachPod}
-	relabel := func(ns string) {
-		for name := range index.PodsInNamespace(ns) {
-			labelQ.add(ns, name)
-		}
-	}
 	// A namespace gaining its first budget or losing its last changes
-	// what the webhooks reach.
-	// Relabel a namespace's pods only when a budget's coverage changed:
-	// status writes (one per disruption) change nothing here.
+	// what the webhooks reach; status writes (one per disruption) do not.
 	changed := func(ns string, file func() bool) {
 		had := index.HasBudgets(ns)
-		if !file() {
-			return
-		}
-		if index.HasBudgets(ns) != had {
+		if file() && index.HasBudgets(ns) != had {
 			reg.poke()
 		}
-		relabel(ns)
 	}
 	set := func(o any) {
 		if b, ok := o.(*v1alpha1.PodUnavailableBudget); ok {
@@ -129,12 +104,9 @@ func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View,
 	}); err != nil {
 		return err
 	}
-	view.OnBudgetPods(func(pod, ns string, keys []budget.Key) {
+	view.OnBudgetPods(func(_, _ string, keys []budget.Key) {
 		for _, k := range keys {
 			statusQ.add(k.Namespace, k.Name)
-		}
-		if pod != "" {
-			labelQ.add(ns, pod)
 		}
 	})
 	status := &budgetStatus{client: mgr.GetClient(), view: view, scales: scales, timeout: timeout, now: time.Now}
@@ -142,11 +114,6 @@ func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View,
 		For(&v1alpha1.PodUnavailableBudget{}).
 		WatchesRawSource(statusQ).
 		Complete(status); err != nil {
-		return err
-	}
-	if err := ctrl.NewControllerManagedBy(mgr).Named("podunavailablebudget-label").
-		WatchesRawSource(labelQ).
-		Complete(&coveredLabel{client: mgr.GetClient(), index: index}); err != nil {
 		return err
 	}
 	gen := &generatedBudgets{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: recorder}
@@ -221,8 +188,7 @@ func (r *budgetStatus) Reconcile(ctx context.Context, req reconcile.Request) (re
 	}
 	var requeue time.Duration
 	if cond.Status == metav1.ConditionTrue && !r.evictionsJudged(ctx, b.Namespace) {
-		// Deletes of labelled pods are judged already; evictions and
-		// unlabelled pods once the webhooks reach the namespace.
+		// Disruptions are judged once the webhooks reach the namespace.
 		cond.Status, cond.Reason = metav1.ConditionFalse, "Registering"
 		cond.Message = "waiting for the eviction webhook to reach namespace " + b.Namespace
 		requeue = time.Second
@@ -249,8 +215,8 @@ func (r *budgetStatus) Reconcile(ctx context.Context, req reconcile.Request) (re
 }
 
 // evictionsJudged says whether the registered webhook configuration judges
-// evictions, and disruptions of pods not labelled covered yet, in ns
-// (every replica's copy, when there are several).
+// evictions and disruptions of every pod in ns (every replica's copy, when
+// there are several).
 func (r *budgetStatus) evictionsJudged(ctx context.Context, ns string) bool {
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := r.client.Get(ctx, client.ObjectKey{Name: rampartadmission.ValidatingConfigName}, cfg); err != nil {
@@ -259,7 +225,7 @@ func (r *budgetStatus) evictionsJudged(ctx context.Context, ns string) bool {
 	found := map[string]bool{}
 	for _, w := range cfg.Webhooks {
 		base := rampartadmission.BaseName(w.Name)
-		if base != rampartadmission.EvictionWebhookName && base != rampartadmission.UncoveredWebhookName {
+		if base != rampartadmission.EvictionWebhookName && base != rampartadmission.BudgetsWebhookName {
 			continue
 		}
 		sel, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
@@ -312,37 +278,6 @@ func (r *budgetStatus) total(ctx context.Context, b *v1alpha1.PodUnavailableBudg
 		}
 	}
 	return total, nil
-}
-
-// coveredLabel keeps rampart.io/pub-covered=true on exactly the pods a
-// budget covers: pods created while Rampart was down, pods whose labels
-// changed, pods of budgets created after them.
-type coveredLabel struct {
-	client client.Client
-	index  *budget.Index
-}
-
-func (r *coveredLabel) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	p, ok := r.index.Pod(req.Namespace, req.Name)
-	if !ok || p.Gone {
-		return reconcile.Result{}, nil
-	}
-	covered := len(r.index.Covering(req.Namespace, p.Labels)) > 0
-	if has := p.Labels[v1alpha1.LabelPUBCovered] == "true"; has == covered {
-		return reconcile.Result{}, nil
-	}
-	var value any // null removes the label
-	if covered {
-		value = "true"
-	}
-	patch := map[string]any{"metadata": map[string]any{"labels": map[string]any{v1alpha1.LabelPUBCovered: value}}}
-	raw, err := json.Marshal(patch)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}}
-	err = r.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, raw))
-	return reconcile.Result{}, client.IgnoreNotFound(err)
 }
 
 // generatedGrace is how long a generated budget stays after its

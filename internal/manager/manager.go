@@ -45,8 +45,8 @@ import (
 // The manager's rights, generated into charts/rampart/files/rbac by `make generate`.
 // Webhook configurations: only Rampart's own, which the chart and `rampart
 // up` create empty (RBAC cannot limit create to a name); the manager fills
-// them in with server-side apply and watches its validating one by name.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;update;patch,resourceNames=rampart-validating;rampart-mutating
+// it in with server-side apply and watches it by name.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;update;patch,resourceNames=rampart-validating
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=list;watch,resourceNames=rampart-validating
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get,resourceNames=rampart-manager
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
@@ -285,7 +285,6 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	scales := rampartadmission.Scales{Dynamic: dyn, Mapper: mgr.GetRESTMapper()}
 	server.Register(rampartadmission.BudgetPath, &webhook.Admission{Handler: &rampartadmission.Budgets{
 		Client: direct, Cache: mgr.GetCache(), Index: view.Budgets(), Pods: view, Namespaces: view, Recorder: recorder, Targets: scales}})
-	server.Register(rampartadmission.BudgetCoverPath, &webhook.Admission{Handler: &rampartadmission.BudgetCover{Index: view.Budgets()}})
 	server.Register(rampartadmission.ProbePath, &webhook.Admission{Handler: rampartadmission.Probe{}})
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
