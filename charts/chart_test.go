@@ -151,20 +151,24 @@ func TestChartLints(t *testing.T) {
 func TestChartRejectsBadValues(t *testing.T) {
 	for _, c := range []struct {
 		set, want string
+		flags     []string
 	}{
-		{"manager.replicas=two", "/manager/replicas': got string, want integer"},
-		{"manager.budgetDisruptionTimeout=30", "/manager/budgetDisruptionTimeout': got number, want string"},
-		{"manager.certValidity=a month", "/manager/certValidity"},
-		{"manager.replicasExempt.serviceAccounts={horizontal-pod-autoscaler}", "/manager/replicasExempt/serviceAccounts/0"},
-		{"gateway.upstreams={10.0.0.1:6443}", "/gateway/upstreams/0"},
-		{"gateway.enabeld=true", "additional properties 'enabeld' not allowed"},
-		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},
+		{set: "manager.replicas=two", want: "/manager/replicas': got string, want integer"},
+		{set: "manager.budgetDisruptionTimeout=30", want: "/manager/budgetDisruptionTimeout': got number, want string"},
+		{set: "manager.certValidity=a month", want: "/manager/certValidity"},
+		{set: "manager.replicasExempt.serviceAccounts={horizontal-pod-autoscaler}", want: "/manager/replicasExempt/serviceAccounts/0"},
+		{set: "gateway.upstreams={10.0.0.1:6443}", want: "/gateway/upstreams/0"},
+		{set: "gateway.enabeld=true", want: "additional properties 'enabeld' not allowed"},
+		{set: "image.pullPolicy=Sometimes", want: "/image/pullPolicy"},
 		// A wildcard would let the manager read every Secret.
-		{"manager.customResourceGroups={*}", "/manager/customResourceGroups/0"},
-		{"manager.webhookClientCA.allowedNames={kube-apiserver}", "allowedNames needs manager.webhookClientCA.configMap"},
-		{"manager.networkPolicy.webhookFrom[0].ipblock.cidr=10.0.0.0/8", "additional properties 'ipblock' not allowed"},
+		{set: "manager.customResourceGroups={*}", want: "/manager/customResourceGroups/0"},
+		{set: "manager.webhookClientCA.allowedNames={kube-apiserver}", want: "allowedNames needs manager.webhookClientCA.configMap"},
+		{set: "manager.networkPolicy.webhookFrom[0].ipblock.cidr=10.0.0.0/8", want: "additional properties 'ipblock' not allowed"},
+		// The gateway forwards by constrained impersonation, which older
+		// API servers do not have.
+		{set: "gateway.enabled=true", want: "gateway.enabled needs Kubernetes 1.35 or later", flags: []string{"--kube-version", "1.34.2"}},
 	} {
-		out, err := helm(t, "template", "rampart", chart, "--set", c.set)
+		out, err := helm(t, append([]string{"template", "rampart", chart, "--set", c.set}, c.flags...)...)
 		if err == nil || !strings.Contains(out, c.want) {
 			t.Errorf("helm template --set %s: err %v, want an error naming %q:\n%s", c.set, err, c.want, out)
 		}

@@ -12,6 +12,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -50,6 +51,8 @@ type Windows struct {
 	Recorder events.EventRecorder
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Mapper names resources as discovery does in denials; nil guesses.
+	Mapper meta.RESTMapper
 
 	mu       sync.Mutex
 	compiled map[types.UID]compiledWindow
@@ -157,7 +160,7 @@ func (h *Windows) Handle(ctx context.Context, req admission.Request) admission.R
 		subject = &old
 	}
 	r := changewindow.Request{
-		Object:      protection.Object{Resource: gr, Namespace: req.Namespace, Name: subject.GetName()},
+		Object:      protection.Object{Resource: gr, Namespace: req.Namespace, Name: subject.GetName(), Singular: protection.Singular(h.Mapper, gr)},
 		Window:      name,
 		Changed:     changewindow.Changed(old.Object, cur.Object, cw.Spec.Fields),
 		MayOverride: protection.Names(cw.Spec.Override, req.UserInfo),

@@ -1,5 +1,5 @@
 // Package admission adapts Rampart's decisions to Kubernetes admission
-// webhooks: it builds each decision's request view from an AdmissionReview,
+// webhooks: it builds each decision's request from an AdmissionReview,
 // reports denials (response, Event, metric), and registers the webhook
 // configurations with the API server.
 package admission
@@ -12,10 +12,10 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -28,32 +28,32 @@ import (
 // DeletionPath is where the deletion-protection webhook is served.
 const DeletionPath = "/validate/deletion"
 
-// ClusterView is what the admission adapters read of the cluster: the
-// deletion decision's view plus what the adapter needs to build requests.
-type ClusterView interface {
-	deletion.View
-	// HasSynced is false until the caches hold the whole cluster.
-	HasSynced() bool
+// ReplicasPaths says where a custom resource keeps its replicas.
+type ReplicasPaths interface {
 	// ScaleReplicasPath is a custom resource's spec-replicas JSON path when
 	// its CRD has a scale subresource.
 	ScaleReplicasPath(gr schema.GroupResource) (string, bool)
-	// WorkloadLabels are the labels and UID of a built-in workload.
-	WorkloadLabels(gr schema.GroupResource, namespace, name string) (map[string]string, types.UID, bool)
-	// ExplicitReplicaTargets are the workloads labelled
-	// rampart.io/explicit-replicas=true, as "group/resource/namespace/name".
-	ExplicitReplicaTargets() []string
-	// NamespaceLabels are a namespace's labels.
-	NamespaceLabels(ns string) (map[string]string, bool)
+}
+
+// DeletionView is what the Deletion handler reads of the cluster: the
+// deletion decision's view plus what the handler needs to build requests.
+type DeletionView interface {
+	deletion.View
+	ReplicasPaths
+	// HasSynced is false until the caches hold the whole cluster.
+	HasSynced() bool
 }
 
 // Deletion judges DELETE requests with internal/protection/deletion, for
 // the rampart.io/protection label or, when reached through a policy's
 // webhook, for that ProtectionPolicy.
 type Deletion struct {
-	View     ClusterView
+	View     DeletionView
 	Policies Policies
 	// Recorder writes an Event on each denied object; nil writes none.
 	Recorder events.EventRecorder
+	// Mapper names resources as discovery does in denials; nil guesses.
+	Mapper meta.RESTMapper
 }
 
 var _ admission.Handler = (*Deletion)(nil)
@@ -100,6 +100,7 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 		UID:   old.GetUID(),
 		Level: v1alpha1.ProtectionLevel(old.GetLabels()[v1alpha1.LabelProtection]),
 	}
+	r.Singular = protection.Singular(h.Mapper, r.Resource)
 	pol, resp := findPolicy(ctx, h.Policies, req, &old)
 	if resp != nil {
 		return *resp
@@ -176,7 +177,7 @@ func (h *Deletion) replicas(gr schema.GroupResource, obj *unstructured.Unstructu
 
 // replicasPath is the JSON path of a workload's desired replicas: workload
 // says it runs pods, ok that it has a replicas field.
-func replicasPath(v ClusterView, gr schema.GroupResource) (path string, workload, ok bool) {
+func replicasPath(v ReplicasPaths, gr schema.GroupResource) (path string, workload, ok bool) {
 	if w, builtin := builtinWorkloads[gr]; builtin {
 		return ".spec.replicas", true, w.replicas
 	}

@@ -61,7 +61,7 @@ type Registration struct {
 	// OwnNamespace is Rampart's namespace, never judged.
 	OwnNamespace string
 	// ScaleTargets are the workloads whose scale subresource is guarded,
-	// as "group/resource/namespace/name" (see ClusterView).
+	// as "group/resource/namespace/name" (see clusterview.ScaleTargets).
 	ScaleTargets []string
 	// Policies get webhooks of their own, scoped by their resources and
 	// selectors.

@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,7 +27,7 @@ const ReplicasPath = "/validate/replicas"
 // internal/protection/replicas, for the rampart.io/explicit-replicas label
 // and for ProtectionPolicies with explicitReplicas.
 type Replicas struct {
-	View     ClusterView
+	View     ScaleTargetsView
 	Policies Policies
 	// Exempt are requesters the label rule never denies (e.g. the
 	// horizontal-pod-autoscaler's service account); policies carry their own.
@@ -40,9 +40,24 @@ type Replicas struct {
 	// view says a scale target carries no rule (it may lag); nil trusts
 	// the view.
 	LiveLabels func(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (map[string]string, bool, error)
+	// Mapper names resources as discovery does in denials; nil guesses.
+	Mapper meta.RESTMapper
 }
 
 var _ admission.Handler = (*Replicas)(nil)
+
+// ScaleTargetsView is what the Replicas handler reads of the cluster: a
+// scale request carries no labels, so the workload's and its namespace's
+// come from the view.
+type ScaleTargetsView interface {
+	ReplicasPaths
+	// HasSynced is false until the caches hold the whole cluster.
+	HasSynced() bool
+	// WorkloadLabels are the labels and UID of a workload with replicas.
+	WorkloadLabels(gr schema.GroupResource, namespace, name string) (map[string]string, types.UID, bool)
+	// NamespaceLabels are a namespace's labels.
+	NamespaceLabels(ns string) (map[string]string, bool)
+}
 
 // guardSource is one rule that may guard a write: the label or a policy.
 type guardSource struct {
@@ -69,7 +84,7 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 	if err := cur.UnmarshalJSON(req.Object.Raw); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	base := replicas.Request{Object: protection.Object{Resource: gr, Namespace: req.Namespace, Name: req.Name}}
+	base := replicas.Request{Object: protection.Object{Resource: gr, Namespace: req.Namespace, Name: req.Name, Singular: protection.Singular(h.Mapper, gr)}}
 	var uid types.UID
 	var sources []guardSource
 	kind := schema.GroupVersionKind(req.Kind)
@@ -207,17 +222,10 @@ func (h *Replicas) coveringPolicies(gr schema.GroupResource, ns string, labels m
 	if err != nil {
 		return nil, err
 	}
-	nsLabels, _ := h.View.NamespaceLabels(ns)
-	if nsLabels == nil {
-		// A namespace the view has not seen yet: the one label the API
-		// server always sets.
-		nsLabels = map[string]string{corev1.LabelMetadataName: ns}
-	}
+	l, known := h.View.NamespaceLabels(ns)
 	var out []v1alpha1.ProtectionPolicy
-	for _, p := range all {
-		if policy.Guard(&p) != "" && policy.Covers(&p, gr, nsLabels, labels) {
-			out = append(out, p)
-		}
+	for _, p := range policy.Select(all, policy.Guarding, gr, policy.NamespaceLabels(ns, l, known), labels) {
+		out = append(out, *p)
 	}
 	return out, nil
 }

@@ -91,6 +91,7 @@ stops it.`,
 	f.IntVar(&opts.APIServers, "apiservers", 1, "kube-apiservers on the one etcd")
 	f.StringSliceVar(&opts.CustomResourceGroups, "custom-resource-groups", nil, "API groups of custom resources the manager may list and watch (the chart's manager.customResourceGroups)")
 	f.BoolVar(&opts.Gateway, "gateway", false, "start rampart gateway in front of the API servers and write DIR/kubeconfig-gateway")
+	f.StringSliceVar(&opts.GatewayCountCustomResourceGroups, "gateway-count-custom-resource-groups", nil, "API groups of custom resources the gateway's LIST guard may count per namespace (the chart's gateway.countCustomResourceGroups); others are priced by their cluster-wide count")
 	f.BoolVar(&opts.ComponentsViaGateway, "components-via-gateway", false, "point kube-controller-manager, kube-scheduler and kwok at the gateway (with --gateway)")
 	f.StringVar(&opts.Assets, "assets", defaultAssets(), "directory with the binaries `make assets` builds")
 	return cmd

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/rampart-io/rampart/internal/budget"
@@ -28,22 +29,44 @@ func BudgetPod(p *corev1.Pod) budget.Pod {
 	return bp
 }
 
-// Budgets is the index of PodUnavailableBudgets and the pods they cover.
-// The view feeds it every pod; the manager feeds it the budgets.
-func (v *View) Budgets() *budget.Index { return v.budgets }
+// Budgets is the view of PodUnavailableBudgets: the index of the budgets
+// and the pods they cover, and the workloads that set their totals. The
+// informers feed it every pod; the manager feeds it the budgets.
+type Budgets struct {
+	informers    *Informers
+	index        *budget.Index
+	onBudgetPods func(pod, ns string, budgets []budget.Key)
+}
+
+func newBudgets(c *Informers) *Budgets {
+	b := &Budgets{informers: c, index: budget.NewIndex()}
+	c.handle(pods, b.budgetPodsHandler())
+	for _, gr := range workloadResources {
+		c.handle(gr, b.workloadReplicasHandler())
+	}
+	return b
+}
+
+// Index is the index of budgets and the pods they cover.
+func (v *Budgets) Index() *budget.Index { return v.index }
+
+// HasSynced is false until the caches hold the whole cluster.
+func (v *Budgets) HasSynced() bool { return v.informers.HasSynced() }
 
 // OnBudgetPods sets a function called with the budgets whose pods
 // changed, and the namespace and name of a pod whose coverage may have
 // changed. Set it before Start; it must not block.
-func (v *View) OnBudgetPods(f func(pod string, ns string, budgets []budget.Key)) { v.onBudgetPods = f }
+func (v *Budgets) OnBudgetPods(f func(pod string, ns string, budgets []budget.Key)) {
+	v.onBudgetPods = f
+}
 
-func (v *View) budgetPodsHandler() cache.ResourceEventHandler {
+func (v *Budgets) budgetPodsHandler() cache.ResourceEventHandler {
 	set := func(obj any) {
 		p, ok := obj.(*corev1.Pod)
 		if !ok {
 			return
 		}
-		now, before := v.budgets.SetPod(p.Namespace, BudgetPod(p))
+		now, before := v.index.SetPod(p.Namespace, BudgetPod(p))
 		if v.onBudgetPods != nil && (len(now) > 0 || len(before) > 0) {
 			v.onBudgetPods(p.Name, p.Namespace, append(now, before...))
 		}
@@ -56,7 +79,7 @@ func (v *View) budgetPodsHandler() cache.ResourceEventHandler {
 				obj = d.Obj
 			}
 			if m, err := meta.Accessor(obj); err == nil {
-				if keys := v.budgets.DeletePod(m.GetNamespace(), m.GetName()); len(keys) > 0 && v.onBudgetPods != nil {
+				if keys := v.index.DeletePod(m.GetNamespace(), m.GetName()); len(keys) > 0 && v.onBudgetPods != nil {
 					v.onBudgetPods("", m.GetNamespace(), keys)
 				}
 			}
@@ -66,13 +89,13 @@ func (v *View) budgetPodsHandler() cache.ResourceEventHandler {
 
 // workloadReplicasHandler recomputes the budgets of a namespace when a
 // workload there changes its replicas: their totals follow.
-func (v *View) workloadReplicasHandler() cache.ResourceEventHandler {
+func (v *Budgets) workloadReplicasHandler() cache.ResourceEventHandler {
 	changed := func(obj any) {
 		m, err := meta.Accessor(obj)
 		if err != nil || v.onBudgetPods == nil {
 			return
 		}
-		if keys := v.budgets.Keys(m.GetNamespace()); len(keys) > 0 {
+		if keys := v.index.Keys(m.GetNamespace()); len(keys) > 0 {
 			v.onBudgetPods("", m.GetNamespace(), keys)
 		}
 	}
@@ -98,7 +121,7 @@ func (v *View) workloadReplicasHandler() cache.ResourceEventHandler {
 // BudgetPod) up through a ReplicaSet to its Deployment and returns the top
 // workload ("Kind/name") and its desired replicas; ok is false when the
 // workload is not cached.
-func (v *View) ControllerReplicas(ns, controller string) (top string, replicas int32, ok bool) {
+func (v *Budgets) ControllerReplicas(ns, controller string) (top string, replicas int32, ok bool) {
 	kind, name, _ := strings.Cut(controller, "/")
 	get := func(inf cache.SharedIndexInformer) (any, bool) {
 		obj, found, err := inf.GetStore().GetByKey(ns + "/" + name)
@@ -112,7 +135,7 @@ func (v *View) ControllerReplicas(ns, controller string) (top string, replicas i
 	}
 	switch kind {
 	case "ReplicaSet":
-		obj, found := get(v.replicaSets)
+		obj, found := get(v.informers.informer(replicaSets))
 		if !found {
 			return controller, 0, false
 		}
@@ -122,28 +145,47 @@ func (v *View) ControllerReplicas(ns, controller string) (top string, replicas i
 		}
 		return controller, orOne(rs.Spec.Replicas), true
 	case "Deployment":
-		if obj, found := get(v.workloads[0]); found {
+		if obj, found := get(v.informers.informer(deployments)); found {
 			return controller, orOne(obj.(*appsv1.Deployment).Spec.Replicas), true
 		}
 	case "StatefulSet":
-		if obj, found := get(v.workloads[1]); found {
+		if obj, found := get(v.informers.informer(statefulSets)); found {
 			return controller, orOne(obj.(*appsv1.StatefulSet).Spec.Replicas), true
 		}
 	case "ReplicationController":
-		if obj, found := get(v.workloads[3]); found {
+		if obj, found := get(v.informers.informer(replicationControllers)); found {
 			return controller, orOne(obj.(*corev1.ReplicationController).Spec.Replicas), true
 		}
 	default:
 		// A custom workload with a scale subresource.
-		v.mu.RLock()
-		defer v.mu.RUnlock()
-		for _, inf := range v.scaleCRs {
-			obj, found, err := inf.informer.GetStore().GetByKey(ns + "/" + name)
-			if u, isU := obj.(*unstructured.Unstructured); err == nil && found && isU && u.GetKind() == kind {
-				n, _, _ := unstructured.NestedInt64(u.Object, replicasField)
-				return controller, int32(n), true
-			}
+		if n, found := v.customReplicas(kind, ns+"/"+name); found {
+			return controller, n, true
 		}
 	}
 	return controller, 0, false
+}
+
+// customReplicas are the replicas of a cached custom workload of kind.
+func (v *Budgets) customReplicas(kind, key string) (replicas int32, found bool) {
+	v.informers.eachScaleCR(func(_ schema.GroupVersionResource, store cache.Store) {
+		obj, ok, err := store.GetByKey(key)
+		if u, isU := obj.(*unstructured.Unstructured); !found && err == nil && ok && isU && u.GetKind() == kind {
+			n, _, _ := unstructured.NestedInt64(u.Object, replicasField)
+			replicas, found = int32(n), true
+		}
+	})
+	return replicas, found
+}
+
+// PodLabels are a cached pod's labels.
+func (v *Budgets) PodLabels(ns, name string) (map[string]string, bool) {
+	obj, ok, err := v.informers.informer(pods).GetIndexer().GetByKey(ns + "/" + name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, false
+	}
+	return m.GetLabels(), true
 }

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -22,40 +21,41 @@ import (
 	"github.com/rampart-io/rampart/internal/protection/deletion"
 )
 
-// newTestView is a View whose caches are filled by hand: the informers are
+// newTestView are views whose caches are filled by hand: the informers are
 // never started, so this tests the indexes and answers, not the watches
 // (internal/admission tests those against a real API server).
-func newTestView(t testing.TB) *View {
+func newTestView(t testing.TB) *Views {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	v, err := newView(fake.NewClientset(), metadatafake.NewSimpleMetadataClient(scheme), nil, apiextensionsfake.NewClientset(), logr.Discard())
+	v, err := newViews(fake.NewClientset(), metadatafake.NewSimpleMetadataClient(scheme), nil, apiextensionsfake.NewClientset(), logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return v
 }
 
-func add(t testing.TB, v *View, objs ...any) {
+func add(t testing.TB, v *Views, objs ...any) {
 	t.Helper()
 	for _, o := range objs {
-		var inf cache.SharedIndexInformer
+		var gr schema.GroupResource
 		switch o.(type) {
 		case *corev1.Pod:
-			inf = v.pods
+			gr = pods
 		case *corev1.PersistentVolumeClaim:
-			inf = v.claims
+			gr = claims
 		case *appsv1.Deployment:
-			inf = v.workloads[0]
+			gr = deployments
 		case *appsv1.ReplicaSet:
-			inf = v.replicaSets
+			gr = replicaSets
 		case *corev1.ConfigMap:
-			inf = v.owned[5].SharedIndexInformer
+			gr = configMaps
 		default:
 			t.Fatalf("unexpected %T", o)
 		}
+		inf := v.informer(gr)
 		// What a started informer does: transform, store, then notify.
 		if _, err := slim(o); err != nil {
 			t.Fatal(err)
@@ -63,8 +63,10 @@ func add(t testing.TB, v *View, objs ...any) {
 		if err := inf.GetIndexer().Add(o); err != nil {
 			t.Fatal(err)
 		}
-		for _, c := range v.counters[inf] {
-			c.Handler().OnAdd(o, false)
+		for _, h := range v.handlers {
+			if h.informer == inf {
+				h.handler.OnAdd(o, false)
+			}
 		}
 	}
 }
@@ -103,16 +105,16 @@ func TestViewAnswers(t *testing.T) {
 			t.Errorf("%s = %d %v, want %d", name, got.Count, got.Examples, want)
 		}
 	}
-	check("LivePods(shop): running and pending, not succeeded or failed", v.LivePods("shop"), 2)
-	check("BoundClaims(shop)", v.BoundClaims("shop"), 1)
-	check("ScaledWorkloads(shop): the deployment and its ReplicaSet, not the idle one", v.ScaledWorkloads("shop"), 2)
-	check("LivePodsOf(deployment) through its ReplicaSet", v.LivePodsOf("deploy-web"), 2)
-	check("Dependents(parent): not the one already being deleted", v.Dependents("parent"), 1)
-	check("LivePods(empty)", v.LivePods("empty"), 0)
-	if ex := v.Dependents("parent").Examples; len(ex) != 1 || ex[0] != "shop/configmap/child" {
+	check("LivePods(shop): running and pending, not succeeded or failed", v.Deletion.LivePods("shop"), 2)
+	check("BoundClaims(shop)", v.Deletion.BoundClaims("shop"), 1)
+	check("ScaledWorkloads(shop): the deployment and its ReplicaSet, not the idle one", v.Deletion.ScaledWorkloads("shop"), 2)
+	check("LivePodsOf(deployment) through its ReplicaSet", v.Deletion.LivePodsOf("deploy-web"), 2)
+	check("Dependents(parent): not the one already being deleted", v.Deletion.Dependents("parent"), 1)
+	check("LivePods(empty)", v.Deletion.LivePods("empty"), 0)
+	if ex := v.Deletion.Dependents("parent").Examples; len(ex) != 1 || ex[0] != "shop/configmap/child" {
 		t.Errorf("Dependents examples = %v", ex)
 	}
-	if p, _, _ := v.pods.GetIndexer().GetByKey("shop/web-1"); p.(*corev1.Pod).Spec.Containers != nil {
+	if p, _, _ := v.informer(pods).GetIndexer().GetByKey("shop/web-1"); p.(*corev1.Pod).Spec.Containers != nil {
 		t.Error("cached pods keep their spec: the transform is not applied")
 	}
 }
@@ -131,7 +133,7 @@ func BenchmarkDecideCascadingNamespace(b *testing.B) {
 			r := deletion.Request{Object: protection.Object{Resource: schema.GroupResource{Resource: "namespaces"}, Name: "big"}, Level: v1alpha1.ProtectionCascading}
 			b.ResetTimer()
 			for b.Loop() {
-				if deletion.Decide(r, v).Allowed {
+				if deletion.Decide(r, v.Deletion).Allowed {
 					b.Fatal("allowed")
 				}
 			}
@@ -154,7 +156,7 @@ func BenchmarkDecideCascadingWorkload(b *testing.B) {
 	r := deletion.Request{Object: protection.Object{Resource: schema.GroupResource{Group: "apps", Resource: "deployments"}, Namespace: "big", Name: "web"},
 		UID: "deploy", Level: v1alpha1.ProtectionCascading, Workload: true, Replicas: ptr.To[int64](0)}
 	for b.Loop() {
-		if deletion.Decide(r, v).Allowed {
+		if deletion.Decide(r, v.Deletion).Allowed {
 			b.Fatal("allowed")
 		}
 	}

@@ -31,7 +31,8 @@ import (
 // front of them, and kube-controller-manager, kube-scheduler and kwok
 // talking to the API servers only through the gateway.
 func TestMain(m *testing.M) {
-	clustertest.Main(m, localcluster.Options{Unprotected: true, APIServers: 2, Gateway: true, ComponentsViaGateway: true})
+	clustertest.Main(m, localcluster.Options{Unprotected: true, APIServers: 2, Gateway: true, ComponentsViaGateway: true,
+		GatewayCountCustomResourceGroups: []string{countedGroup}})
 }
 
 // viaGateway is the admin configuration through the gateway.

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rampart-io/rampart/internal/gateway"
 )
 
 // Options say what cluster to start.
@@ -58,6 +60,10 @@ type Options struct {
 	// manager may list and watch, as the chart's
 	// manager.customResourceGroups.
 	CustomResourceGroups []string
+	// GatewayCountCustomResourceGroups are the API groups of custom
+	// resources the gateway's LIST guard may count per namespace, as the
+	// chart's gateway.countCustomResourceGroups.
+	GatewayCountCustomResourceGroups []string
 }
 
 // Cluster is a running local cluster.
@@ -150,6 +156,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		if !strings.Contains(g, ".") || strings.Contains(g, "*") {
 			return nil, fmt.Errorf("custom resource group %q: want a custom resource's API group such as cert-manager.io", g)
 		}
+	}
+	if err := gateway.CheckCountGroups(opts.GatewayCountCustomResourceGroups); err != nil {
+		return nil, err
 	}
 	if !opts.Unprotected || opts.Gateway {
 		if _, err := os.Stat(opts.Rampart); err != nil {

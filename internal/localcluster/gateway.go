@@ -154,7 +154,11 @@ func (c *Cluster) installGateway(ctx context.Context) error {
 			objs = append(objs, o)
 		}
 	}
-	for _, o := range []runtime.Object{gateway.ClusterRole(), gateway.ClusterRoleBinding(gatewayID.user), gatewayAdminsBinding()} {
+	rbac := []runtime.Object{gateway.ClusterRole(), gateway.ClusterRoleBinding(gatewayID.user), gatewayAdminsBinding()}
+	if role := gateway.CustomResourceRole(c.opts.GatewayCountCustomResourceGroups); role != nil {
+		rbac = append(rbac, role, gateway.CustomResourceRoleBinding(gatewayID.user))
+	}
+	for _, o := range rbac {
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 		if err != nil {
 			return err
@@ -198,16 +202,20 @@ func (c *Cluster) installGateway(ctx context.Context) error {
 // starts the gateway again on the same address.
 func (c *Cluster) StartGateway(ctx context.Context) error {
 	c.forgetStopped(GatewayName)
-	err := c.run(GatewayName, c.opts.Rampart, "gateway",
-		"--kubeconfig="+c.path(gatewayID.file),
-		"--listen=127.0.0.1:"+strconv.Itoa(c.ports.gateway),
-		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(c.ports.gatewayMetrics),
-		"--upstreams="+strings.Join(c.APIServerURLs(), ","),
-		"--tls-cert-file="+c.pkiFile("gateway.crt"), "--tls-private-key-file="+c.pkiFile("gateway.key"),
-		"--client-ca-file="+c.pkiFile("ca.crt"),
+	var counted []string
+	if g := c.opts.GatewayCountCustomResourceGroups; len(g) > 0 {
+		counted = []string{"--count-custom-resource-groups=" + strings.Join(g, ",")}
+	}
+	err := c.run(GatewayName, c.opts.Rampart, append([]string{"gateway",
+		"--kubeconfig=" + c.path(gatewayID.file),
+		"--listen=127.0.0.1:" + strconv.Itoa(c.ports.gateway),
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(c.ports.gatewayMetrics),
+		"--upstreams=" + strings.Join(c.APIServerURLs(), ","),
+		"--tls-cert-file=" + c.pkiFile("gateway.crt"), "--tls-private-key-file=" + c.pkiFile("gateway.key"),
+		"--client-ca-file=" + c.pkiFile("ca.crt"),
 		"--health-interval=1s",
-		"--name="+GatewayName,
-	)
+		"--name=" + GatewayName,
+	}, counted...)...)
 	if err != nil {
 		return err
 	}

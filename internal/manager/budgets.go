@@ -67,12 +67,12 @@ func (s *queueSource) add(ns, name string) {
 // setupBudgets files budgets in the view's index on every replica (the
 // webhooks read it) and runs the budget controllers on the leader: status
 // and generated budgets.
-func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.View, reg *registrar, scales rampartadmission.Scales, timeout time.Duration, recorder events.EventRecorder) error {
+func setupBudgets(ctx context.Context, mgr ctrl.Manager, view *clusterview.Budgets, reg *registrar, scales rampartadmission.Scales, timeout time.Duration, recorder events.EventRecorder) error {
 	inf, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.PodUnavailableBudget{})
 	if err != nil {
 		return err
 	}
-	index := view.Budgets()
+	index := view.Index()
 	statusQ := &queueSource{}
 	// A namespace gaining its first budget or losing its last changes
 	// what the webhooks reach; status writes (one per disruption) do not.
@@ -149,7 +149,7 @@ func unownedGeneratedFor(kind string) handler.MapFunc {
 // and not yet observed (returned once observed, or after timeout).
 type budgetStatus struct {
 	client  client.Client
-	view    *clusterview.View
+	view    *clusterview.Budgets
 	scales  rampartadmission.Scales
 	timeout time.Duration
 	now     func() time.Time
@@ -238,7 +238,7 @@ func (r *budgetStatus) evictionsJudged(ctx context.Context, ns string) bool {
 }
 
 func (r *budgetStatus) podsOf(b *v1alpha1.PodUnavailableBudget) []budget.Pod {
-	pods, _ := r.view.Budgets().Pods(budget.Key{Namespace: b.Namespace, Name: b.Name})
+	pods, _ := r.view.Index().Pods(budget.Key{Namespace: b.Namespace, Name: b.Name})
 	return pods
 }
 

@@ -215,15 +215,15 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
-	view, err := clusterview.New(cfg, o.Log.WithName("clusterview"))
+	views, err := clusterview.New(cfg, o.Log.WithName("clusterview"))
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(view); err != nil {
+	if err := mgr.Add(views.Informers); err != nil {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("clusterview", func(*http.Request) error {
-		if !view.HasSynced() {
+		if !views.HasSynced() {
 			return errors.New("cluster view not synced yet")
 		}
 		return nil
@@ -245,7 +245,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	registered := make(chan struct{})
 	reg := &registrar{
 		barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace, Current: liveToken(direct)},
-		client:  direct, reader: mgr.GetCache(), view: view, policies: policies, done: registered, log: o.Log.WithName("registration"),
+		client:  direct, reader: mgr.GetCache(), views: views, policies: policies, done: registered, log: o.Log.WithName("registration"),
 		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true},
 		kick: make(chan struct{}, 1),
 	}
@@ -254,9 +254,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("rampart")
-	deletionHook := &rampartadmission.Deletion{View: view, Policies: policies, Recorder: recorder}
-	replicasHook := &rampartadmission.Replicas{View: view, Policies: policies, Exempt: o.ReplicasExempt, Recorder: recorder,
-		InForce: reg, LiveLabels: liveLabels(meta)}
+	deletionHook := &rampartadmission.Deletion{View: views.Deletion, Policies: policies, Recorder: recorder, Mapper: mgr.GetRESTMapper()}
+	replicasHook := &rampartadmission.Replicas{View: views.ScaleTargets, Policies: policies, Exempt: o.ReplicasExempt, Recorder: recorder,
+		InForce: reg, LiveLabels: liveLabels(meta), Mapper: mgr.GetRESTMapper()}
 	server.Register(rampartadmission.DeletionPath, &webhook.Admission{Handler: deletionHook})
 	server.Register(rampartadmission.ReplicasPath, &webhook.Admission{Handler: replicasHook})
 	server.Register(rampartadmission.PolicyDeletionPrefix, &webhook.Admission{Handler: deletionHook,
@@ -264,7 +264,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	server.Register(rampartadmission.PolicyReplicasPrefix, &webhook.Admission{Handler: replicasHook,
 		WithContextFunc: rampartadmission.PolicyFromPath(rampartadmission.PolicyReplicasPrefix)})
 	server.Register(rampartadmission.WindowPrefix, &webhook.Admission{
-		Handler:         &rampartadmission.Windows{Reader: mgr.GetCache(), Live: direct, Recorder: recorder},
+		Handler:         &rampartadmission.Windows{Reader: mgr.GetCache(), Live: direct, Recorder: recorder, Mapper: mgr.GetRESTMapper()},
 		WithContextFunc: rampartadmission.WindowFromPath})
 	generated := &rampartadmission.GeneratedBudgets{Client: direct}
 	server.Register(rampartadmission.WindowSpecPath, &webhook.Admission{Handler: rampartadmission.WindowSpec{InForce: reg}})
@@ -276,7 +276,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}})
 	server.Register(rampartadmission.SpecPath, &webhook.Admission{Handler: rampartadmission.Spec{InForce: reg}})
 	server.Register(rampartadmission.FlowControlPrefix, &webhook.Admission{
-		Handler:         &rampartadmission.FlowControl{Client: direct, Pods: view, Recorder: recorder},
+		Handler:         &rampartadmission.FlowControl{Client: direct, Pods: views.Budgets, Recorder: recorder},
 		WithContextFunc: rampartadmission.FlowControlFromPath})
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -284,7 +284,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	scales := rampartadmission.Scales{Dynamic: dyn, Mapper: mgr.GetRESTMapper()}
 	server.Register(rampartadmission.BudgetPath, &webhook.Admission{Handler: &rampartadmission.Budgets{
-		Client: direct, Cache: mgr.GetCache(), Index: view.Budgets(), Pods: view, Namespaces: view, Recorder: recorder, Targets: scales}})
+		Client: direct, Cache: mgr.GetCache(), Index: views.Budgets.Index(), Pods: views.Budgets, Namespaces: views.Namespaces, Recorder: recorder, Targets: scales}})
 	server.Register(rampartadmission.ProbePath, &webhook.Admission{Handler: rampartadmission.Probe{}})
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
@@ -315,7 +315,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	// The view counts what policies protect, as it does for labels.
-	view.SetPolicies(func() []v1alpha1.ProtectionPolicy {
+	views.Deletion.SetPolicies(func() []v1alpha1.ProtectionPolicy {
 		ps, err := policies.List(context.Background())
 		if err != nil {
 			o.Log.Error(err, "listing ProtectionPolicies for the cluster view")
@@ -324,7 +324,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	})
 	policyChanged := func() {
 		reg.poke()
-		view.Resync()
+		views.Deletion.Resync()
 	}
 	if _, err := policyInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { policyChanged() },
@@ -369,7 +369,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if timeout <= 0 {
 		timeout = DefaultBudgetDisruptionTimeout
 	}
-	if err := setupBudgets(ctx, mgr, view, reg, scales, timeout, recorder); err != nil {
+	if err := setupBudgets(ctx, mgr, views.Budgets, reg, scales, timeout, recorder); err != nil {
 		return err
 	}
 	if rotator != nil {
@@ -394,7 +394,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 type registrar struct {
 	client   client.Client
 	reader   client.Reader
-	view     *clusterview.View
+	views    *clusterview.Views
 	policies cachedPolicies
 	log      logr.Logger
 	// done is closed after the first successful registration.
@@ -441,7 +441,7 @@ func (r *registrar) fromCaches(ctx context.Context) rampartadmission.Registratio
 		r.log.Error(err, "listing ProtectionPolicies")
 	}
 	reg.Policies = policies
-	reg.ScaleTargets = scaleTargets(r.view, policies)
+	reg.ScaleTargets = r.views.ScaleTargets.Targets(policies)
 	if reg.Windows, err = listWindows(ctx, r.reader); err != nil {
 		r.log.Error(err, "listing ChangeWindows")
 	}
@@ -451,7 +451,7 @@ func (r *registrar) fromCaches(ctx context.Context) rampartadmission.Registratio
 	}
 	slices.SortFunc(fcs.Items, func(a, b v1alpha1.DeletionFlowControl) int { return strings.Compare(a.Name, b.Name) })
 	reg.FlowControls = fcs.Items
-	reg.BudgetNamespaces = r.view.Budgets().Namespaces()
+	reg.BudgetNamespaces = r.views.Budgets.Index().Namespaces()
 	return reg
 }
 
@@ -486,7 +486,7 @@ func (r *registrar) Start(ctx context.Context) error {
 			return nil
 		case <-r.kick:
 		case <-tick.C:
-		case <-r.view.Changes():
+		case <-r.views.ScaleTargets.Changes():
 			// Coalesce a burst of label changes into one update.
 			select {
 			case <-ctx.Done():

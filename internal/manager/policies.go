@@ -22,7 +22,6 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
-	"github.com/rampart-io/rampart/internal/clusterview"
 	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
@@ -67,37 +66,6 @@ func (c cachedPolicies) List(ctx context.Context) ([]v1alpha1.ProtectionPolicy, 
 	}
 	slices.SortFunc(list.Items, func(a, b v1alpha1.ProtectionPolicy) int { return strings.Compare(a.Name, b.Name) })
 	return list.Items, nil
-}
-
-// scaleTargets are the workloads whose scale subresource a rule guards:
-// labelled ones, and those a policy with explicitReplicas selects.
-func scaleTargets(view *clusterview.View, policies []v1alpha1.ProtectionPolicy) []string {
-	targets := view.ExplicitReplicaTargets()
-	for _, gr := range view.WorkloadResourcesNow() {
-		var guarding []*v1alpha1.ProtectionPolicy
-		for i := range policies {
-			if policy.Guard(&policies[i]) != "" && policy.CoversResource(&policies[i], gr) {
-				guarding = append(guarding, &policies[i])
-			}
-		}
-		if len(guarding) == 0 {
-			continue
-		}
-		for _, w := range view.Workloads(gr) {
-			nsLabels, _ := view.NamespaceLabels(w.GetNamespace())
-			if nsLabels == nil {
-				nsLabels = map[string]string{}
-			}
-			for _, p := range guarding {
-				if policy.Covers(p, gr, nsLabels, w.GetLabels()) {
-					targets = append(targets, gr.Group+"/"+gr.Resource+"/"+w.GetNamespace()+"/"+w.GetName())
-					break
-				}
-			}
-		}
-	}
-	slices.Sort(targets)
-	return slices.Compact(targets)
 }
 
 // policyStatus sets each policy's Ready condition: True once the webhook

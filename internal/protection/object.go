@@ -7,6 +7,7 @@ package protection
 import (
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -16,12 +17,15 @@ type Object struct {
 	// Namespace is empty for cluster-scoped objects.
 	Namespace string
 	Name      string
+	// Singular is the resource's singular name as discovery serves it
+	// (see Singular); empty for a guess.
+	Singular string
 }
 
 // Describe names the object as kubectl users know it: `namespace "prod"`,
 // `deployments.apps "web" in namespace "shop"`.
 func (o Object) Describe() string {
-	s := fmt.Sprintf("%s %q", ResourceName(o.Resource), o.Name)
+	s := fmt.Sprintf("%s %q", o.ResourceName(), o.Name)
 	if o.Namespace != "" {
 		s += fmt.Sprintf(" in namespace %q", o.Namespace)
 	}
@@ -29,7 +33,7 @@ func (o Object) Describe() string {
 }
 
 // Ref is RESOURCE/NAME as kubectl accepts it.
-func (o Object) Ref() string { return ResourceName(o.Resource) + "/" + o.Name }
+func (o Object) Ref() string { return o.ResourceName() + "/" + o.Name }
 
 // Kubectl renders a command run against the object's namespace.
 func (o Object) Kubectl(verb, args string) string {
@@ -41,16 +45,39 @@ func (o Object) Kubectl(verb, args string) string {
 }
 
 // ResourceName is the resource as kubectl accepts it: core resources in
-// the singular ("namespace"), others qualified by group
-// ("deployments.apps").
-func ResourceName(gr schema.GroupResource) string {
-	if gr.Group == "" {
-		if n := len(gr.Resource); n > 1 && gr.Resource[n-1] == 's' {
-			return gr.Resource[:n-1]
-		}
-		return gr.Resource
+// the singular ("namespace", "endpoints"), others qualified by group
+// ("deployments.apps"). Without the singular from discovery, a trailing
+// "s" is dropped, which is right for most core resources but not all.
+func (o Object) ResourceName() string {
+	if o.Resource.Group != "" {
+		return o.Resource.Resource + "." + o.Resource.Group
 	}
-	return gr.Resource + "." + gr.Group
+	if o.Singular != "" {
+		return o.Singular
+	}
+	if n := len(o.Resource.Resource); n > 1 && o.Resource.Resource[n-1] == 's' {
+		return o.Resource.Resource[:n-1]
+	}
+	return o.Resource.Resource
+}
+
+// Singular is a core resource's singular name from a RESTMapper built from
+// discovery (ResourceSingularizer), or "" when it has none; resources of
+// other groups are named by their plural, and need none.
+func Singular(m meta.RESTMapper, gr schema.GroupResource) string {
+	if m == nil || gr.Group != "" {
+		return ""
+	}
+	// A lazy mapper (controller-runtime's) loads a group on a lookup by
+	// resource; the singularizer alone reads only what is loaded.
+	if _, err := m.KindFor(gr.WithVersion("")); err != nil {
+		return ""
+	}
+	s, err := m.ResourceSingularizer(gr.Resource)
+	if err != nil {
+		return ""
+	}
+	return s
 }
 
 // Source is where a protection comes from.

@@ -1,0 +1,114 @@
+package clusterview
+
+import (
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+)
+
+func addNamespace(t *testing.T, v *Views, name string, labels map[string]string) {
+	t.Helper()
+	ns := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if err := v.informer(namespaces).GetIndexer().Add(ns); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func deployment(ns, name string, replicas *int32, labels map[string]string) *appsv1.Deployment {
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), Labels: labels},
+		Spec: appsv1.DeploymentSpec{Replicas: replicas}}
+}
+
+// TestScaleTargets: the workloads whose scale subresource a rule guards,
+// by label or by a policy's selectors over the workload and its namespace.
+func TestScaleTargets(t *testing.T) {
+	v := newTestView(t)
+	addNamespace(t, v, "prod", map[string]string{"tier": "critical", corev1.LabelMetadataName: "prod"})
+	addNamespace(t, v, "dev", map[string]string{corev1.LabelMetadataName: "dev"})
+	add(t, v,
+		deployment("dev", "labelled", nil, map[string]string{v1alpha1.LabelExplicitReplicas: "true"}),
+		deployment("prod", "web", nil, nil),
+		deployment("dev", "web", nil, nil),
+		deployment("unseen", "web", nil, nil),
+	)
+	rules := []v1alpha1.ResourceRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}}}
+	policies := []v1alpha1.ProtectionPolicy{
+		{Spec: v1alpha1.ProtectionPolicySpec{Resources: rules, ExplicitReplicas: &v1alpha1.ExplicitReplicas{},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "critical"}}}},
+		// A namespace no cache has seen yet is matched by its name label.
+		{Spec: v1alpha1.ProtectionPolicySpec{Resources: rules, ExplicitReplicas: &v1alpha1.ExplicitReplicas{},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "unseen"}}}},
+		// Protects deletes, guards no replicas.
+		{Spec: v1alpha1.ProtectionPolicySpec{Resources: rules, Protection: v1alpha1.ProtectionAlways}},
+	}
+	want := []string{"apps/deployments/dev/labelled", "apps/deployments/prod/web", "apps/deployments/unseen/web"}
+	if got := v.ScaleTargets.Targets(policies); !slices.Equal(got, want) {
+		t.Errorf("Targets = %v, want %v", got, want)
+	}
+	if got := v.ScaleTargets.Targets(nil); !slices.Equal(got, want[:1]) {
+		t.Errorf("Targets without policies = %v, want %v", got, want[:1])
+	}
+	if l, _, ok := v.ScaleTargets.WorkloadLabels(deployments, "dev", "labelled"); !ok || l[v1alpha1.LabelExplicitReplicas] != "true" {
+		t.Errorf("WorkloadLabels(dev/labelled) = %v, %v", l, ok)
+	}
+}
+
+// TestBudgetsControllerReplicas follows a pod's controller to the top
+// workload, reading each kind from its own informer.
+func TestBudgetsControllerReplicas(t *testing.T) {
+	v := newTestView(t)
+	add(t, v,
+		deployment("shop", "web", ptr.To[int32](5), nil),
+		deployment("shop", "default", nil, nil),
+		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-abc",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "uid", Controller: ptr.To(true)}}},
+			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](5)}},
+		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "bare"}, Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](2)}},
+	)
+	for _, tt := range []struct {
+		controller string
+		top        string
+		replicas   int32
+		ok         bool
+	}{
+		{"ReplicaSet/web-abc", "Deployment/web", 5, true},
+		{"ReplicaSet/bare", "ReplicaSet/bare", 2, true},
+		{"Deployment/default", "Deployment/default", 1, true},
+		{"StatefulSet/db", "StatefulSet/db", 0, false},
+		{"Widget/w", "Widget/w", 0, false},
+	} {
+		top, n, ok := v.Budgets.ControllerReplicas("shop", tt.controller)
+		if top != tt.top || n != tt.replicas || ok != tt.ok {
+			t.Errorf("ControllerReplicas(%s) = %s %d %v, want %s %d %v", tt.controller, top, n, ok, tt.top, tt.replicas, tt.ok)
+		}
+	}
+}
+
+// TestDeletionCountsPolicyProtectedObjects: a namespace DELETE counts the
+// objects a policy protects as it counts labelled ones.
+func TestDeletionCountsPolicyProtectedObjects(t *testing.T) {
+	v := newTestView(t)
+	addNamespace(t, v, "shop", map[string]string{corev1.LabelMetadataName: "shop"})
+	add(t, v,
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "settings", Labels: map[string]string{"keep": "yes"}}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "scratch"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "settings", Labels: map[string]string{"keep": "yes"}}},
+	)
+	v.Deletion.SetPolicies(func() []v1alpha1.ProtectionPolicy {
+		return []v1alpha1.ProtectionPolicy{{Spec: v1alpha1.ProtectionPolicySpec{Protection: v1alpha1.ProtectionAlways,
+			Resources:      []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
+			ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"keep": "yes"}}}}}
+	})
+	got := v.Deletion.ProtectedObjects("shop")
+	if got.Count != 1 || !slices.Equal(got.Examples, []string{"configmap/settings"}) {
+		t.Errorf("ProtectedObjects(shop) = %d %v, want 1 [configmap/settings]", got.Count, got.Examples)
+	}
+}
