@@ -142,9 +142,9 @@ func pendingMarks(base rampartadmission.Registration, p pending, targets func([]
 		one.ScaleWidening = []v1alpha1.ProtectionPolicy{*p.scaleWidening}
 	}
 	var out []string
-	for _, h := range rampartadmission.ValidatingConfig(one).Webhooks {
-		if name := rampartadmission.BaseName(h.Name); strings.Contains(name, ".policy.") || strings.Contains(name, ".window.") || strings.Contains(name, ".flowcontrol.") {
-			out = append(out, "webhook/"+name)
+	for _, h := range rampartadmission.Webhooks(one) {
+		if h.Owner != (rampartadmission.Owner{}) {
+			out = append(out, "webhook/"+h.Name)
 		}
 	}
 	if p.policy != nil && targets != nil {

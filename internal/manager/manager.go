@@ -38,6 +38,9 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
+	"github.com/rampart-io/rampart/internal/controller/flowcontrolstatus"
+	"github.com/rampart-io/rampart/internal/controller/policystatus"
+	"github.com/rampart-io/rampart/internal/controller/windowstatus"
 	"github.com/rampart-io/rampart/internal/servingcert"
 	"github.com/rampart-io/rampart/internal/tlsprofile"
 )
@@ -254,38 +257,18 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("rampart")
-	deletionHook := &rampartadmission.Deletion{View: views.Deletion, Policies: policies, Recorder: recorder, Mapper: mgr.GetRESTMapper()}
-	replicasHook := &rampartadmission.Replicas{View: views.ScaleTargets, Policies: policies, Exempt: o.ReplicasExempt, Recorder: recorder,
-		InForce: reg, LiveLabels: liveLabels(meta), Mapper: mgr.GetRESTMapper()}
-	server.Register(rampartadmission.DeletionPath, &webhook.Admission{Handler: deletionHook})
-	server.Register(rampartadmission.ReplicasPath, &webhook.Admission{Handler: replicasHook})
-	server.Register(rampartadmission.PolicyDeletionPrefix, &webhook.Admission{Handler: deletionHook,
-		WithContextFunc: rampartadmission.PolicyFromPath(rampartadmission.PolicyDeletionPrefix)})
-	server.Register(rampartadmission.PolicyReplicasPrefix, &webhook.Admission{Handler: replicasHook,
-		WithContextFunc: rampartadmission.PolicyFromPath(rampartadmission.PolicyReplicasPrefix)})
-	server.Register(rampartadmission.WindowPrefix, &webhook.Admission{
-		Handler:         &rampartadmission.Windows{Reader: mgr.GetCache(), Live: direct, Recorder: recorder, Mapper: mgr.GetRESTMapper()},
-		WithContextFunc: rampartadmission.WindowFromPath})
-	generated := &rampartadmission.GeneratedBudgets{Client: direct}
-	server.Register(rampartadmission.WindowSpecPath, &webhook.Admission{Handler: rampartadmission.WindowSpec{InForce: reg}})
-	server.Register(rampartadmission.ObjectsPath, &webhook.Admission{Handler: rampartadmission.Objects{
-		"changewindows":         rampartadmission.WindowSpec{InForce: reg},
-		"podunavailablebudgets": &rampartadmission.BudgetAdmission{InForce: reg},
-		"deployments":           generated,
-		"statefulsets":          generated,
-	}})
-	server.Register(rampartadmission.SpecPath, &webhook.Admission{Handler: rampartadmission.Spec{InForce: reg}})
-	server.Register(rampartadmission.FlowControlPrefix, &webhook.Admission{
-		Handler:         &rampartadmission.FlowControl{Client: direct, Pods: views.Budgets, Recorder: recorder},
-		WithContextFunc: rampartadmission.FlowControlFromPath})
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
 	scales := rampartadmission.Scales{Dynamic: dyn, Mapper: mgr.GetRESTMapper()}
-	server.Register(rampartadmission.BudgetPath, &webhook.Admission{Handler: &rampartadmission.Budgets{
-		Client: direct, Cache: mgr.GetCache(), Index: views.Budgets.Index(), Pods: views.Budgets, Namespaces: views.Namespaces, Recorder: recorder, Targets: scales}})
-	server.Register(rampartadmission.ProbePath, &webhook.Admission{Handler: rampartadmission.Probe{}})
+	for _, r := range rampartadmission.Routes(rampartadmission.Deps{
+		Cache: mgr.GetCache(), Direct: direct, InForce: reg, Recorder: recorder, Mapper: mgr.GetRESTMapper(), Policies: policies,
+		Deletion: views.Deletion, ScaleTargets: views.ScaleTargets, Pods: views.Budgets, BudgetIndex: views.Budgets.Index(),
+		Namespaces: views.Namespaces, Scales: scales, ReplicasExempt: o.ReplicasExempt, LiveLabels: liveLabels(meta),
+	}) {
+		server.Register(r.Path, &webhook.Admission{Handler: r.Handler, WithContextFunc: r.WithContext})
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
@@ -336,10 +319,6 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := metrics.Registry.Register(newBreakerGauge(mgr.GetCache())); err != nil {
 		return err
 	}
-	status := &policyStatus{client: mgr.GetClient(), reg: reg.registration}
-	if err := status.setup(mgr); err != nil {
-		return err
-	}
 	for _, obj := range []client.Object{&v1alpha1.ChangeWindow{}, &v1alpha1.DeletionFlowControl{}} {
 		inf, err := mgr.GetCache().GetInformer(ctx, obj)
 		if err != nil {
@@ -359,11 +338,14 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return err
 		}
 	}
-	if err := (&windowStatus{client: mgr.GetClient(), reg: reg.registration, now: time.Now}).setup(mgr); err != nil {
-		return err
-	}
-	if err := (&flowControlStatus{client: mgr.GetClient(), reg: reg.registration}).setup(mgr); err != nil {
-		return err
+	for _, c := range []interface{ SetupWithManager(ctrl.Manager) error }{
+		&policystatus.Reconciler{Client: mgr.GetClient(), Registration: reg.registration},
+		&windowstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.registration},
+		&flowcontrolstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.registration},
+	} {
+		if err := c.SetupWithManager(mgr); err != nil {
+			return err
+		}
 	}
 	timeout := o.BudgetDisruptionTimeout
 	if timeout <= 0 {
