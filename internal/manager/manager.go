@@ -38,7 +38,9 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
+	"github.com/rampart-io/rampart/internal/controller/budgetstatus"
 	"github.com/rampart-io/rampart/internal/controller/flowcontrolstatus"
+	"github.com/rampart-io/rampart/internal/controller/generatedbudgets"
 	"github.com/rampart-io/rampart/internal/controller/policystatus"
 	"github.com/rampart-io/rampart/internal/controller/windowstatus"
 	"github.com/rampart-io/rampart/internal/servingcert"
@@ -351,7 +353,11 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if timeout <= 0 {
 		timeout = DefaultBudgetDisruptionTimeout
 	}
-	if err := setupBudgets(ctx, mgr, views.Budgets, reg, scales, timeout, recorder); err != nil {
+	budgets := &budgetstatus.Reconciler{Client: mgr.GetClient(), View: views.Budgets, Scales: scales, Timeout: timeout}
+	if err := budgets.SetupWithManager(ctx, mgr, reg.poke); err != nil {
+		return err
+	}
+	if err := (&generatedbudgets.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if rotator != nil {
