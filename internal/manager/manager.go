@@ -15,22 +15,16 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -43,7 +37,6 @@ import (
 	"github.com/rampart-io/rampart/internal/controller/generatedbudgets"
 	"github.com/rampart-io/rampart/internal/controller/policystatus"
 	"github.com/rampart-io/rampart/internal/controller/windowstatus"
-	"github.com/rampart-io/rampart/internal/servingcert"
 	"github.com/rampart-io/rampart/internal/tlsprofile"
 )
 
@@ -175,48 +168,15 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if cfg.QPS == 0 {
 		cfg.QPS, cfg.Burst = 200, 400
 	}
-	// The rotator writes the certificate before the webhook server starts,
-	// so the server always finds one.
-	var rotator *servingcert.Rotator
-	var caBundle []byte
-	if o.GenerateCerts {
-		rotator = &servingcert.Rotator{Dir: o.CertDir, Hosts: o.certHosts(), CertValidity: o.CertValidity, Log: o.Log.WithName("servingcert")}
-		if o.CASecret != "" {
-			cs, err := kubernetes.NewForConfig(cfg)
-			if err != nil {
-				return err
-			}
-			rotator.Store = servingcert.SecretStore{Client: cs, Namespace: o.Namespace, Name: o.CASecret}
-		}
-		if caBundle, _, err = rotator.Ensure(ctx); err != nil {
-			return fmt.Errorf("webhook certificate: %w", err)
-		}
+	rotator, caBundle, err := certificates(ctx, cfg, o)
+	if err != nil {
+		return err
 	}
 	webhookTLS, onlyAPIServer, err := webhookClientAuth(o, o.Log.WithName("webhook"))
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Logger:                  o.Log,
-		Metrics:                 metricsOptions(o),
-		HealthProbeBindAddress:  o.ProbeAddr,
-		LeaderElection:          o.LeaderElection,
-		LeaderElectionID:        "rampart-manager",
-		LeaderElectionNamespace: o.Namespace,
-		// Release the lease on shutdown so a rolling restart hands over at
-		// once instead of after the lease duration.
-		LeaderElectionReleaseOnCancel: true,
-		// The manager reads only its own webhook configuration, and may list
-		// and watch no other (RBAC resourceNames match a name selector).
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&admissionregistrationv1.ValidatingWebhookConfiguration{}: {
-				Field: fields.OneTermEqualSelector("metadata.name", rampartadmission.ValidatingConfigName)},
-		}},
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir, TLSOpts: webhookTLS,
-		}),
-	})
+	mgr, err := newManager(cfg, o, scheme, webhookTLS)
 	if err != nil {
 		return err
 	}
@@ -225,14 +185,6 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	if err := mgr.Add(views.Informers); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("clusterview", func(*http.Request) error {
-		if !views.HasSynced() {
-			return errors.New("cluster view not synced yet")
-		}
-		return nil
-	}); err != nil {
 		return err
 	}
 	server := webhookRegistrar{mgr.GetWebhookServer(), onlyAPIServer}
@@ -271,22 +223,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}) {
 		server.Register(r.Path, &webhook.Admission{Handler: r.Handler, WithContextFunc: r.WithContext})
 	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return err
-	}
-	// Ready once the webhook server serves TLS and the configuration is
-	// registered: from then on the API server can call this replica.
-	if err := mgr.AddReadyzCheck("webhook", server.Server.StartedChecker()); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("registered", func(*http.Request) error {
-		select {
-		case <-registered:
-			return nil
-		default:
-			return errors.New("webhook configuration not registered yet")
-		}
-	}); err != nil {
+	if err := checks(mgr, views, server, registered); err != nil {
 		return err
 	}
 	owner, err := webhookOwner(ctx, direct, o.WebhookOwner)
@@ -294,51 +231,8 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	reg.base.Owner = owner
-	// Policy changes re-register at once.
-	policyInformer, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.ProtectionPolicy{})
-	if err != nil {
+	if err := watchProtections(ctx, mgr, reg, views, policies, o.Log); err != nil {
 		return err
-	}
-	// The view counts what policies protect, as it does for labels.
-	views.Deletion.SetPolicies(func() []v1alpha1.ProtectionPolicy {
-		ps, err := policies.List(context.Background())
-		if err != nil {
-			o.Log.Error(err, "listing ProtectionPolicies for the cluster view")
-		}
-		return ps
-	})
-	policyChanged := func() {
-		reg.poke()
-		views.Deletion.Resync()
-	}
-	if _, err := policyInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { policyChanged() },
-		UpdateFunc: func(any, any) { policyChanged() },
-		DeleteFunc: func(any) { policyChanged() },
-	}); err != nil {
-		return err
-	}
-	if err := metrics.Registry.Register(newBreakerGauge(mgr.GetCache())); err != nil {
-		return err
-	}
-	for _, obj := range []client.Object{&v1alpha1.ChangeWindow{}, &v1alpha1.DeletionFlowControl{}} {
-		inf, err := mgr.GetCache().GetInformer(ctx, obj)
-		if err != nil {
-			return err
-		}
-		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc: func(any) { reg.poke() },
-			// Only a spec change can change a webhook: status updates
-			// (every counted delete) need no re-registration.
-			UpdateFunc: func(o, n any) {
-				if oo, ok := o.(client.Object); !ok || oo.GetGeneration() != n.(client.Object).GetGeneration() {
-					reg.poke()
-				}
-			},
-			DeleteFunc: func(any) { reg.poke() },
-		}); err != nil {
-			return err
-		}
 	}
 	for _, c := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		&policystatus.Reconciler{Client: mgr.GetClient(), Registration: reg.registration},
