@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,23 +23,22 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/budget"
+	"github.com/rampart-io/rampart/internal/ledger"
 	"github.com/rampart-io/rampart/internal/protection"
 )
 
 // Webhook paths of PodUnavailableBudgets.
 const (
-	// BudgetPath judges pod deletes, evictions, in-place updates and resizes.
+	// BudgetPath decides pod deletes, evictions, in-place updates and resizes.
 	BudgetPath = "/validate/budgets"
 )
-
-// RuleBudget names budget denials in metrics and Events.
-const RuleBudget = "PodUnavailableBudget"
 
 var budgetDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "rampart_budget_decisions_total",
@@ -48,7 +47,7 @@ var budgetDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 func init() { metrics.Registry.MustRegister(budgetDecisions) }
 
-// Budgets judges every disruption of a pod against every budget that
+// Budgets decides every disruption of a pod against every budget that
 // covers it. An admitted disruption is written into each budget's status
 // (the pod, with the time) with optimistic concurrency before it is
 // admitted, so that replicas never admit more than a budget allows between
@@ -58,7 +57,7 @@ type Budgets struct {
 	// Client reads and writes budgets directly: the latest status decides
 	// every denial and every write.
 	Client client.Client
-	// Cache, the manager's informer cache, is where a judgement starts.
+	// Cache, the manager's informer cache, is where a decision starts.
 	Cache client.Reader
 	Index *budget.Index
 	// Pods are cached pods, for evictions (their requests carry no pod).
@@ -68,13 +67,15 @@ type Budgets struct {
 	// own rampart.io/protection label).
 	Namespaces interface{ NamespaceTerminating(string) bool }
 	Recorder   events.EventRecorder
-	Now        func() time.Time
+	// Clock is the time disruptions are recorded at; nil is the real clock.
+	Clock clock.PassiveClock
 	// Targets resolves the pod selector of a targetRef budget the index
 	// has not filed yet (its status.selector is not written yet); nil
 	// treats such a budget as covering every pod of its namespace.
 	Targets TargetSelector
 
-	written latest[*v1alpha1.PodUnavailableBudget]
+	once    sync.Once
+	written *ledger.Ledger[*v1alpha1.PodUnavailableBudget]
 }
 
 // TargetSelector resolves a budget's targetRef into its pod selector
@@ -124,7 +125,7 @@ func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budg
 			}
 		}
 		// A pod created a moment ago may not be cached yet: ask the API
-		// server rather than let its eviction through unjudged.
+		// server rather than let its eviction through undecided.
 		p := &corev1.Pod{}
 		if err := h.Client.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: req.Name}, p); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -169,14 +170,14 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 	if len(keys) == 0 {
 		return admission.Allowed("")
 	}
-	now := h.now()
+	now := clockOrReal(h.Clock).Now()
 	var consumed []budget.Key
 	for _, k := range keys {
-		ok, message, took, err := h.consume(ctx, k, r, r.DryRun || dryRun(req), now)
+		v, took, err := h.consume(ctx, k, r, r.DryRun || dryRun(req), now)
 		if took {
 			consumed = append(consumed, k)
 		}
-		if err == nil && ok {
+		if err == nil && v.Allowed {
 			continue
 		}
 		// All budgets must agree: give back what this request took.
@@ -189,17 +190,8 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 		budgetDecisions.WithLabelValues(string(r.Op), "denied").Inc()
 		o := protection.Object{Namespace: req.Namespace, Name: r.Pod}
 		o.Resource.Resource = "pods"
-		rec := h.Recorder
-		if r.DryRun {
-			rec = nil // a dry run leaves no Event
-		}
-		deny(rec, req, corev1.SchemeGroupVersion.WithKind("Pod"), o, types.UID(h.podUID(req)), RuleBudget, "Disruption", message)
-		// 429, as the Eviction API answers for a PodDisruptionBudget:
-		// kubectl drain and controllers retry it.
-		resp := admission.Denied(message)
-		resp.Result.Code = http.StatusTooManyRequests
-		resp.Result.Reason = metav1.StatusReasonTooManyRequests
-		return resp
+		return respond(h.Recorder, req, about{Kind: corev1.SchemeGroupVersion.WithKind("Pod"), Object: o,
+			UID: types.UID(h.podUID(req)), Action: "Disruption", DryRun: r.DryRun}, v)
 	}
 	outcome := "admitted"
 	if r.DryRun || dryRun(req) {
@@ -228,7 +220,7 @@ func (h *Budgets) covering(ctx context.Context, ns string, podLabels map[string]
 		if gen, ok := filed[m.Name]; (ok && gen == m.Generation) || m.DeletionTimestamp != nil {
 			continue
 		}
-		// Not filed, or filed with a spec that has changed since: judge by
+		// Not filed, or filed with a spec that has changed since: decide by
 		// the budget as it is now.
 		keys = slices.DeleteFunc(keys, func(k budget.Key) bool { return k.Name == m.Name })
 		b := &v1alpha1.PodUnavailableBudget{}
@@ -320,102 +312,55 @@ func (h *Budgets) podUID(req admission.Request) (uid string) {
 	return ""
 }
 
-// consume judges the disruption against one budget and, if admitted and
-// not a dry run, records it in the budget's status. took says whether it
-// was recorded (and must be given back if another budget denies).
-func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, dry bool, now time.Time) (ok bool, message string, took bool, err error) {
-	lock := h.written.lock(k.String())
-	lock.Lock()
-	defer lock.Unlock()
-	deadline := time.Now().Add(8 * time.Second) // inside the webhook's 10 s timeout
-	latest := false
-	for attempt := 0; ; attempt++ {
-		b, stale, err := h.read(ctx, k, latest)
-		if apierrors.IsNotFound(err) {
-			h.written.forget(k.String())
-			return true, "", false, nil // deleted since: it guards nothing
-		}
-		if err != nil {
-			return false, "", false, fmt.Errorf("reading PodUnavailableBudget %s: %w", k, err)
-		}
-		v := budget.Judge(b, r)
-		if !v.Allowed && stale {
-			// A cached copy lags the status controller, which returns
-			// disruptions and counts pods that became Ready: deny only on
-			// the latest.
-			latest = true
-			continue
-		}
-		if !v.Allowed || !v.Consume || dry {
-			return v.Allowed, v.Message, false, nil
-		}
-		budget.Consume(&b.Status, r.Pod, now)
-		err = h.Client.Status().Update(ctx, b)
-		if err == nil {
-			h.written.set(k.String(), b)
-			return true, "", true, nil
-		}
-		if (apierrors.IsConflict(err) || apierrors.IsNotFound(err)) && time.Now().Before(deadline) {
-			// Another replica (or the status controller) wrote first:
-			// read again and judge again.
-			latest = true
-			time.Sleep(time.Duration(rand.IntN(5*(attempt+1))) * time.Millisecond)
-			continue
-		}
-		return false, "", false, fmt.Errorf("recording the disruption in PodUnavailableBudget %s: %w", k, err)
-	}
+// ledger keeps admitted disruptions in the budgets' status.
+func (h *Budgets) ledger() *ledger.Ledger[*v1alpha1.PodUnavailableBudget] {
+	h.once.Do(func() {
+		h.written = &ledger.Ledger[*v1alpha1.PodUnavailableBudget]{Client: h.Client, Cache: h.Cache, Clock: h.Clock,
+			New: func() *v1alpha1.PodUnavailableBudget { return &v1alpha1.PodUnavailableBudget{} }}
+	})
+	return h.written
 }
 
-// read is the budget to judge on. Unless latest is asked for, it is the
-// copy this replica wrote last or the informer's (stale says so): an
-// admission then costs no read, and a write from a stale copy conflicts
-// and is retried on the latest.
-func (h *Budgets) read(ctx context.Context, k budget.Key, latest bool) (b *v1alpha1.PodUnavailableBudget, stale bool, err error) {
-	key := client.ObjectKey{Namespace: k.Namespace, Name: k.Name}
-	if !latest {
-		if b, ok := h.written.get(k.String()); ok {
-			return b, true, nil
-		}
-		if h.Cache != nil {
-			b = &v1alpha1.PodUnavailableBudget{}
-			if h.Cache.Get(ctx, key, b) == nil {
-				return b, true, nil
+// consume decides the disruption against one budget and, if admitted and
+// not a dry run, records it in the budget's status. took says whether it
+// was recorded (and must be given back if another budget denies).
+func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, dry bool, now time.Time) (v protection.Verdict, took bool, err error) {
+	out, err := h.ledger().Decide(ctx, ledger.Request{Object: client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, DryRun: dry},
+		func(b *v1alpha1.PodUnavailableBudget) (ledger.Decision, error) {
+			var consume bool
+			v, consume = budget.Decide(b, r)
+			if consume {
+				budget.Consume(&b.Status, r.Pod, now)
 			}
-		}
+			return ledger.Decision{Allowed: v.Allowed, Write: consume}, nil
+		})
+	switch {
+	case err != nil:
+		return v, false, fmt.Errorf("recording the disruption in PodUnavailableBudget %s: %w", k, err)
+	case out.Gone:
+		return protection.Allow, false, nil // deleted since: it guards nothing
 	}
-	b = &v1alpha1.PodUnavailableBudget{}
-	return b, false, h.Client.Get(ctx, key, b)
+	return v, out.Written, nil
 }
 
 // giveBack removes a disruption this request recorded, when another budget
 // denied it. If that fails, the status controller returns it after the
 // disruption timeout.
 func (h *Budgets) giveBack(ctx context.Context, k budget.Key, pod string, at time.Time) {
-	lock := h.written.lock(k.String())
-	lock.Lock()
-	defer lock.Unlock()
-	for range 5 {
-		b := &v1alpha1.PodUnavailableBudget{}
-		if err := h.Client.Get(ctx, client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, b); err != nil {
-			return
-		}
+	_ = h.ledger().Amend(ctx, client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, func(b *v1alpha1.PodUnavailableBudget) bool {
 		if t, ok := b.Status.Disruptions[pod]; !ok || !t.Time.Equal(metav1.NewTime(at).Rfc3339Copy().Time) {
-			return
+			return false
 		}
 		delete(b.Status.Disruptions, pod)
 		b.Status.UnavailableAllowed++
-		if err := h.Client.Status().Update(ctx, b); err == nil {
-			h.written.set(k.String(), b)
-			return
-		} else if !apierrors.IsConflict(err) {
-			return
-		}
-	}
+		return true
+	})
 }
 
-func (h *Budgets) now() time.Time {
-	if h.Now != nil {
-		return h.Now()
+// clockOrReal is c, or the real clock when c is nil.
+func clockOrReal(c clock.PassiveClock) clock.PassiveClock {
+	if c == nil {
+		return clock.RealClock{}
 	}
-	return time.Now()
+	return c
 }

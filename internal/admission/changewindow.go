@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -42,15 +43,15 @@ var overrides = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 func init() { metrics.Registry.MustRegister(overrides) }
 
-// Windows judges writes to objects a ChangeWindow covers.
+// Windows decides writes to objects a ChangeWindow covers.
 type Windows struct {
 	Reader client.Reader
 	// Live reads a window the cache does not hold yet (its webhook is
 	// called before the watch delivered it); nil trusts the cache.
 	Live     client.Reader
 	Recorder events.EventRecorder
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock is the time windows are decided at; nil is the real clock.
+	Clock clock.PassiveClock
 	// Mapper names resources as discovery does in denials; nil guesses.
 	Mapper meta.RESTMapper
 
@@ -85,13 +86,6 @@ type compiledWindow struct {
 
 var _ admission.Handler = (*Windows)(nil)
 
-func (h *Windows) now() time.Time {
-	if h.Now != nil {
-		return h.Now()
-	}
-	return time.Now()
-}
-
 // compile caches compiled windows by generation: loading a time zone is
 // not free, and a webhook is on every write's path.
 func (h *Windows) compile(cw *v1alpha1.ChangeWindow) (*changewindow.Window, error) {
@@ -100,7 +94,7 @@ func (h *Windows) compile(cw *v1alpha1.ChangeWindow) (*changewindow.Window, erro
 	if c, ok := h.compiled[cw.UID]; ok && c.generation == cw.Generation {
 		return c.window, nil
 	}
-	w, err := changewindow.Compile(cw.Spec, h.now())
+	w, err := changewindow.Compile(cw.Spec, clockOrReal(h.Clock).Now())
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +127,7 @@ func (h *Windows) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	w, err := h.compile(cw)
 	if err != nil {
-		// A window the API accepted but that cannot be judged fails closed
+		// A window the API accepted but that cannot be evaluated fails closed
 		// and says why.
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("ChangeWindow %s/%s: %w", ns, name, err))
 	}
@@ -176,11 +170,11 @@ func (h *Windows) Handle(ctx context.Context, req admission.Request) admission.R
 	if err := ctx.Err(); err != nil {
 		return admission.Errored(http.StatusServiceUnavailable, err)
 	}
-	v := changewindow.Decide(r, w, h.now())
+	now := clockOrReal(h.Clock).Now()
+	v := changewindow.Decide(r, w, now)
 	kind := schema.GroupVersionKind(req.Kind)
-	switch {
-	case v.Overridden:
-		if !dryRun(req) && h.firstRecord(ns+"/"+name+"/"+string(subject.GetUID())+"/"+r.Override, h.now()) {
+	if changewindow.Overridden(v) {
+		if !dryRun(req) && h.firstRecord(ns+"/"+name+"/"+string(subject.GetUID())+"/"+r.Override, now) {
 			overrides.WithLabelValues(ns, name).Inc()
 			if h.Recorder != nil {
 				h.Recorder.Eventf(&corev1.ObjectReference{APIVersion: kind.GroupVersion().String(), Kind: kind.Kind,
@@ -189,12 +183,8 @@ func (h *Windows) Handle(ctx context.Context, req admission.Request) admission.R
 			}
 		}
 		return admission.Allowed("").WithWarnings("rampart: " + v.Message + " (recorded)")
-	case v.Allowed:
-		return admission.Allowed("")
-	default:
-		deny(h.Recorder, req, kind, r.Object, subject.GetUID(), v.Rule, "Change", v.Message)
-		return admission.Denied(v.Message)
 	}
+	return respond(h.Recorder, req, about{Kind: kind, Object: r.Object, UID: subject.GetUID(), Action: "Change"}, v)
 }
 
 func coversOperation(cw *v1alpha1.ChangeWindow, op admissionv1.Operation) bool {

@@ -1,6 +1,7 @@
 // Package admission adapts Rampart's decisions to Kubernetes admission
 // webhooks: it builds each decision's request from an AdmissionReview,
-// reports denials (response, Event, metric), and registers the webhook
+// answers every verdict alike (respond: response, Event, metric), and
+// registers the webhook
 // configurations with the API server.
 package admission
 
@@ -44,7 +45,7 @@ type DeletionView interface {
 	HasSynced() bool
 }
 
-// Deletion judges DELETE requests with internal/protection/deletion, for
+// Deletion decides DELETE requests with internal/protection/deletion, for
 // the rampart.io/protection label or, when reached through a policy's
 // webhook, for that ProtectionPolicy.
 type Deletion struct {
@@ -130,14 +131,8 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 			errors.New("rampart is still loading its view of the cluster; retry in a few seconds"))
 	}
 	v := deletion.Decide(r, h.View)
-	if v.Allowed {
-		return admission.Allowed("")
-	}
-	if pol != nil && !policy.Enforced(pol) {
-		return warn(v.Rule, r.Object, v.Message)
-	}
-	deny(h.Recorder, req, schema.GroupVersionKind(req.Kind), r.Object, r.UID, v.Rule, "Delete", v.Message)
-	return admission.Denied(v.Message)
+	v.Warn = pol != nil && !policy.Enforced(pol)
+	return respond(h.Recorder, req, about{Kind: schema.GroupVersionKind(req.Kind), Object: r.Object, UID: r.UID, Action: "Delete"}, v)
 }
 
 // findPolicy finds the ProtectionPolicy whose webhook the request came

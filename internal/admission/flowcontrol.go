@@ -3,26 +3,26 @@ package admission
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/flowcontrol"
+	"github.com/rampart-io/rampart/internal/ledger"
 	"github.com/rampart-io/rampart/internal/protection"
 )
 
@@ -51,56 +51,32 @@ type PodLabels interface {
 
 // FlowControl counts and limits deletes for DeletionFlowControls. Every
 // admitted delete is written to the flow control's status with optimistic
-// concurrency before it is admitted: the count is exact across replicas
-// and survives restarts.
+// concurrency before it is admitted (internal/ledger): the count is exact
+// across replicas and survives restarts.
 type FlowControl struct {
 	// Client reads and writes DeletionFlowControls directly (not from a
 	// cache: the count must be the latest).
 	Client   client.Client
 	Pods     PodLabels
 	Recorder events.EventRecorder
-	Now      func() time.Time
+	// Clock is the time deletes are counted at; nil is the real clock.
+	Clock clock.PassiveClock
 
-	mu sync.Mutex
-	// counted remembers, per flow control, the objects whose delete this
-	// replica admitted lately. The API server may ask again about the same
-	// DELETE (it re-runs admission when a concurrent write forces a retry);
-	// counting it twice, or denying the retry after admitting the first
-	// ask, would be wrong. A retry sent to another replica is counted again:
-	// conservative, never over the limit.
-	counted map[string]map[string]time.Time
-	written latest[*v1alpha1.DeletionFlowControl]
+	once    sync.Once
+	counted *ledger.Ledger[*v1alpha1.DeletionFlowControl]
 }
 
-// recountAfter is how long an admitted object's delete is not counted again.
-const recountAfter = 2 * time.Minute
-
-func (h *FlowControl) seen(name, key string, now time.Time) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	t, ok := h.counted[name][key]
-	return ok && now.Sub(t) < recountAfter
-}
-
-func (h *FlowControl) remember(name, key string, now time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.counted == nil {
-		h.counted = map[string]map[string]time.Time{}
-	}
-	m := h.counted[name]
-	if m == nil {
-		m = map[string]time.Time{}
-		h.counted[name] = m
-	}
-	if len(m) > 10000 {
-		for k, t := range m {
-			if now.Sub(t) >= recountAfter {
-				delete(m, k)
-			}
-		}
-	}
-	m[key] = now
+// ledger counts admitted deletes in the flow controls' status. It
+// remembers each admitted delete by the deleted object: the API server may
+// ask again about the same DELETE (it re-runs admission when a concurrent
+// write forces a retry), and counting it twice, or denying the retry after
+// admitting the first ask, would be wrong.
+func (h *FlowControl) ledger() *ledger.Ledger[*v1alpha1.DeletionFlowControl] {
+	h.once.Do(func() {
+		h.counted = &ledger.Ledger[*v1alpha1.DeletionFlowControl]{Client: h.Client, Clock: h.Clock,
+			New: func() *v1alpha1.DeletionFlowControl { return &v1alpha1.DeletionFlowControl{} }}
+	})
+	return h.counted
 }
 
 var _ admission.Handler = (*FlowControl)(nil)
@@ -111,110 +87,88 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 	if !ok {
 		return admission.Allowed("")
 	}
-	obj := protection.Object{Namespace: req.Namespace, Name: req.Name}
-	obj.Resource.Group, obj.Resource.Resource = req.Resource.Group, req.Resource.Resource
+	subj := about{Kind: schema.GroupVersionKind(req.Kind), Action: "Delete"}
+	subj.Object = protection.Object{Namespace: req.Namespace, Name: req.Name}
+	subj.Object.Resource.Group, subj.Object.Resource.Resource = req.Resource.Group, req.Resource.Resource
 	var objLabels map[string]string
-	key := req.Namespace + "/" + req.Name
+	id := req.Namespace + "/" + req.Name
 	switch {
 	case req.Operation == admissionv1.Delete:
 		var old unstructured.Unstructured
 		if err := old.UnmarshalJSON(req.OldObject.Raw); err != nil {
 			return admission.Errored(http.StatusBadRequest, err)
 		}
-		obj.Name, objLabels, key = old.GetName(), old.GetLabels(), string(old.GetUID())
+		subj.Object.Name, subj.UID, objLabels = old.GetName(), old.GetUID(), old.GetLabels()
+		id = string(old.GetUID())
 	case req.Operation == admissionv1.Create && req.SubResource == "eviction":
+		subj.Kind = corev1.SchemeGroupVersion.WithKind("Pod")
 		if h.Pods != nil {
 			objLabels, _ = h.Pods.PodLabels(req.Namespace, req.Name)
 		}
 	default:
 		return admission.Allowed("")
 	}
-	if !dryRun(req) && h.seen(name, key, h.now()) {
-		return admission.Allowed("") // the same delete, asked again
+	now := clockOrReal(h.Clock).Now()
+	var (
+		v       protection.Verdict
+		outcome string // "counted", "exempt", or "" for a delete the flow control does not count
+		invalid error
+	)
+	out, err := h.ledger().Decide(ctx, ledger.Request{Object: client.ObjectKey{Name: name}, ID: id, DryRun: dryRun(req)},
+		func(dfc *v1alpha1.DeletionFlowControl) (ledger.Decision, error) {
+			v, outcome = protection.Allow, ""
+			switch {
+			case req.SubResource == "eviction" && dfc.Spec.CountEvictions != nil && !*dfc.Spec.CountEvictions:
+				return ledger.Decision{Allowed: true}, nil
+			case exempt(dfc, req, objLabels):
+				outcome = "exempt"
+				return ledger.Decision{Allowed: true}, nil
+			}
+			v, invalid = flowcontrol.Decide(flowcontrol.Request{Name: name, Spec: dfc.Spec, Requester: req.UserInfo.Username,
+				Object: subj.Object.Describe()}, &dfc.Status, now)
+			if invalid != nil {
+				return ledger.Decision{}, invalid
+			}
+			flowcontrol.SyncCondition(&dfc.Status, dfc.Generation)
+			outcome = "counted"
+			// A denial is written too: it may trip the breaker, and the
+			// status lists recent denials.
+			return ledger.Decision{Allowed: v.Allowed, Write: true}, nil
+		})
+	switch {
+	case invalid != nil:
+		return admission.Errored(http.StatusInternalServerError, invalid)
+	case err != nil:
+		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("recording the delete in DeletionFlowControl %s: %w", name, err))
+	case out.Gone || out.Repeated || outcome == "":
+		return admission.Allowed("")
+	case outcome == "exempt":
+		flowDecisions.WithLabelValues(name, "exempt").Inc()
+		return admission.Allowed("")
+	case dryRun(req):
+		return respond(h.Recorder, req, subj, v) // decided, never counted
 	}
-	lock := h.written.lock(name)
-	lock.Lock()
-	defer lock.Unlock()
-	deadline := time.Now().Add(8 * time.Second) // inside the webhook's 10 s timeout
-	for attempt := 0; ; attempt++ {
-		// Start from the version this replica wrote last: if nobody wrote
-		// since, the update succeeds without a read; if somebody did, it
-		// conflicts and the next attempt reads the latest.
-		dfc, ok := h.written.get(name)
-		if !ok || attempt > 0 {
-			dfc = &v1alpha1.DeletionFlowControl{}
-			if err := h.Client.Get(ctx, client.ObjectKey{Name: name}, dfc); err != nil {
-				if apierrors.IsNotFound(err) {
-					h.written.forget(name)
-					return admission.Allowed("")
-				}
-				return admission.Errored(http.StatusServiceUnavailable, err)
-			}
-		}
-		if req.SubResource == "eviction" && dfc.Spec.CountEvictions != nil && !*dfc.Spec.CountEvictions {
-			return admission.Allowed("")
-		}
-		if exempt(dfc, req, objLabels) {
-			flowDecisions.WithLabelValues(name, "exempt").Inc()
-			return admission.Allowed("")
-		}
-		st := dfc.Status.DeepCopy()
-		v, err := flowcontrol.Admit(flowcontrol.Request{Name: name, Spec: dfc.Spec, Requester: req.UserInfo.Username,
-			Object: obj.Describe()}, st, h.now())
-		if err != nil {
-			return admission.Errored(http.StatusInternalServerError, err)
-		}
-		if dryRun(req) {
-			// Judged, never counted.
-			if v.Allowed {
-				return admission.Allowed("")
-			}
-			return admission.Denied(v.Message)
-		}
-		flowcontrol.SyncCondition(st, dfc.Generation)
-		dfc.Status = *st
-		err = h.Client.Status().Update(ctx, dfc)
-		if err == nil {
-			h.written.set(name, dfc)
-		}
-		if (apierrors.IsConflict(err) || apierrors.IsNotFound(err)) && time.Now().Before(deadline) {
-			// Another replica counted first: read again and judge again.
-			time.Sleep(time.Duration(rand.IntN(5*(attempt+1))) * time.Millisecond)
-			continue
-		}
-		if err != nil {
-			return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("recording the delete in DeletionFlowControl %s: %w", name, err))
-		}
-		if v.Tripped {
-			trips.WithLabelValues(name).Inc()
-			if h.Recorder != nil {
-				h.Recorder.Eventf(dfc, nil, corev1.EventTypeWarning, "BreakerTripped", "Trip", "%s", v.Message)
-			}
-		}
-		switch {
-		case dfc.Spec.Mode == v1alpha1.FlowDryRun:
-			flowDecisions.WithLabelValues(name, "dryrun").Inc()
-			if v.Tripped {
-				return admission.Allowed("").WithWarnings("rampart (DryRun): " + v.Message)
-			}
-			return admission.Allowed("")
-		case v.Allowed:
-			flowDecisions.WithLabelValues(name, "admitted").Inc()
-			h.remember(name, key, h.now())
-			return admission.Allowed("")
-		default:
-			flowDecisions.WithLabelValues(name, "denied").Inc()
-			denials.WithLabelValues(v.Rule, obj.Resource.String()).Inc()
-			return admission.Denied(v.Message)
+	dfc := out.Object
+	if flowcontrol.Tripped(v) {
+		trips.WithLabelValues(name).Inc()
+		if h.Recorder != nil {
+			h.Recorder.Eventf(dfc, nil, corev1.EventTypeWarning, "BreakerTripped", "Trip", "%s", v.Message)
 		}
 	}
-}
-
-func (h *FlowControl) now() time.Time {
-	if h.Now != nil {
-		return h.Now()
+	switch {
+	case dfc.Spec.Mode == v1alpha1.FlowDryRun:
+		flowDecisions.WithLabelValues(name, "dryrun").Inc()
+		if flowcontrol.Tripped(v) {
+			return admission.Allowed("").WithWarnings("rampart (DryRun): " + v.Message)
+		}
+		return admission.Allowed("")
+	case v.Allowed:
+		flowDecisions.WithLabelValues(name, "admitted").Inc()
+		return admission.Allowed("")
+	default:
+		flowDecisions.WithLabelValues(name, "denied").Inc()
+		return respond(h.Recorder, req, subj, v)
 	}
-	return time.Now()
 }
 
 func exempt(dfc *v1alpha1.DeletionFlowControl, req admission.Request, objLabels map[string]string) bool {

@@ -23,7 +23,7 @@ import (
 // for the scale subresource are served.
 const ReplicasPath = "/validate/replicas"
 
-// Replicas judges writes that change spec.replicas with
+// Replicas decides writes that change spec.replicas with
 // internal/protection/replicas, for the rampart.io/explicit-replicas label
 // and for ProtectionPolicies with explicitReplicas.
 type Replicas struct {
@@ -95,7 +95,7 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 	switch req.SubResource {
 	case "scale":
 		// A Scale carries no labels: the workload's, and its namespace's,
-		// come from the view, and every rule that may guard it is judged.
+		// come from the view, and every rule that may guard it is applied.
 		labels, u, ok := h.View.WorkloadLabels(gr, req.Namespace, req.Name)
 		fresh := false // labels read from the API server
 		if !ok {
@@ -159,7 +159,7 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 		case pol != nil:
 			sources = append(sources, guardSource{guard: policy.Guard(pol), source: protection.Source{Policy: pol.Name}, enforce: policy.Enforced(pol)})
 		default:
-			// Judged by the labels before and after: removing the label in
+			// Decided by the labels before and after: removing the label in
 			// the same write does not escape it.
 			sources = append(sources, labelRule(old.GetLabels(), cur.GetLabels()))
 		}
@@ -171,14 +171,12 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 		r := base
 		r.Guard, r.Source, r.Exempt = s.guard, s.source, s.exempt
 		v := replicas.Decide(r)
-		switch {
-		case v.Allowed:
-		case !s.enforce:
-			warnings = append(warnings, warn(v.Rule, r.Object, v.Message).Warnings...)
-		default:
-			deny(h.Recorder, req, kind, r.Object, uid, v.Rule, "Scale", v.Message)
-			return admission.Denied(v.Message)
+		v.Warn = !s.enforce
+		resp := respond(h.Recorder, req, about{Kind: kind, Object: r.Object, UID: uid, Action: "Scale"}, v)
+		if !resp.Allowed {
+			return resp
 		}
+		warnings = append(warnings, resp.Warnings...)
 	}
 	return admission.Allowed("").WithWarnings(warnings...)
 }

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection"
 )
 
 // Compute is a budget's status from the pods it covers now. total is the
@@ -70,7 +72,7 @@ func NextExpiry(st v1alpha1.PodUnavailableBudgetStatus, timeout time.Duration) t
 	return next
 }
 
-// Protects says whether the budget judges this kind of disruption.
+// Protects says whether the budget decides this kind of disruption.
 func Protects(spec v1alpha1.PodUnavailableBudgetSpec, op v1alpha1.DisruptionOperation) bool {
 	ops := spec.ProtectOperations
 	if len(ops) == 0 {
@@ -79,51 +81,52 @@ func Protects(spec v1alpha1.PodUnavailableBudgetSpec, op v1alpha1.DisruptionOper
 	return slices.Contains(ops, op)
 }
 
-// Verdict is a budget's answer about one disruption.
-type Verdict struct {
-	Allowed bool
-	// Consume is true when the disruption must be recorded in the budget's
-	// status (pod added to disruptions, one fewer allowed) before it is
-	// admitted.
-	Consume bool
-	Message string
-}
-
 // Request is one disruption of one pod.
 type Request struct {
 	Namespace, Pod string
 	Op             v1alpha1.DisruptionOperation
 	// Verb is how the user sees it: "delete", "evict", "update", "resize".
 	Verb string
-	// DryRun requests are judged and never consume the budget.
+	// DryRun requests are decided and never consume the budget.
 	DryRun bool
 }
 
-// Judge decides one disruption against one budget's status (the latest
-// written). A pod not Ready is judged like any other: it counts as
+// Decide decides one disruption against one budget's status (the latest
+// written). consume is set when the disruption must be recorded in the
+// budget's status (pod added to disruptions, one fewer allowed) before it
+// is admitted. A pod not Ready is decided like any other: it counts as
 // unavailable, which may be the very reason the budget allows nothing.
-func Judge(b *v1alpha1.PodUnavailableBudget, r Request) Verdict {
+// A denial answers 429, as the Eviction API does for a
+// PodDisruptionBudget: kubectl drain and controllers retry it.
+func Decide(b *v1alpha1.PodUnavailableBudget, r Request) (v protection.Verdict, consume bool) {
 	if !Protects(b.Spec, r.Op) {
-		return Verdict{Allowed: true}
+		return protection.Allow, false
 	}
 	if _, disrupted := b.Status.Disruptions[r.Pod]; disrupted {
 		// The same disruption asked again (the API server retries), or a
 		// pod already counted as disrupted: no further loss.
-		return Verdict{Allowed: true}
+		return protection.Allow, false
 	}
 	if b.Status.ObservedGeneration != b.Generation || (b.Spec.TargetRef != nil && b.Status.Selector == "") {
-		return Verdict{Message: fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s is not computed yet; retry in a few seconds",
-			r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name)}
+		return deny(fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s is not computed yet; retry in a few seconds",
+			r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name)), false
 	}
 	st := b.Status
 	if st.UnavailableAllowed > 0 {
-		return Verdict{Allowed: true, Consume: true}
+		return protection.Allow, true
 	}
-	return Verdict{Message: fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s allows no more disruptions "+
+	return deny(fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s allows no more disruptions "+
 		"(%d of %d pods available, %d must stay available, %d disruptions in progress). "+
 		"Wait for pods to become Ready and retry (kubectl rampart pub status -n %s), or change the budget (kubectl edit pub -n %s %s)",
 		r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name, st.CurrentAvailable, st.TotalReplicas, st.DesiredAvailable,
-		len(st.Disruptions), b.Namespace, b.Namespace, b.Name)}
+		len(st.Disruptions), b.Namespace, b.Namespace, b.Name)), false
+}
+
+// Rule names budget denials in metrics and Events.
+const Rule = "PodUnavailableBudget"
+
+func deny(message string) protection.Verdict {
+	return protection.Verdict{Rule: Rule, Message: message, Code: http.StatusTooManyRequests, Reason: metav1.StatusReasonTooManyRequests}
 }
 
 // Consume records an admitted disruption in a status.

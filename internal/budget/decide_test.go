@@ -56,31 +56,31 @@ func TestComputeKeepsPendingDisruptionsUntilObserved(t *testing.T) {
 	}
 }
 
-func TestJudge(t *testing.T) {
+func TestDecide(t *testing.T) {
 	b := &v1alpha1.PodUnavailableBudget{Spec: maxUnavailable(2)}
 	b.Namespace, b.Name, b.Generation = "shop", "web", 1
 	b.Status = v1alpha1.PodUnavailableBudgetStatus{ObservedGeneration: 1, TotalReplicas: 10, CurrentAvailable: 9, DesiredAvailable: 8, UnavailableAllowed: 1}
 	r := Request{Namespace: "shop", Pod: "web-1", Op: v1alpha1.DisruptDelete, Verb: "delete"}
-	if v := Judge(b, r); !v.Allowed || !v.Consume {
+	if v, consume := Decide(b, r); !v.Allowed || !consume {
 		t.Fatalf("first disruption: %+v", v)
 	}
 	Consume(&b.Status, "web-1", time.Now())
-	if v := Judge(b, r); !v.Allowed || v.Consume {
+	if v, consume := Decide(b, r); !v.Allowed || consume {
 		t.Fatalf("the same pod again must pass without consuming: %+v", v)
 	}
 	r.Pod = "web-2"
-	v := Judge(b, r)
+	v, _ := Decide(b, r)
 	want := "pod shop/web-2 may not be deleted now: PodUnavailableBudget shop/web allows no more disruptions (9 of 10 pods available, 8 must stay available, 1 disruptions in progress). Wait for pods to become Ready and retry (kubectl rampart pub status -n shop), or change the budget (kubectl edit pub -n shop web)"
 	if v.Allowed || v.Message != want {
 		t.Fatalf("got %+v\nwant %s", v, want)
 	}
 	r.Op, r.Verb = v1alpha1.DisruptResize, "resize"
-	if v := Judge(b, r); !v.Allowed || v.Consume {
+	if v, consume := Decide(b, r); !v.Allowed || consume {
 		t.Fatalf("resize is not protected by default: %+v", v)
 	}
 	b.Generation = 2
 	r.Op = v1alpha1.DisruptDelete
-	if v := Judge(b, r); v.Allowed || !strings.Contains(v.Message, "not computed yet") {
+	if v, _ := Decide(b, r); v.Allowed || !strings.Contains(v.Message, "not computed yet") {
 		t.Fatalf("a changed spec not yet computed must not admit: %+v", v)
 	}
 }

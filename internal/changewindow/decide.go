@@ -24,33 +24,28 @@ type Request struct {
 	Requester   string
 }
 
-// Verdict is the decision on one write.
-type Verdict struct {
-	Allowed bool
-	// Overridden is set when an override let the write through outside
-	// the window: it must be recorded.
-	Overridden bool
-	Rule       string
-	Message    string
-}
-
 // Rule names.
 const (
 	RuleClosed   = "change-window"
 	RuleOverride = "change-window-override"
 )
 
-// Decide judges one write at now.
-func Decide(r Request, w *Window, now time.Time) Verdict {
+// Overridden says whether an override let the write through outside the
+// window.
+func Overridden(v protection.Verdict) bool { return v.Allowed && v.Rule == RuleOverride }
+
+// Decide decides one write at now. A write let through by an override is
+// allowed under RuleOverride (see Overridden): it must be recorded.
+func Decide(r Request, w *Window, now time.Time) protection.Verdict {
 	if len(r.Changed) == 0 {
-		return Verdict{Allowed: true}
+		return protection.Allow
 	}
 	open, freeze := w.Open(now)
 	if open {
-		return Verdict{Allowed: true}
+		return protection.Allow
 	}
 	if r.Override != "" && r.MayOverride {
-		return Verdict{Allowed: true, Overridden: true, Rule: RuleOverride,
+		return protection.Verdict{Allowed: true, Rule: RuleOverride,
 			Message: fmt.Sprintf("%s overrode ChangeWindow %q to change %s of %s: %s",
 				r.Requester, r.Window, strings.Join(r.Changed, ", "), r.Describe(), r.Override)}
 	}
@@ -74,5 +69,5 @@ func Decide(r Request, w *Window, now time.Time) Verdict {
 	default:
 		msg += fmt.Sprintf(" In an emergency, a user the window names may set annotation %s=<reason> in the same request (it is recorded).", v1alpha1.AnnotationChangeOverride)
 	}
-	return Verdict{Rule: RuleClosed, Message: msg}
+	return protection.Verdict{Rule: RuleClosed, Message: msg}
 }

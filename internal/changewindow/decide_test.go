@@ -68,8 +68,8 @@ func TestDecide(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			v := Decide(tt.req, w, at(t, "Asia/Shanghai", tt.now))
-			if v.Allowed != tt.allowed || v.Overridden != tt.overr {
-				t.Fatalf("Allowed=%v Overridden=%v, want %v %v (%q)", v.Allowed, v.Overridden, tt.allowed, tt.overr, v.Message)
+			if v.Allowed != tt.allowed || Overridden(v) != tt.overr {
+				t.Fatalf("Allowed=%v Overridden=%v, want %v %v (%q)", v.Allowed, Overridden(v), tt.allowed, tt.overr, v.Message)
 			}
 			for _, s := range tt.wantIn {
 				if !strings.Contains(v.Message, s) {

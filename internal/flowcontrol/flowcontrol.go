@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection"
 )
 
 // slotsPerWindow is how finely each window is counted. Counting every slot
@@ -33,20 +34,14 @@ const (
 	Open   = "Open"
 )
 
-// Verdict is the decision on one counted delete.
-type Verdict struct {
-	Allowed bool
-	// Tripped is set when this delete tripped the breaker.
-	Tripped bool
-	Rule    string
-	Message string
-}
-
 // Rule names.
 const (
 	RuleLimit   = "flow-control-limit"
 	RuleBreaker = "flow-control-breaker"
 )
+
+// Tripped says whether this delete tripped the breaker (reached a limit).
+func Tripped(v protection.Verdict) bool { return v.Rule == RuleLimit }
 
 // Limit is a parsed limit.
 type Limit struct {
@@ -114,12 +109,14 @@ type Request struct {
 	Requester, Object string
 }
 
-// Admit judges one counted delete at now and updates st: an admitted
+// Decide decides one counted delete at now and updates st: an admitted
 // delete is counted; a denied one is recorded, and may trip the breaker.
-func Admit(r Request, st *v1alpha1.DeletionFlowControlStatus, now time.Time) (Verdict, error) {
+// In DryRun mode every delete is admitted, and a tripping one keeps its
+// rule and message to be reported.
+func Decide(r Request, st *v1alpha1.DeletionFlowControlStatus, now time.Time) (protection.Verdict, error) {
 	limits, err := Limits(r.Spec)
 	if err != nil {
-		return Verdict{}, err
+		return protection.Verdict{}, err
 	}
 	counts := Counts(limits, st, now)
 	dryRun := r.Spec.Mode == v1alpha1.FlowDryRun
@@ -133,19 +130,19 @@ func Admit(r Request, st *v1alpha1.DeletionFlowControlStatus, now time.Time) (Ve
 	if st.Breaker.State == Open && r.Spec.Breaker == v1alpha1.BreakerAuto && full < 0 {
 		st.Breaker = v1alpha1.BreakerStatus{State: Closed}
 	}
-	var v Verdict
+	var v protection.Verdict
 	switch {
 	case st.Breaker.State == Open:
-		v = Verdict{Rule: RuleBreaker, Message: fmt.Sprintf(
+		v = protection.Verdict{Rule: RuleBreaker, Message: fmt.Sprintf(
 			"DeletionFlowControl %q has tripped its breaker (%s, at %s): %s is not deleted. %s",
 			r.Name, st.Breaker.Reason, st.Breaker.TrippedAt.UTC().Format(time.RFC3339), r.Object, advice(r))}
 	case full >= 0:
 		reason := fmt.Sprintf("limit %s reached: %d deletes counted in the last %s", limits[full], counts[full], limits[full].Window)
 		st.Breaker = v1alpha1.BreakerStatus{State: Open, TrippedAt: ptrTime(now), Reason: reason}
-		v = Verdict{Tripped: true, Rule: RuleLimit, Message: fmt.Sprintf(
+		v = protection.Verdict{Rule: RuleLimit, Message: fmt.Sprintf(
 			"DeletionFlowControl %q: %s; its breaker is now open and %s is not deleted. %s", r.Name, reason, r.Object, advice(r))}
 	default:
-		v = Verdict{Allowed: true}
+		v = protection.Allow
 	}
 	st.Counts = counts
 	if v.Allowed || dryRun {

@@ -19,13 +19,13 @@ func TestLimitTripsTheBreaker(t *testing.T) {
 	r := Request{Name: "pods", Spec: spec(v1alpha1.BreakerManual, v1alpha1.FlowEnforce, v1alpha1.DeletionLimit{Count: 10, Window: "10m"}), Requester: "bot", Object: "pods/x"}
 	var st v1alpha1.DeletionFlowControlStatus
 	for i := range 10 {
-		v, err := Admit(r, &st, t0.Add(time.Duration(i)*time.Second))
+		v, err := Decide(r, &st, t0.Add(time.Duration(i)*time.Second))
 		if err != nil || !v.Allowed {
 			t.Fatalf("delete %d: %+v %v", i, v, err)
 		}
 	}
-	v, _ := Admit(r, &st, t0.Add(11*time.Second))
-	if v.Allowed || !v.Tripped || st.Breaker.State != Open {
+	v, _ := Decide(r, &st, t0.Add(11*time.Second))
+	if v.Allowed || !Tripped(v) || st.Breaker.State != Open {
 		t.Fatalf("11th delete: %+v, breaker %s", v, st.Breaker.State)
 	}
 	for _, want := range []string{`DeletionFlowControl "pods"`, "10 per 10m0s reached", "rampart flowcontrol reset pods"} {
@@ -34,7 +34,7 @@ func TestLimitTripsTheBreaker(t *testing.T) {
 		}
 	}
 	// Manual: still open after the window has passed.
-	v, _ = Admit(r, &st, t0.Add(time.Hour))
+	v, _ = Decide(r, &st, t0.Add(time.Hour))
 	if v.Allowed || v.Rule != RuleBreaker {
 		t.Fatalf("an hour later with a Manual breaker: %+v", v)
 	}
@@ -42,7 +42,7 @@ func TestLimitTripsTheBreaker(t *testing.T) {
 		t.Errorf("recentDenied = %+v", st.RecentDenied)
 	}
 	Reset(&st)
-	if v, _ := Admit(r, &st, t0.Add(time.Hour)); !v.Allowed {
+	if v, _ := Decide(r, &st, t0.Add(time.Hour)); !v.Allowed {
 		t.Fatalf("after reset: %+v", v)
 	}
 }
@@ -51,17 +51,17 @@ func TestAutoBreakerClosesWhenTheWindowAllows(t *testing.T) {
 	r := Request{Name: "nodes", Spec: spec(v1alpha1.BreakerAuto, v1alpha1.FlowEnforce, v1alpha1.DeletionLimit{Count: 3, Window: "1m"})}
 	var st v1alpha1.DeletionFlowControlStatus
 	for i := range 3 {
-		if v, _ := Admit(r, &st, t0.Add(time.Duration(i)*time.Second)); !v.Allowed {
+		if v, _ := Decide(r, &st, t0.Add(time.Duration(i)*time.Second)); !v.Allowed {
 			t.Fatal("denied under the limit")
 		}
 	}
-	if v, _ := Admit(r, &st, t0.Add(5*time.Second)); v.Allowed {
+	if v, _ := Decide(r, &st, t0.Add(5*time.Second)); v.Allowed {
 		t.Fatal("4th in a minute admitted")
 	}
-	if v, _ := Admit(r, &st, t0.Add(30*time.Second)); v.Allowed {
+	if v, _ := Decide(r, &st, t0.Add(30*time.Second)); v.Allowed {
 		t.Fatal("admitted while the window is still full")
 	}
-	if v, _ := Admit(r, &st, t0.Add(70*time.Second)); !v.Allowed || st.Breaker.State != Closed {
+	if v, _ := Decide(r, &st, t0.Add(70*time.Second)); !v.Allowed || st.Breaker.State != Closed {
 		t.Fatalf("after the window: %+v breaker %s", v, st.Breaker.State)
 	}
 }
@@ -73,7 +73,7 @@ func TestSeveralLimitsApplyTogether(t *testing.T) {
 	admitted := 0
 	for m := range 10 { // 3 a minute for 10 minutes
 		for s := range 3 {
-			if v, _ := Admit(r, &st, t0.Add(time.Duration(m)*time.Minute+time.Duration(s)*time.Second)); v.Allowed {
+			if v, _ := Decide(r, &st, t0.Add(time.Duration(m)*time.Minute+time.Duration(s)*time.Second)); v.Allowed {
 				admitted++
 			}
 		}
@@ -88,11 +88,11 @@ func TestDryRunCountsButNeverDenies(t *testing.T) {
 	var st v1alpha1.DeletionFlowControlStatus
 	tripped := false
 	for i := range 5 {
-		v, _ := Admit(r, &st, t0.Add(time.Duration(i)*time.Second))
+		v, _ := Decide(r, &st, t0.Add(time.Duration(i)*time.Second))
 		if !v.Allowed {
 			t.Fatal("DryRun denied")
 		}
-		tripped = tripped || v.Tripped
+		tripped = tripped || Tripped(v)
 	}
 	if !tripped || st.Breaker.State != Open || st.Counts[0] != 5 {
 		t.Fatalf("DryRun must report the trip and count: tripped=%v state=%s counts=%v", tripped, st.Breaker.State, st.Counts)
@@ -109,7 +109,7 @@ func TestNoWindowEverExceedsTheLimit(t *testing.T) {
 	now := t0
 	for range 20000 {
 		now = now.Add(time.Duration(rng.IntN(4000)) * time.Millisecond)
-		if v, _ := Admit(r, &st, now); v.Allowed {
+		if v, _ := Decide(r, &st, now); v.Allowed {
 			admitted = append(admitted, now)
 		}
 	}
@@ -138,7 +138,7 @@ func BenchmarkAdmit(b *testing.B) {
 	now := t0
 	for b.Loop() {
 		now = now.Add(100 * time.Millisecond)
-		if v, _ := Admit(r, &st, now); !v.Allowed {
+		if v, _ := Decide(r, &st, now); !v.Allowed {
 			b.Fatal("denied")
 		}
 	}
@@ -148,12 +148,12 @@ func BenchmarkAdmitBreakerOpen(b *testing.B) {
 	r := Request{Name: "x", Spec: spec(v1alpha1.BreakerManual, v1alpha1.FlowEnforce,
 		v1alpha1.DeletionLimit{Count: 1, Window: "10m"}, v1alpha1.DeletionLimit{Count: 5, Window: "1h"}, v1alpha1.DeletionLimit{Count: 50, Window: "24h"})}
 	var st v1alpha1.DeletionFlowControlStatus
-	_, _ = Admit(r, &st, t0)
-	_, _ = Admit(r, &st, t0.Add(time.Second)) // trips
+	_, _ = Decide(r, &st, t0)
+	_, _ = Decide(r, &st, t0.Add(time.Second)) // trips
 	now := t0.Add(2 * time.Second)
 	for b.Loop() {
 		st.RecentDenied = st.RecentDenied[:0]
-		if v, _ := Admit(r, &st, now); v.Allowed {
+		if v, _ := Decide(r, &st, now); v.Allowed {
 			b.Fatal("admitted with the breaker open")
 		}
 	}

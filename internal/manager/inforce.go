@@ -326,14 +326,14 @@ func (r *registrar) desired(ctx context.Context, now time.Time) (rampartadmissio
 	defer r.mu.Unlock()
 	r.pending = slices.DeleteFunc(r.pending, func(p pending) bool { return !p.until.After(now) || caughtUp(p, reg) })
 	own := map[string]time.Time{}
-	targets := func(ps []v1alpha1.ProtectionPolicy) []string { return r.views.ScaleTargets.Targets(ps) }
+	targets := func(ps []v1alpha1.ProtectionPolicy) []string { return r.targets.Targets(ps) }
 	for _, p := range r.pending {
 		for _, k := range pendingMarks(reg, p, targets) {
 			own[k] = p.until
 		}
 	}
 	merged := withPending(reg, r.pending)
-	merged.ScaleTargets = append(merged.ScaleTargets, r.views.ScaleTargets.Targets(pendingPolicies(r.pending))...)
+	merged.ScaleTargets = append(merged.ScaleTargets, r.targets.Targets(pendingPolicies(r.pending))...)
 	slices.Sort(merged.ScaleTargets)
 	merged.ScaleTargets = slices.Compact(merged.ScaleTargets)
 	return merged, own

@@ -202,7 +202,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	registered := make(chan struct{})
 	reg := &registrar{
 		barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace, Current: liveToken(direct)},
-		client:  direct, reader: mgr.GetCache(), views: views, policies: policies, done: registered, log: o.Log.WithName("registration"),
+		client:  direct, reader: mgr.GetCache(), targets: views.ScaleTargets, budgets: views.Budgets, policies: policies, done: registered, log: o.Log.WithName("registration"),
 		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true},
 		kick: make(chan struct{}, 1),
 	}
@@ -276,7 +276,8 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 type registrar struct {
 	client   client.Client
 	reader   client.Reader
-	views    *clusterview.Views
+	targets  *clusterview.ScaleTargets
+	budgets  *clusterview.Budgets
 	policies cachedPolicies
 	log      logr.Logger
 	// done is closed after the first successful registration.
@@ -323,7 +324,7 @@ func (r *registrar) fromCaches(ctx context.Context) rampartadmission.Registratio
 		r.log.Error(err, "listing ProtectionPolicies")
 	}
 	reg.Policies = policies
-	reg.ScaleTargets = r.views.ScaleTargets.Targets(policies)
+	reg.ScaleTargets = r.targets.Targets(policies)
 	if reg.Windows, err = listWindows(ctx, r.reader); err != nil {
 		r.log.Error(err, "listing ChangeWindows")
 	}
@@ -333,7 +334,7 @@ func (r *registrar) fromCaches(ctx context.Context) rampartadmission.Registratio
 	}
 	slices.SortFunc(fcs.Items, func(a, b v1alpha1.DeletionFlowControl) int { return strings.Compare(a.Name, b.Name) })
 	reg.FlowControls = fcs.Items
-	reg.BudgetNamespaces = r.views.Budgets.Index().Namespaces()
+	reg.BudgetNamespaces = r.budgets.Index().Namespaces()
 	return reg
 }
 
@@ -368,7 +369,7 @@ func (r *registrar) Start(ctx context.Context) error {
 			return nil
 		case <-r.kick:
 		case <-tick.C:
-		case <-r.views.ScaleTargets.Changes():
+		case <-r.targets.Changes():
 			// Coalesce a burst of label changes into one update.
 			select {
 			case <-ctx.Done():

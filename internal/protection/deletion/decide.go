@@ -36,18 +36,8 @@ type Request struct {
 	Replicas *int64
 }
 
-// Verdict is the decision on one DELETE.
-type Verdict struct {
-	Allowed bool
-	// Rule names the rule that denied, e.g. "protection=Always"; a bounded
-	// set, fit for a metric label.
-	Rule string
-	// Message tells the requester what was denied, why, and how to proceed.
-	Message string
-}
-
 // Allow is the verdict for a DELETE no rule objects to.
-var Allow = Verdict{Allowed: true}
+var Allow = protection.Allow
 
 // Rule names used in verdicts, events and metrics.
 const (
@@ -56,13 +46,13 @@ const (
 )
 
 // Decide judges one DELETE.
-func Decide(r Request, v View) Verdict {
+func Decide(r Request, v View) protection.Verdict {
 	if r.Source == (protection.Source{}) {
 		r.Source.Label = v1alpha1.LabelProtection
 	}
 	switch r.Level {
 	case v1alpha1.ProtectionAlways:
-		return Verdict{
+		return protection.Verdict{
 			Rule: RuleAlways,
 			Message: fmt.Sprintf("%s is protected by %s, which forbids deleting it (%s=%s). %s",
 				r.Describe(), r.Source, v1alpha1.LabelProtection, v1alpha1.ProtectionAlways, r.Source.Lift(r.Object)),
@@ -72,7 +62,7 @@ func Decide(r Request, v View) Verdict {
 		if len(findings) == 0 {
 			return Allow
 		}
-		return Verdict{Rule: RuleCascading, Message: cascadingMessage(r, findings)}
+		return protection.Verdict{Rule: RuleCascading, Message: cascadingMessage(r, findings)}
 	default:
 		return Allow
 	}

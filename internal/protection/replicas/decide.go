@@ -30,30 +30,22 @@ type Request struct {
 	Exempt bool
 }
 
-// Verdict is the decision on one write.
-type Verdict struct {
-	Allowed bool
-	// Rule is a bounded name for metrics.
-	Rule    string
-	Message string
-}
-
 // Rule names.
 const (
 	RuleExplicitReplicas = "explicit-replicas"
 )
 
 // Decide judges one write.
-func Decide(r Request) Verdict {
+func Decide(r Request) protection.Verdict {
 	if r.Old == r.New || r.Exempt || !guarded(r.Guard, r.Old, r.New) {
-		return Verdict{Allowed: true}
+		return protection.Allow
 	}
 	if r.Source == (protection.Source{}) {
 		r.Source.Label = v1alpha1.LabelExplicitReplicas
 	}
 	want := strconv.FormatInt(r.New, 10)
 	if !r.Scale && r.Confirm == want {
-		return Verdict{Allowed: true}
+		return protection.Allow
 	}
 	change := fmt.Sprintf("changing the replicas of %s from %d to %d needs confirmation (%s, guard %s).",
 		r.Describe(), r.Old, r.New, r.Source, guardName(r.Guard))
@@ -70,7 +62,7 @@ func Decide(r Request) Verdict {
 		msg = fmt.Sprintf("%s The request confirms %s=%q, which is not the new count %s. Run: %s.",
 			change, v1alpha1.AnnotationConfirmReplicas, r.Confirm, want, confirmed)
 	}
-	return Verdict{Rule: RuleExplicitReplicas, Message: msg + " " + r.Source.Lift(r.Object)}
+	return protection.Verdict{Rule: RuleExplicitReplicas, Message: msg + " " + r.Source.Lift(r.Object)}
 }
 
 // guarded says whether the guard covers a change from old to new.
