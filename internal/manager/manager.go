@@ -23,7 +23,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -32,11 +31,6 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
-	"github.com/rampart-io/rampart/internal/controller/budgetstatus"
-	"github.com/rampart-io/rampart/internal/controller/flowcontrolstatus"
-	"github.com/rampart-io/rampart/internal/controller/generatedbudgets"
-	"github.com/rampart-io/rampart/internal/controller/policystatus"
-	"github.com/rampart-io/rampart/internal/controller/windowstatus"
 	"github.com/rampart-io/rampart/internal/tlsprofile"
 )
 
@@ -234,24 +228,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := watchProtections(ctx, mgr, reg, views, policies, o.Log); err != nil {
 		return err
 	}
-	for _, c := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		&policystatus.Reconciler{Client: mgr.GetClient(), Registration: reg.registration},
-		&windowstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.registration},
-		&flowcontrolstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.registration},
-	} {
-		if err := c.SetupWithManager(mgr); err != nil {
-			return err
-		}
-	}
-	timeout := o.BudgetDisruptionTimeout
-	if timeout <= 0 {
-		timeout = DefaultBudgetDisruptionTimeout
-	}
-	budgets := &budgetstatus.Reconciler{Client: mgr.GetClient(), View: views.Budgets, Scales: scales, Timeout: timeout}
-	if err := budgets.SetupWithManager(ctx, mgr, reg.poke); err != nil {
-		return err
-	}
-	if err := (&generatedbudgets.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
+	if err := controllers(ctx, mgr, o, reg, views, scales, recorder); err != nil {
 		return err
 	}
 	if rotator != nil {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +25,11 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
+	"github.com/rampart-io/rampart/internal/controller/budgetstatus"
+	"github.com/rampart-io/rampart/internal/controller/flowcontrolstatus"
+	"github.com/rampart-io/rampart/internal/controller/generatedbudgets"
+	"github.com/rampart-io/rampart/internal/controller/policystatus"
+	"github.com/rampart-io/rampart/internal/controller/windowstatus"
 	"github.com/rampart-io/rampart/internal/servingcert"
 )
 
@@ -154,6 +160,33 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar, vie
 		}); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// controllers are the controllers the leader runs: the Ready condition of
+// every kind whose webhooks Rampart registers, budget status and
+// generated budgets.
+func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registrar, views *clusterview.Views, scales rampartadmission.Scales, recorder events.EventRecorder) error {
+	for _, c := range []interface{ SetupWithManager(ctrl.Manager) error }{
+		&policystatus.Reconciler{Client: mgr.GetClient(), Registration: reg.registration},
+		&windowstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.registration},
+		&flowcontrolstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.registration},
+	} {
+		if err := c.SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
+	timeout := o.BudgetDisruptionTimeout
+	if timeout <= 0 {
+		timeout = DefaultBudgetDisruptionTimeout
+	}
+	budgets := &budgetstatus.Reconciler{Client: mgr.GetClient(), View: views.Budgets, Scales: scales, Timeout: timeout}
+	if err := budgets.SetupWithManager(ctx, mgr, reg.poke); err != nil {
+		return err
+	}
+	if err := (&generatedbudgets.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
+		return err
 	}
 	return nil
 }
