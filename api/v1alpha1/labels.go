@@ -30,11 +30,6 @@ const (
 	// takes the workload's rolling-update maxUnavailable, else 25%.
 	AnnotationGeneratePUBMaxUnavailable = "rampart.io/generate-pub-max-unavailable"
 	AnnotationGeneratePUBMinAvailable   = "rampart.io/generate-pub-min-available"
-
-	// LabelPUBCovered ("true") is kept by the manager on every pod that a
-	// PodUnavailableBudget covers, so that the webhooks judging disruptions
-	// are called for those pods only. Users do not set it.
-	LabelPUBCovered = "rampart.io/pub-covered"
 )
 
 // ProtectionLevel is the value of LabelProtection or a policy's protection.

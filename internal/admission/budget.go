@@ -38,8 +38,6 @@ import (
 const (
 	// BudgetPath decides pod deletes, evictions, in-place updates and resizes.
 	BudgetPath = "/validate/budgets"
-	// BudgetCoverPath labels new pods that a budget covers.
-	BudgetCoverPath = "/mutate/budgets"
 )
 
 var budgetDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -365,37 +363,4 @@ func clockOrReal(c clock.PassiveClock) clock.PassiveClock {
 		return clock.RealClock{}
 	}
 	return c
-}
-
-// BudgetCover labels a new pod rampart.io/pub-covered=true when a budget
-// covers it, so that the disruption webhooks, which select on that label,
-// are called for it. Its failure policy is Ignore: a pod created while
-// Rampart is down is labelled by the controller afterwards.
-type BudgetCover struct {
-	Index *budget.Index
-}
-
-// Handle implements admission.Handler.
-func (h *BudgetCover) Handle(_ context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create || req.SubResource != "" {
-		return admission.Allowed("")
-	}
-	var m metav1.PartialObjectMetadata
-	if err := json.Unmarshal(req.Object.Raw, &m); err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
-	if m.Labels[v1alpha1.LabelPUBCovered] == "true" || len(h.Index.Covering(req.Namespace, m.Labels)) == 0 {
-		return admission.Allowed("")
-	}
-	patch := []map[string]any{}
-	if m.Labels == nil {
-		patch = append(patch, map[string]any{"op": "add", "path": "/metadata/labels", "value": map[string]string{}})
-	}
-	patch = append(patch, map[string]any{"op": "add", "path": "/metadata/labels/rampart.io~1pub-covered", "value": "true"})
-	raw, err := json.Marshal(patch)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
-	pt := admissionv1.PatchTypeJSONPatch
-	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: true, Patch: raw, PatchType: &pt}}
 }

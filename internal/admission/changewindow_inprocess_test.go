@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -79,7 +80,7 @@ func TestWindowsHandlerInProcess(t *testing.T) {
 		_ = v1alpha1.AddToScheme(s)
 		c := fake.NewClientBuilder().WithScheme(s).WithObjects(cw.DeepCopy()).Build()
 		rec := events.NewFakeRecorder(10)
-		h := &rampartadmission.Windows{Reader: c, Recorder: rec, Now: func() time.Time { return sunday }}
+		h := &rampartadmission.Windows{Reader: c, Recorder: rec, Clock: clocktesting.NewFakePassiveClock(sunday)}
 		window := tt.window
 		if window == "" {
 			window = "shop/weekdays"

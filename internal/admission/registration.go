@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
 // ValidatingConfigName is the name of Rampart's ValidatingWebhookConfiguration.
@@ -74,8 +73,7 @@ type Registration struct {
 	FlowControls []v1alpha1.DeletionFlowControl
 	// BudgetNamespaces hold PodUnavailableBudgets: evictions and
 	// disruptions of every pod there are judged (an Eviction carries no pod
-	// labels to select on, and a pod's covered label may not be written
-	// yet), and new pods are labelled when a budget covers them.
+	// labels to select on).
 	BudgetNamespaces []string
 	// GeneratedBudgets registers the webhook that admits workloads
 	// annotated rampart.io/generate-pub once their budget exists.
@@ -89,7 +87,7 @@ type Registration struct {
 	// that the API servers have loaded this version of the configuration:
 	// a fresh one for each version written.
 	Token string
-	// Owner, when set, owns both configurations, so that the garbage
+	// Owner, when set, owns the configuration, so that the garbage
 	// collector deletes them with it: `helm uninstall` deletes the
 	// manager's ClusterRole, and with it the webhooks that would otherwise
 	// keep calling a manager that is gone.
@@ -109,202 +107,14 @@ const maxScaleTargets = 1000
 // namespace. An outage of Rampart therefore blocks nothing unprotected, and
 // fails closed for what is protected.
 func ValidatingConfig(reg Registration) *admissionregistrationv1.ValidatingWebhookConfiguration {
-	labelled := func(key string, values ...string) *metav1.LabelSelector {
-		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-			Key: key, Operator: metav1.LabelSelectorOpIn, Values: values,
-		}}}
+	var hooks []admissionregistrationv1.ValidatingWebhook
+	for _, w := range Webhooks(reg) {
+		hooks = append(hooks, w.ValidatingWebhook)
 	}
-	notOwn := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{reg.OwnNamespace},
-	}}}
-	webhook := func(name, path string, rules ...admissionregistrationv1.RuleWithOperations) admissionregistrationv1.ValidatingWebhook {
-		return admissionregistrationv1.ValidatingWebhook{
-			Name:                    name,
-			ClientConfig:            reg.Endpoint.clientConfig(path, reg.CABundle),
-			Rules:                   rules,
-			NamespaceSelector:       notOwn,
-			ObjectSelector:          &metav1.LabelSelector{},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
-			TimeoutSeconds:          ptr.To(int32(5)),
-			AdmissionReviewVersions: []string{"v1"},
-		}
-	}
-	// Any resource may carry the labels; the selectors let only labelled
-	// objects through.
-	del := webhook("deletion.rampart.io", DeletionPath, rule(admissionregistrationv1.Delete, "*", "*"))
-	del.ObjectSelector = labelled(v1alpha1.LabelProtection, string(v1alpha1.ProtectionAlways), string(v1alpha1.ProtectionCascading))
-	upd := webhook("replicas.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*"))
-	upd.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
-	// A workload created with the label gets its scale subresource guarded
-	// before the creation is admitted. Pods copied from a labelled
-	// template never reach Rampart: the API server's match condition
-	// leaves them out.
-	created := webhook("created.replicas.rampart.io", ReplicasPath, rule(admissionregistrationv1.Create, "*", "*"))
-	created.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
-	upd.TimeoutSeconds, created.TimeoutSeconds = ptr.To(inForceTimeout), ptr.To(inForceTimeout)
-	created.MatchConditions = []admissionregistrationv1.MatchCondition{{
-		Name: "not-pods", Expression: `!(request.resource.group == "" && request.resource.resource == "pods")`,
-	}}
-	hooks := []admissionregistrationv1.ValidatingWebhook{del, upd, created}
-	for _, p := range reg.Policies {
-		scoped := func(h admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.ValidatingWebhook {
-			h.NamespaceSelector = withNotOwn(p.Spec.NamespaceSelector, notOwn)
-			h.ObjectSelector = orEverything(p.Spec.ObjectSelector)
-			if !policy.Enforced(&p) {
-				// A policy that only warns must never block anything.
-				h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
-			}
-			return h
-		}
-		if p.Spec.Protection != "" {
-			hooks = append(hooks, scoped(webhook(p.Name+".deletion.policy.rampart.io", PolicyDeletionPrefix+p.Name,
-				policyRules(admissionregistrationv1.Delete, p)...)))
-		}
-		if policy.Guard(&p) != "" {
-			// CREATE too: a workload created under the policy gets its
-			// scale subresource guarded before the creation is admitted.
-			rules := policyRules(admissionregistrationv1.Update, p)
-			for i := range rules {
-				rules[i].Operations = append(rules[i].Operations, admissionregistrationv1.Create)
-			}
-			h := scoped(webhook(p.Name+".replicas.policy.rampart.io", PolicyReplicasPrefix+p.Name, rules...))
-			h.TimeoutSeconds = ptr.To(inForceTimeout)
-			hooks = append(hooks, h)
-		}
-	}
-	for _, w := range reg.Windows {
-		ops := w.Spec.Operations
-		if len(ops) == 0 {
-			ops = []v1alpha1.WindowOperation{"UPDATE"}
-		}
-		var rules []admissionregistrationv1.RuleWithOperations
-		for _, r := range w.Spec.Resources {
-			rl := rule("", "", "")
-			rl.Operations = nil
-			for _, op := range ops {
-				rl.Operations = append(rl.Operations, admissionregistrationv1.OperationType(op))
-			}
-			rl.APIGroups, rl.Resources = r.APIGroups, r.Resources
-			rl.Scope = ptr.To(admissionregistrationv1.NamespacedScope)
-			rules = append(rules, rl)
-		}
-		h := webhook(w.Name+"."+w.Namespace+".window.rampart.io", WindowPrefix+w.Namespace+"/"+w.Name, rules...)
-		h.NamespaceSelector = inNamespaces([]string{w.Namespace})
-		h.ObjectSelector = orEverything(w.Spec.Selector)
-		hooks = append(hooks, h)
-	}
-	for _, f := range reg.FlowControls {
-		var rules []admissionregistrationv1.RuleWithOperations
-		evictions := f.Spec.CountEvictions == nil || *f.Spec.CountEvictions
-		for _, r := range f.Spec.Resources {
-			rl := rule(admissionregistrationv1.Delete, "", "")
-			rl.APIGroups, rl.Resources = r.APIGroups, r.Resources
-			rules = append(rules, rl)
-			if evictions && (slices.Contains(r.APIGroups, "") || slices.Contains(r.APIGroups, "*")) &&
-				(slices.Contains(r.Resources, "pods") || slices.Contains(r.Resources, "*")) {
-				rules = append(rules, rule(admissionregistrationv1.Create, "", "pods/eviction"))
-			}
-		}
-		h := webhook(f.Name+".flowcontrol.rampart.io", FlowControlPrefix+f.Name, rules...)
-		h.NamespaceSelector = withNotOwn(f.Spec.NamespaceSelector, notOwn)
-		h.ObjectSelector = orEverything(f.Spec.ObjectSelector)
-		// Exact means closed: a delete the flow control could not count
-		// (Rampart down, or too slow under a storm) is refused, never let
-		// through uncounted. Scope a flow control to what may wait.
-		h.TimeoutSeconds = ptr.To(int32(10))
-		hooks = append(hooks, h)
-	}
-	// Disruptions of pods a budget covers (labelled by the manager).
-	pub := webhook("budgets.rampart.io", BudgetPath,
-		rule(admissionregistrationv1.Delete, "", "pods"), rule(admissionregistrationv1.Update, "", "pods"),
-		rule(admissionregistrationv1.Update, "", "pods/resize"))
-	pub.ObjectSelector = labelled(v1alpha1.LabelPUBCovered, "true")
-	pub.TimeoutSeconds = ptr.To(int32(10))
-	hooks = append(hooks, pub)
-	if len(reg.BudgetNamespaces) > 0 {
-		// And every other pod of a namespace holding budgets: the label is
-		// written after the fact (by a controller, or a mutating webhook
-		// that is ignored when down), so a pod without it may still be
-		// covered. The label keeps no pod from being judged.
-		unlabelled := webhook(UncoveredWebhookName, BudgetPath, pub.Rules...)
-		unlabelled.NamespaceSelector = inNamespaces(reg.BudgetNamespaces)
-		unlabelled.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-			Key: v1alpha1.LabelPUBCovered, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"},
-		}}}
-		unlabelled.TimeoutSeconds = pub.TimeoutSeconds
-		hooks = append(hooks, unlabelled)
-		evict := webhook(EvictionWebhookName, BudgetPath, rule(admissionregistrationv1.Create, "", "pods/eviction"))
-		evict.NamespaceSelector = inNamespaces(reg.BudgetNamespaces)
-		evict.TimeoutSeconds = ptr.To(int32(10))
-		hooks = append(hooks, evict)
-	}
-	// Rampart's own objects: ChangeWindows (what CEL cannot check), and
-	// new PodUnavailableBudgets, admitted once the budget webhooks reach
-	// their namespace.
-	spec := webhook("objects.rampart.io", ObjectsPath, admissionregistrationv1.RuleWithOperations{
-		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
-			Resources: []string{"changewindows"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-	}, admissionregistrationv1.RuleWithOperations{
-		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
-			Resources: []string{"podunavailablebudgets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-	})
-	spec.TimeoutSeconds = ptr.To(inForceTimeout)
-	hooks = append(hooks, spec, specWebhook(webhook))
-	for _, p := range reg.ScaleWidening {
-		var rules []admissionregistrationv1.RuleWithOperations
-		for _, r := range p.Spec.Resources {
-			rl := rule(admissionregistrationv1.Update, "", "")
-			rl.APIGroups, rl.Resources = r.APIGroups, nil
-			for _, res := range r.Resources {
-				rl.Resources = append(rl.Resources, res+"/scale")
-			}
-			rules = append(rules, rl)
-		}
-		// A Scale carries no labels: only the namespace selector applies.
-		h := webhook(p.Name+".scale.policy.rampart.io", ReplicasPath, rules...)
-		h.NamespaceSelector = withNotOwn(p.Spec.NamespaceSelector, notOwn)
-		if !policy.Enforced(&p) {
-			h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
-		}
-		hooks = append(hooks, h)
-	}
-	if len(reg.ScaleTargets) > 0 {
-		scale := webhook("scale.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*/scale"))
-		if len(reg.ScaleTargets) <= maxScaleTargets {
-			scale.MatchConditions = []admissionregistrationv1.MatchCondition{{
-				Name:       "explicit-replicas-workload",
-				Expression: scaleTargetExpression(reg.ScaleTargets),
-			}}
-		}
-		hooks = append(hooks, scale)
-	}
-	if reg.GeneratedBudgets {
-		// Workloads asking for a generated budget (only they pass the match
-		// condition: annotations cannot be selected on), admitted once it
-		// exists.
-		workloads := rule(admissionregistrationv1.Create, "apps", "deployments")
-		workloads.Operations = append(workloads.Operations, admissionregistrationv1.Update)
-		workloads.Resources = append(workloads.Resources, "statefulsets")
-		workloads.Scope = ptr.To(admissionregistrationv1.NamespacedScope)
-		gen := webhook(GeneratedBudgetsWebhookName, ObjectsPath, workloads)
-		gen.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "generate-pub", Expression: generatePUBCondition}}
-		gen.TimeoutSeconds = ptr.To(inForceTimeout)
-		hooks = append(hooks, gen)
-	}
-	if reg.Token != "" {
-		hooks = append(hooks, probeWebhook(reg, webhook))
-	}
-	hooks = spread(reg.Endpoint, hooks, func(h *admissionregistrationv1.ValidatingWebhook) (*string, *string, *[]admissionregistrationv1.MatchCondition) {
-		return &h.Name, h.ClientConfig.URL, &h.MatchConditions
-	})
 	return &admissionregistrationv1.ValidatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: ValidatingConfigName, Labels: map[string]string{"app.kubernetes.io/managed-by": "rampart"}},
-		Webhooks:   hooks,
+		Webhooks:   spreadValidating(reg.Endpoint, hooks),
 	}
 }
 
@@ -343,42 +153,9 @@ func inNamespaces(names []string) *metav1.LabelSelector {
 // EvictionWebhookName judges evictions in namespaces holding budgets.
 const EvictionWebhookName = "evictions.budgets.rampart.io"
 
-// UncoveredWebhookName judges disruptions of pods not (yet) labelled
-// rampart.io/pub-covered in namespaces holding budgets.
-const UncoveredWebhookName = "uncovered.budgets.rampart.io"
-
-// MutatingConfigName is the name of Rampart's MutatingWebhookConfiguration.
-const MutatingConfigName = "rampart-mutating"
-
-// MutatingConfig labels new pods that a PodUnavailableBudget covers. It
-// reaches pod creations in namespaces holding budgets only, and is
-// ignored when Rampart is down: the controller labels such pods later.
-func MutatingConfig(reg Registration) *admissionregistrationv1.MutatingWebhookConfiguration {
-	var hooks []admissionregistrationv1.MutatingWebhook
-	if len(reg.BudgetNamespaces) > 0 {
-		hooks = append(hooks, admissionregistrationv1.MutatingWebhook{
-			Name:                    "cover.budgets.rampart.io",
-			ClientConfig:            reg.Endpoint.clientConfig(BudgetCoverPath, reg.CABundle),
-			Rules:                   []admissionregistrationv1.RuleWithOperations{rule(admissionregistrationv1.Create, "", "pods")},
-			NamespaceSelector:       inNamespaces(reg.BudgetNamespaces),
-			ObjectSelector:          &metav1.LabelSelector{},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			TimeoutSeconds:          ptr.To(int32(5)),
-			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
-			AdmissionReviewVersions: []string{"v1"},
-		})
-	}
-	hooks = spread(reg.Endpoint, hooks, func(h *admissionregistrationv1.MutatingWebhook) (*string, *string, *[]admissionregistrationv1.MatchCondition) {
-		return &h.Name, h.ClientConfig.URL, &h.MatchConditions
-	})
-	return &admissionregistrationv1.MutatingWebhookConfiguration{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
-		ObjectMeta: metav1.ObjectMeta{Name: MutatingConfigName, Labels: map[string]string{"app.kubernetes.io/managed-by": "rampart"}},
-		Webhooks:   hooks,
-	}
-}
+// BudgetsWebhookName judges disruptions of pods in namespaces holding
+// budgets.
+const BudgetsWebhookName = "budgets.rampart.io"
 
 // partition is true for the requests replica i of n serves, chosen by the
 // last character of the object's name (the random suffix of generated
@@ -469,25 +246,18 @@ func rule(op admissionregistrationv1.OperationType, group, resource string) admi
 	}
 }
 
-// Register creates or updates Rampart's webhook configurations: validating
-// as given (made by ValidatingConfig, perhaps merged with what is live; its
-// resourceVersion, when set, is a precondition) and the mutating one made
-// from reg.
+// Register creates or updates Rampart's webhook configuration as given
+// (made by ValidatingConfig, perhaps merged with what is live; its
+// resourceVersion, when set, is a precondition).
 func Register(ctx context.Context, c client.Client, reg Registration, validating *admissionregistrationv1.ValidatingWebhookConfiguration) error {
-	for _, obj := range []any{validating, MutatingConfig(reg)} {
-		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-		if err != nil {
-			return err
-		}
-		obj := &unstructured.Unstructured{Object: u}
-		unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
-		if reg.Owner != nil {
-			obj.SetOwnerReferences([]metav1.OwnerReference{*reg.Owner})
-		}
-		cfg := client.ApplyConfigurationFromUnstructured(obj)
-		if err := c.Apply(ctx, cfg, client.FieldOwner("rampart-manager"), client.ForceOwnership); err != nil {
-			return err
-		}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(validating)
+	if err != nil {
+		return err
 	}
-	return nil
+	obj := &unstructured.Unstructured{Object: u}
+	unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
+	if reg.Owner != nil {
+		obj.SetOwnerReferences([]metav1.OwnerReference{*reg.Owner})
+	}
+	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("rampart-manager"), client.ForceOwnership)
 }

@@ -46,8 +46,8 @@ func TestValidatingConfigReachesOnlyProtectedObjects(t *testing.T) {
 			t.Errorf("rule %v covers %v, want DELETE only", r.Resources, r.Operations)
 		}
 	}
-	if len(cfg.Webhooks) != 6 {
-		t.Errorf("%d webhooks without scale targets or policies, want deletion, replicas (update and create), budgets, changewindows and spec", len(cfg.Webhooks))
+	if len(cfg.Webhooks) != 5 {
+		t.Errorf("%d webhooks without scale targets, policies or budgets, want deletion, replicas (update and create), changewindows and spec", len(cfg.Webhooks))
 	}
 	if *wh.FailurePolicy != admissionregistrationv1.Fail {
 		t.Error("protected objects must fail closed")
@@ -71,13 +71,14 @@ func TestValidatingConfigInClusterUsesTheService(t *testing.T) {
 	}
 }
 
-// Budgets: disruptions of covered pods are judged by label; evictions and
-// the labelling of new pods only in namespaces holding budgets, and the
-// labelling never blocks a pod's creation.
+// Budgets: disruptions and evictions of pods are judged only in namespaces
+// holding budgets, every pod there whatever its labels.
 func TestBudgetWebhooksReachOnlyBudgetedPods(t *testing.T) {
 	reg := Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
-	if m := MutatingConfig(reg); len(m.Webhooks) != 0 {
-		t.Fatalf("without budgets, %d mutating webhooks", len(m.Webhooks))
+	for _, h := range ValidatingConfig(reg).Webhooks {
+		if strings.HasSuffix(h.Name, "budgets.rampart.io") {
+			t.Fatalf("without budgets, webhook %s", h.Name)
+		}
 	}
 	reg.BudgetNamespaces = []string{"shop"}
 	cfg := ValidatingConfig(reg)
@@ -94,20 +95,14 @@ func TestBudgetWebhooksReachOnlyBudgetedPods(t *testing.T) {
 		t.Fatalf("webhooks %v", cfg.Webhooks)
 	}
 	sel, _ := metav1.LabelSelectorAsSelector(pub.ObjectSelector)
-	if sel.Matches(labels.Set{"app": "web"}) || !sel.Matches(labels.Set{"rampart.io/pub-covered": "true"}) {
+	if !sel.Matches(labels.Set{"app": "web"}) || !sel.Matches(labels.Set{}) {
 		t.Errorf("budget webhook object selector %v", sel)
 	}
-	nsSel, _ := metav1.LabelSelectorAsSelector(evict.NamespaceSelector)
-	if nsSel.Matches(labels.Set{"kubernetes.io/metadata.name": "other"}) || !nsSel.Matches(labels.Set{"kubernetes.io/metadata.name": "shop"}) {
-		t.Errorf("eviction webhook namespace selector %v", nsSel)
-	}
-	m := MutatingConfig(reg)
-	if len(m.Webhooks) != 1 || *m.Webhooks[0].FailurePolicy != admissionregistrationv1.Ignore {
-		t.Fatalf("mutating webhooks %+v", m.Webhooks)
-	}
-	reg.Endpoint.Replicas = []string{"https://127.0.0.1:1", "https://127.0.0.1:2"}
-	if m := MutatingConfig(reg); len(m.Webhooks) != 2 || m.Webhooks[1].Name != "r1.cover.budgets.rampart.io" {
-		t.Fatalf("per-replica mutating webhooks %+v", m.Webhooks)
+	for _, h := range []*admissionregistrationv1.ValidatingWebhook{pub, evict} {
+		nsSel, _ := metav1.LabelSelectorAsSelector(h.NamespaceSelector)
+		if nsSel.Matches(labels.Set{"kubernetes.io/metadata.name": "other"}) || !nsSel.Matches(labels.Set{"kubernetes.io/metadata.name": "shop"}) {
+			t.Errorf("%s namespace selector %v", h.Name, nsSel)
+		}
 	}
 }
 
@@ -116,7 +111,7 @@ func TestScaleWebhookNamesItsTargets(t *testing.T) {
 		ScaleTargets: []string{"apps/deployments/shop/web"}}
 	cfg := ValidatingConfig(reg)
 	last := len(cfg.Webhooks) - 1
-	if len(cfg.Webhooks) != 7 || cfg.Webhooks[last].Name != "scale.rampart.io" {
+	if len(cfg.Webhooks) != 6 || cfg.Webhooks[last].Name != "scale.rampart.io" {
 		t.Fatalf("webhooks = %d, want a scale webhook", len(cfg.Webhooks))
 	}
 	mc := cfg.Webhooks[last].MatchConditions

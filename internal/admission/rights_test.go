@@ -31,7 +31,6 @@ func TestManagerRightsStayNarrow(t *testing.T) {
 		{attrs{Verb: "list", Resource: "configmaps"}, true},
 		{attrs{Verb: "watch", Group: "apps", Resource: "deployments"}, true},
 		{attrs{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "rampart-validating"}, true},
-		{attrs{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations", Name: "rampart-mutating"}, true},
 		{attrs{Verb: "watch", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "rampart-validating"}, true},
 		{attrs{Verb: "get", Resource: "secrets", Namespace: ns, Name: "rampart-webhook-ca"}, true},
 
@@ -44,6 +43,8 @@ func TestManagerRightsStayNarrow(t *testing.T) {
 		{attrs{Verb: "update", Resource: "secrets", Namespace: ns, Name: "another-secret"}, false},
 		{attrs{Verb: "create", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations"}, false},
 		{attrs{Verb: "create", Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations"}, false},
+		{attrs{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations", Name: "rampart-mutating"}, false},
+		{attrs{Verb: "patch", Resource: "pods", Namespace: "default", Name: "web-0"}, false},
 		{attrs{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "someone-elses"}, false},
 		{attrs{Verb: "delete", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "rampart-validating"}, false},
 		{attrs{Verb: "list", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations"}, false},

@@ -117,23 +117,6 @@ func CoversLabels(b *v1alpha1.PodUnavailableBudget, l map[string]string) (bool, 
 	return e.covers(l), nil
 }
 
-// EachPod calls f with every recorded pod's namespace and name (the
-// covered-label controller's full resync when it starts leading).
-func (x *Index) EachPod(f func(ns, name string)) {
-	type podKey struct{ ns, name string }
-	x.mu.RLock()
-	var all []podKey
-	for ns, n := range x.ns {
-		for name := range n.pods {
-			all = append(all, podKey{ns, name})
-		}
-	}
-	x.mu.RUnlock()
-	for _, p := range all {
-		f(p.ns, p.name)
-	}
-}
-
 // SetBudget files or refiles a budget and says whether the pods it
 // covers may have changed. A budget whose selector cannot be resolved yet
 // covers nothing.
@@ -367,20 +350,6 @@ func (x *Index) Pods(k Key) (pods []Pod, ok bool) {
 	}
 	slices.SortFunc(out, func(a, b Pod) int { return strings.Compare(a.Name, b.Name) })
 	return out, true
-}
-
-// PodsInNamespace are every recorded pod of ns with whether any budget
-// covers it (for the controller that keeps the covered label).
-func (x *Index) PodsInNamespace(ns string) map[string]bool {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	out := map[string]bool{}
-	if n := x.ns[ns]; n != nil {
-		for name, p := range n.pods {
-			out[name] = len(p.budgets) > 0
-		}
-	}
-	return out
 }
 
 // CoveringFiled is Covering, with every budget filed in ns and the

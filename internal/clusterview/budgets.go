@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/budget"
 )
 
@@ -68,7 +67,7 @@ func (v *Budgets) budgetPodsHandler() cache.ResourceEventHandler {
 			return
 		}
 		now, before := v.index.SetPod(p.Namespace, BudgetPod(p))
-		if v.onBudgetPods != nil && (len(now) > 0 || len(before) > 0 || p.Labels[labelPUBCovered] != "") {
+		if v.onBudgetPods != nil && (len(now) > 0 || len(before) > 0) {
 			v.onBudgetPods(p.Name, p.Namespace, append(now, before...))
 		}
 	}
@@ -165,8 +164,6 @@ func (v *Budgets) ControllerReplicas(ns, controller string) (top string, replica
 	}
 	return controller, 0, false
 }
-
-const labelPUBCovered = v1alpha1.LabelPUBCovered
 
 // customReplicas are the replicas of a cached custom workload of kind.
 func (v *Budgets) customReplicas(kind, key string) (replicas int32, found bool) {

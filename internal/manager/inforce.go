@@ -44,79 +44,91 @@ const (
 	pendingFor = 30 * time.Second
 )
 
-// pending is coverage a request brings before the caches have it: one of
-// a scale target, a policy, a window or a flow control.
+// pending is coverage a request brings before the caches have it: a key
+// (a scale target, a namespace) or an object (a policy, a window, a flow
+// control), of one of the kinds below.
 type pending struct {
-	until       time.Time
-	scaleTarget string
-	policy      *v1alpha1.ProtectionPolicy
-	window      *v1alpha1.ChangeWindow
-	flowControl *v1alpha1.DeletionFlowControl
-	// budgetNamespace is a namespace whose first budget is being admitted.
-	budgetNamespace string
-	// scaleWidening is a policy guarding replicas whose covered workloads
-	// the view may not list yet: kept until it expires.
-	scaleWidening *v1alpha1.ProtectionPolicy
+	until time.Time
+	kind  *pendingKind
+	key   string
+	obj   client.Object
 }
 
-// caughtUp says whether the caches hold what p brings (same object, same or
-// later generation).
-func caughtUp(p pending, reg rampartadmission.Registration) bool {
-	newer := func(uid, cuid string, gen, cgen int64) bool { return uid == cuid && cgen >= gen }
-	switch {
-	case p.scaleTarget != "":
-		return slices.Contains(reg.ScaleTargets, p.scaleTarget)
-	case p.budgetNamespace != "":
-		return slices.Contains(reg.BudgetNamespaces, p.budgetNamespace)
-	case p.policy != nil:
-		for _, c := range reg.Policies {
-			if c.Name == p.policy.Name {
-				return newer(string(p.policy.UID), string(c.UID), p.policy.Generation, c.Generation)
-			}
-		}
-	case p.window != nil:
-		for _, c := range reg.Windows {
-			if c.Namespace == p.window.Namespace && c.Name == p.window.Name {
-				return newer(string(p.window.UID), string(c.UID), p.window.Generation, c.Generation)
-			}
-		}
-	case p.flowControl != nil:
-		for _, c := range reg.FlowControls {
-			if c.Name == p.flowControl.Name {
-				return newer(string(p.flowControl.UID), string(c.UID), p.flowControl.Generation, c.Generation)
-			}
-		}
-	}
-	return false
+// pendingKind is what one kind of pending coverage does to a registration.
+type pendingKind struct {
+	// in says whether reg holds what p brings.
+	in func(reg rampartadmission.Registration, p pending) bool
+	// add puts p into reg in place of what reg says about the same object.
+	add func(reg *rampartadmission.Registration, p pending)
+	// mark, when set, marks p as mark/key; otherwise p is marked by the
+	// webhooks it owns.
+	mark string
 }
+
+var (
+	pendingScaleTarget = &pendingKind{mark: "scale",
+		in: func(reg rampartadmission.Registration, p pending) bool {
+			return slices.Contains(reg.ScaleTargets, p.key)
+		},
+		add: func(reg *rampartadmission.Registration, p pending) {
+			reg.ScaleTargets = append(reg.ScaleTargets, p.key)
+		}}
+	// A namespace whose first budget is being admitted.
+	pendingBudgetNamespace = &pendingKind{mark: "budgets",
+		in: func(reg rampartadmission.Registration, p pending) bool {
+			return slices.Contains(reg.BudgetNamespaces, p.key)
+		},
+		add: func(reg *rampartadmission.Registration, p pending) {
+			reg.BudgetNamespaces = addNamespace(reg.BudgetNamespaces, p.key)
+		}}
+	pendingPolicy      = objectKind(func(r *rampartadmission.Registration) *[]v1alpha1.ProtectionPolicy { return &r.Policies })
+	pendingWindow      = objectKind(func(r *rampartadmission.Registration) *[]v1alpha1.ChangeWindow { return &r.Windows })
+	pendingFlowControl = objectKind(func(r *rampartadmission.Registration) *[]v1alpha1.DeletionFlowControl { return &r.FlowControls })
+	// A policy guarding replicas whose covered workloads the view may not
+	// list yet: never in the caches, kept until it expires.
+	pendingScaleWidening = &pendingKind{
+		in: func(rampartadmission.Registration, pending) bool { return false },
+		add: func(reg *rampartadmission.Registration, p pending) {
+			reg.ScaleWidening = append(slices.Clone(reg.ScaleWidening), *p.obj.(*v1alpha1.ProtectionPolicy))
+		}}
+)
+
+// objectKind is the pending kind of objects registered from list: in the
+// caches once they hold the same object (UID) at the same or a later
+// generation.
+func objectKind[T any, PT interface {
+	*T
+	client.Object
+}](list func(*rampartadmission.Registration) *[]T) *pendingKind {
+	same := func(a, b client.Object) bool {
+		return a.GetNamespace() == b.GetNamespace() && a.GetName() == b.GetName()
+	}
+	return &pendingKind{
+		in: func(reg rampartadmission.Registration, p pending) bool {
+			for _, c := range *list(&reg) {
+				if o := PT(&c); same(o, p.obj) {
+					return o.GetUID() == p.obj.GetUID() && o.GetGeneration() >= p.obj.GetGeneration()
+				}
+			}
+			return false
+		},
+		add: func(reg *rampartadmission.Registration, p pending) {
+			l := list(reg)
+			*l = slices.DeleteFunc(slices.Clone(*l), func(c T) bool { return same(PT(&c), p.obj) })
+			*l = append(*l, *p.obj.(PT))
+		},
+	}
+}
+
+// caughtUp says whether the caches hold what p brings.
+func caughtUp(p pending, reg rampartadmission.Registration) bool { return p.kind.in(reg, p) }
 
 // withPending is reg with the pending coverage in place of what the caches
 // say about the same objects.
 func withPending(reg rampartadmission.Registration, ps []pending) rampartadmission.Registration {
-	reg.Policies = slices.Clone(reg.Policies)
-	reg.Windows = slices.Clone(reg.Windows)
-	reg.FlowControls = slices.Clone(reg.FlowControls)
 	reg.ScaleTargets = slices.Clone(reg.ScaleTargets)
 	for _, p := range ps {
-		switch {
-		case p.scaleTarget != "":
-			reg.ScaleTargets = append(reg.ScaleTargets, p.scaleTarget)
-		case p.budgetNamespace != "":
-			reg.BudgetNamespaces = addNamespace(reg.BudgetNamespaces, p.budgetNamespace)
-		case p.policy != nil:
-			reg.Policies = slices.DeleteFunc(reg.Policies, func(c v1alpha1.ProtectionPolicy) bool { return c.Name == p.policy.Name })
-			reg.Policies = append(reg.Policies, *p.policy)
-		case p.window != nil:
-			reg.Windows = slices.DeleteFunc(reg.Windows, func(c v1alpha1.ChangeWindow) bool {
-				return c.Namespace == p.window.Namespace && c.Name == p.window.Name
-			})
-			reg.Windows = append(reg.Windows, *p.window)
-		case p.flowControl != nil:
-			reg.FlowControls = slices.DeleteFunc(reg.FlowControls, func(c v1alpha1.DeletionFlowControl) bool { return c.Name == p.flowControl.Name })
-			reg.FlowControls = append(reg.FlowControls, *p.flowControl)
-		case p.scaleWidening != nil:
-			reg.ScaleWidening = append(slices.Clone(reg.ScaleWidening), *p.scaleWidening)
-		}
+		p.kind.add(&reg, p)
 	}
 	slices.Sort(reg.ScaleTargets)
 	reg.ScaleTargets = slices.Compact(reg.ScaleTargets)
@@ -126,29 +138,19 @@ func withPending(reg rampartadmission.Registration, ps []pending) rampartadmissi
 // pendingMarks are the keys under which p's coverage is marked: its
 // webhooks' base names and the scale targets it adds.
 func pendingMarks(base rampartadmission.Registration, p pending, targets func([]v1alpha1.ProtectionPolicy) []string) []string {
-	one := rampartadmission.Registration{Endpoint: base.Endpoint, OwnNamespace: base.OwnNamespace}
-	switch {
-	case p.scaleTarget != "":
-		return []string{"scale/" + p.scaleTarget}
-	case p.budgetNamespace != "":
-		return []string{"budgets/" + p.budgetNamespace}
-	case p.policy != nil:
-		one.Policies = []v1alpha1.ProtectionPolicy{*p.policy}
-	case p.window != nil:
-		one.Windows = []v1alpha1.ChangeWindow{*p.window}
-	case p.flowControl != nil:
-		one.FlowControls = []v1alpha1.DeletionFlowControl{*p.flowControl}
-	case p.scaleWidening != nil:
-		one.ScaleWidening = []v1alpha1.ProtectionPolicy{*p.scaleWidening}
+	if p.kind.mark != "" {
+		return []string{p.kind.mark + "/" + p.key}
 	}
+	one := rampartadmission.Registration{Endpoint: base.Endpoint, OwnNamespace: base.OwnNamespace}
+	p.kind.add(&one, p)
 	var out []string
-	for _, h := range rampartadmission.ValidatingConfig(one).Webhooks {
-		if name := rampartadmission.BaseName(h.Name); strings.Contains(name, ".policy.") || strings.Contains(name, ".window.") || strings.Contains(name, ".flowcontrol.") {
-			out = append(out, "webhook/"+name)
+	for _, h := range rampartadmission.Webhooks(one) {
+		if h.Owner != (rampartadmission.Owner{}) {
+			out = append(out, "webhook/"+h.Name)
 		}
 	}
-	if p.policy != nil && targets != nil {
-		for _, t := range targets([]v1alpha1.ProtectionPolicy{*p.policy}) {
+	if p.kind == pendingPolicy && targets != nil {
+		for _, t := range targets(one.Policies) {
 			out = append(out, "scale/"+t)
 		}
 	}
@@ -340,8 +342,8 @@ func (r *registrar) desired(ctx context.Context, now time.Time) (rampartadmissio
 func pendingPolicies(ps []pending) []v1alpha1.ProtectionPolicy {
 	var out []v1alpha1.ProtectionPolicy
 	for _, p := range ps {
-		if p.policy != nil {
-			out = append(out, *p.policy)
+		if p.kind == pendingPolicy {
+			out = append(out, *p.obj.(*v1alpha1.ProtectionPolicy))
 		}
 	}
 	return out
@@ -380,7 +382,7 @@ var _ rampartadmission.InForce = (*registrar)(nil)
 // BudgetNamespace puts the budget webhooks in force for every pod of ns
 // (the admission of a PodUnavailableBudget waits for it).
 func (r *registrar) BudgetNamespace(ctx context.Context, ns string) error {
-	return r.Ensure(ctx, pending{budgetNamespace: ns})
+	return r.Ensure(ctx, pending{kind: pendingBudgetNamespace, key: ns})
 }
 
 // addNamespace is namespaces with ns, sorted, without changing namespaces.
@@ -394,24 +396,24 @@ func addNamespace(namespaces []string, ns string) []string {
 }
 
 func (r *registrar) ScaleTarget(ctx context.Context, target string) error {
-	return r.Ensure(ctx, pending{scaleTarget: target})
+	return r.Ensure(ctx, pending{kind: pendingScaleTarget, key: target})
 }
 
 func (r *registrar) Policy(ctx context.Context, p *v1alpha1.ProtectionPolicy) error {
 	if policy.Guard(p) != "" {
 		r.mu.Lock()
-		r.pending = append(r.pending, pending{scaleWidening: p, until: time.Now().Add(pendingFor)})
+		r.pending = append(r.pending, pending{kind: pendingScaleWidening, obj: p, until: time.Now().Add(pendingFor)})
 		r.mu.Unlock()
 	}
-	return r.Ensure(ctx, pending{policy: p})
+	return r.Ensure(ctx, pending{kind: pendingPolicy, obj: p})
 }
 
 func (r *registrar) Window(ctx context.Context, w *v1alpha1.ChangeWindow) error {
-	return r.Ensure(ctx, pending{window: w})
+	return r.Ensure(ctx, pending{kind: pendingWindow, obj: w})
 }
 
 func (r *registrar) FlowControl(ctx context.Context, f *v1alpha1.DeletionFlowControl) error {
-	return r.Ensure(ctx, pending{flowControl: f})
+	return r.Ensure(ctx, pending{kind: pendingFlowControl, obj: f})
 }
 
 // liveToken reads the token of the configuration live now.

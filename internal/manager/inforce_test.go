@@ -74,7 +74,7 @@ func TestPendingCoverageUntilTheCachesCatchUp(t *testing.T) {
 	cached := rampartadmission.Registration{Policies: []v1alpha1.ProtectionPolicy{testPolicy("p", 1)}}
 	newer := testPolicy("p", 2)
 	newer.Spec.Protection = v1alpha1.ProtectionCascading
-	p := pending{policy: &newer}
+	p := pending{kind: pendingPolicy, obj: &newer}
 	if caughtUp(p, cached) {
 		t.Error("generation 1 in the cache does not hold generation 2")
 	}
@@ -86,11 +86,37 @@ func TestPendingCoverageUntilTheCachesCatchUp(t *testing.T) {
 	if !caughtUp(p, cached) {
 		t.Error("the cache holds generation 2: the pending entry should go")
 	}
-	target := pending{scaleTarget: "apps/deployments/shop/web"}
+	target := pending{kind: pendingScaleTarget, key: "apps/deployments/shop/web"}
 	if caughtUp(target, cached) {
 		t.Error("a scale target the view does not list yet is not caught up")
 	}
 	if got := withPending(cached, []pending{target}).ScaleTargets; !slices.Equal(got, []string{"apps/deployments/shop/web"}) {
 		t.Errorf("scale targets = %v", got)
+	}
+}
+
+// Each kind of pending coverage is marked by what it brings: the webhooks
+// its object owns, or its key.
+func TestPendingMarksNameWhatEachKindBrings(t *testing.T) {
+	base := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
+	guarded := testPolicy("web", 1)
+	guarded.Spec.ExplicitReplicas = &v1alpha1.ExplicitReplicas{Guard: v1alpha1.GuardAll}
+	window := &v1alpha1.ChangeWindow{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "nightly"},
+		Spec: v1alpha1.ChangeWindowSpec{Resources: []v1alpha1.ResourceRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}}}}}
+	targets := func(ps []v1alpha1.ProtectionPolicy) []string { return []string{"apps/deployments/shop/" + ps[0].Name} }
+	for _, tt := range []struct {
+		p    pending
+		want []string
+	}{
+		{pending{kind: pendingScaleTarget, key: "apps/deployments/shop/web"}, []string{"scale/apps/deployments/shop/web"}},
+		{pending{kind: pendingBudgetNamespace, key: "shop"}, []string{"budgets/shop"}},
+		{pending{kind: pendingWindow, obj: window}, []string{"webhook/nightly.shop.window.rampart.io"}},
+		{pending{kind: pendingPolicy, obj: &guarded}, []string{"scale/apps/deployments/shop/web",
+			"webhook/web.deletion.policy.rampart.io", "webhook/web.replicas.policy.rampart.io"}},
+		{pending{kind: pendingScaleWidening, obj: &guarded}, []string{"webhook/web.scale.policy.rampart.io"}},
+	} {
+		if got := pendingMarks(base, tt.p, targets); !slices.Equal(got, tt.want) {
+			t.Errorf("marks of %s %s%v = %v, want %v", tt.p.kind.mark, tt.p.key, tt.p.obj != nil, got, tt.want)
+		}
 	}
 }

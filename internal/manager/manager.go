@@ -15,22 +15,15 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -38,15 +31,14 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
-	"github.com/rampart-io/rampart/internal/servingcert"
 	"github.com/rampart-io/rampart/internal/tlsprofile"
 )
 
 // The manager's rights, generated into charts/rampart/files/rbac by `make generate`.
 // Webhook configurations: only Rampart's own, which the chart and `rampart
 // up` create empty (RBAC cannot limit create to a name); the manager fills
-// them in with server-side apply and watches its validating one by name.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;update;patch,resourceNames=rampart-validating;rampart-mutating
+// it in with server-side apply and watches it by name.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;update;patch,resourceNames=rampart-validating
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=list;watch,resourceNames=rampart-validating
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get,resourceNames=rampart-manager
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
@@ -170,48 +162,15 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if cfg.QPS == 0 {
 		cfg.QPS, cfg.Burst = 200, 400
 	}
-	// The rotator writes the certificate before the webhook server starts,
-	// so the server always finds one.
-	var rotator *servingcert.Rotator
-	var caBundle []byte
-	if o.GenerateCerts {
-		rotator = &servingcert.Rotator{Dir: o.CertDir, Hosts: o.certHosts(), CertValidity: o.CertValidity, Log: o.Log.WithName("servingcert")}
-		if o.CASecret != "" {
-			cs, err := kubernetes.NewForConfig(cfg)
-			if err != nil {
-				return err
-			}
-			rotator.Store = servingcert.SecretStore{Client: cs, Namespace: o.Namespace, Name: o.CASecret}
-		}
-		if caBundle, _, err = rotator.Ensure(ctx); err != nil {
-			return fmt.Errorf("webhook certificate: %w", err)
-		}
+	rotator, caBundle, err := certificates(ctx, cfg, o)
+	if err != nil {
+		return err
 	}
 	webhookTLS, onlyAPIServer, err := webhookClientAuth(o, o.Log.WithName("webhook"))
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Logger:                  o.Log,
-		Metrics:                 metricsOptions(o),
-		HealthProbeBindAddress:  o.ProbeAddr,
-		LeaderElection:          o.LeaderElection,
-		LeaderElectionID:        "rampart-manager",
-		LeaderElectionNamespace: o.Namespace,
-		// Release the lease on shutdown so a rolling restart hands over at
-		// once instead of after the lease duration.
-		LeaderElectionReleaseOnCancel: true,
-		// The manager reads only its own webhook configuration, and may list
-		// and watch no other (RBAC resourceNames match a name selector).
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&admissionregistrationv1.ValidatingWebhookConfiguration{}: {
-				Field: fields.OneTermEqualSelector("metadata.name", rampartadmission.ValidatingConfigName)},
-		}},
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir, TLSOpts: webhookTLS,
-		}),
-	})
+	mgr, err := newManager(cfg, o, scheme, webhookTLS)
 	if err != nil {
 		return err
 	}
@@ -220,14 +179,6 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	if err := mgr.Add(views.Informers); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("clusterview", func(*http.Request) error {
-		if !views.HasSynced() {
-			return errors.New("cluster view not synced yet")
-		}
-		return nil
-	}); err != nil {
 		return err
 	}
 	server := webhookRegistrar{mgr.GetWebhookServer(), onlyAPIServer}
@@ -254,55 +205,19 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("rampart")
-	deletionHook := &rampartadmission.Deletion{View: views.Deletion, Policies: policies, Recorder: recorder, Mapper: mgr.GetRESTMapper()}
-	replicasHook := &rampartadmission.Replicas{View: views.ScaleTargets, Policies: policies, Exempt: o.ReplicasExempt, Recorder: recorder,
-		InForce: reg, LiveLabels: liveLabels(meta), Mapper: mgr.GetRESTMapper()}
-	server.Register(rampartadmission.DeletionPath, &webhook.Admission{Handler: deletionHook})
-	server.Register(rampartadmission.ReplicasPath, &webhook.Admission{Handler: replicasHook})
-	server.Register(rampartadmission.PolicyDeletionPrefix, &webhook.Admission{Handler: deletionHook,
-		WithContextFunc: rampartadmission.PolicyFromPath(rampartadmission.PolicyDeletionPrefix)})
-	server.Register(rampartadmission.PolicyReplicasPrefix, &webhook.Admission{Handler: replicasHook,
-		WithContextFunc: rampartadmission.PolicyFromPath(rampartadmission.PolicyReplicasPrefix)})
-	server.Register(rampartadmission.WindowPrefix, &webhook.Admission{
-		Handler:         &rampartadmission.Windows{Reader: mgr.GetCache(), Live: direct, Recorder: recorder, Mapper: mgr.GetRESTMapper()},
-		WithContextFunc: rampartadmission.WindowFromPath})
-	generated := &rampartadmission.GeneratedBudgets{Client: direct}
-	server.Register(rampartadmission.WindowSpecPath, &webhook.Admission{Handler: rampartadmission.WindowSpec{InForce: reg}})
-	server.Register(rampartadmission.ObjectsPath, &webhook.Admission{Handler: rampartadmission.Objects{
-		"changewindows":         rampartadmission.WindowSpec{InForce: reg},
-		"podunavailablebudgets": &rampartadmission.BudgetAdmission{InForce: reg},
-		"deployments":           generated,
-		"statefulsets":          generated,
-	}})
-	server.Register(rampartadmission.SpecPath, &webhook.Admission{Handler: rampartadmission.Spec{InForce: reg}})
-	server.Register(rampartadmission.FlowControlPrefix, &webhook.Admission{
-		Handler:         &rampartadmission.FlowControl{Client: direct, Pods: views.Budgets, Recorder: recorder},
-		WithContextFunc: rampartadmission.FlowControlFromPath})
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
 	scales := rampartadmission.Scales{Dynamic: dyn, Mapper: mgr.GetRESTMapper()}
-	server.Register(rampartadmission.BudgetPath, &webhook.Admission{Handler: &rampartadmission.Budgets{
-		Client: direct, Cache: mgr.GetCache(), Index: views.Budgets.Index(), Pods: views.Budgets, Namespaces: views.Namespaces, Recorder: recorder, Targets: scales}})
-	server.Register(rampartadmission.BudgetCoverPath, &webhook.Admission{Handler: &rampartadmission.BudgetCover{Index: views.Budgets.Index()}})
-	server.Register(rampartadmission.ProbePath, &webhook.Admission{Handler: rampartadmission.Probe{}})
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return err
+	for _, r := range rampartadmission.Routes(rampartadmission.Deps{
+		Cache: mgr.GetCache(), Direct: direct, InForce: reg, Recorder: recorder, Mapper: mgr.GetRESTMapper(), Policies: policies,
+		Deletion: views.Deletion, ScaleTargets: views.ScaleTargets, Pods: views.Budgets, BudgetIndex: views.Budgets.Index(),
+		Namespaces: views.Namespaces, Scales: scales, ReplicasExempt: o.ReplicasExempt, LiveLabels: liveLabels(meta),
+	}) {
+		server.Register(r.Path, &webhook.Admission{Handler: r.Handler, WithContextFunc: r.WithContext})
 	}
-	// Ready once the webhook server serves TLS and the configuration is
-	// registered: from then on the API server can call this replica.
-	if err := mgr.AddReadyzCheck("webhook", server.Server.StartedChecker()); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("registered", func(*http.Request) error {
-		select {
-		case <-registered:
-			return nil
-		default:
-			return errors.New("webhook configuration not registered yet")
-		}
-	}); err != nil {
+	if err := checks(mgr, views, server, registered); err != nil {
 		return err
 	}
 	owner, err := webhookOwner(ctx, direct, o.WebhookOwner)
@@ -310,67 +225,10 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	reg.base.Owner = owner
-	// Policy changes re-register at once.
-	policyInformer, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.ProtectionPolicy{})
-	if err != nil {
+	if err := watchProtections(ctx, mgr, reg, views, policies, o.Log); err != nil {
 		return err
 	}
-	// The view counts what policies protect, as it does for labels.
-	views.Deletion.SetPolicies(func() []v1alpha1.ProtectionPolicy {
-		ps, err := policies.List(context.Background())
-		if err != nil {
-			o.Log.Error(err, "listing ProtectionPolicies for the cluster view")
-		}
-		return ps
-	})
-	policyChanged := func() {
-		reg.poke()
-		views.Deletion.Resync()
-	}
-	if _, err := policyInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { policyChanged() },
-		UpdateFunc: func(any, any) { policyChanged() },
-		DeleteFunc: func(any) { policyChanged() },
-	}); err != nil {
-		return err
-	}
-	if err := metrics.Registry.Register(newBreakerGauge(mgr.GetCache())); err != nil {
-		return err
-	}
-	status := &policyStatus{client: mgr.GetClient(), reg: reg.registration}
-	if err := status.setup(mgr); err != nil {
-		return err
-	}
-	for _, obj := range []client.Object{&v1alpha1.ChangeWindow{}, &v1alpha1.DeletionFlowControl{}} {
-		inf, err := mgr.GetCache().GetInformer(ctx, obj)
-		if err != nil {
-			return err
-		}
-		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc: func(any) { reg.poke() },
-			// Only a spec change can change a webhook: status updates
-			// (every counted delete) need no re-registration.
-			UpdateFunc: func(o, n any) {
-				if oo, ok := o.(client.Object); !ok || oo.GetGeneration() != n.(client.Object).GetGeneration() {
-					reg.poke()
-				}
-			},
-			DeleteFunc: func(any) { reg.poke() },
-		}); err != nil {
-			return err
-		}
-	}
-	if err := (&windowStatus{client: mgr.GetClient(), reg: reg.registration, now: time.Now}).setup(mgr); err != nil {
-		return err
-	}
-	if err := (&flowControlStatus{client: mgr.GetClient(), reg: reg.registration}).setup(mgr); err != nil {
-		return err
-	}
-	timeout := o.BudgetDisruptionTimeout
-	if timeout <= 0 {
-		timeout = DefaultBudgetDisruptionTimeout
-	}
-	if err := setupBudgets(ctx, mgr, views.Budgets, reg, scales, timeout, recorder); err != nil {
+	if err := controllers(ctx, mgr, o, reg, views, scales, recorder); err != nil {
 		return err
 	}
 	if rotator != nil {

@@ -1,0 +1,45 @@
+package admission
+
+import (
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+)
+
+// labelsPlugin is the protection of objects labelled
+// rampart.io/protection and rampart.io/explicit-replicas.
+type labelsPlugin struct{}
+
+func (labelsPlugin) Name() string { return "labels" }
+
+func (labelsPlugin) Routes(d Deps) []Route {
+	return []Route{{Path: DeletionPath, Handler: d.deletion()}, {Path: ReplicasPath, Handler: d.replicas()}}
+}
+
+func labelled(key string, values ...string) *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: key, Operator: metav1.LabelSelectorOpIn, Values: values,
+	}}}
+}
+
+func (labelsPlugin) Webhooks(_ Registration, b Builder) []Webhook {
+	// Any resource may carry the labels; the selectors let only labelled
+	// objects through.
+	del := b.Webhook("deletion.rampart.io", DeletionPath, rule(admissionregistrationv1.Delete, "*", "*"))
+	del.ObjectSelector = labelled(v1alpha1.LabelProtection, string(v1alpha1.ProtectionAlways), string(v1alpha1.ProtectionCascading))
+	upd := b.Webhook("replicas.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*"))
+	upd.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
+	// A workload created with the label gets its scale subresource guarded
+	// before the creation is admitted. Pods copied from a labelled
+	// template never reach Rampart: the API server's match condition
+	// leaves them out.
+	created := b.Webhook("created.replicas.rampart.io", ReplicasPath, rule(admissionregistrationv1.Create, "*", "*"))
+	created.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
+	upd.TimeoutSeconds, created.TimeoutSeconds = ptr.To(inForceTimeout), ptr.To(inForceTimeout)
+	created.MatchConditions = []admissionregistrationv1.MatchCondition{{
+		Name: "not-pods", Expression: `!(request.resource.group == "" && request.resource.resource == "pods")`,
+	}}
+	return own(Owner{}, del, upd, created)
+}

@@ -1,0 +1,55 @@
+// Package policystatus keeps each ProtectionPolicy's Ready condition:
+// True once the registered webhook configuration holds the policy's
+// webhooks as its current spec makes them.
+package policystatus
+
+import (
+	"context"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/controller/ready"
+	"github.com/rampart-io/rampart/internal/protection/policy"
+)
+
+// Reconciler sets the Ready condition of ProtectionPolicies.
+type Reconciler struct {
+	Client client.Client
+	// Registration is the endpoint and CA part of what is registered.
+	Registration func() rampartadmission.Registration
+}
+
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	p := &v1alpha1.ProtectionPolicy{}
+	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	reg := r.Registration()
+	reg.Policies = []v1alpha1.ProtectionPolicy{*p}
+	mode := "; enforced"
+	if !policy.Enforced(p) {
+		mode = "; warning only"
+	}
+	cond, err := ready.Condition(ctx, r.Client, reg, rampartadmission.PolicyOwner(p.Name), p.Generation, "Enforced", mode)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	before := p.Status.DeepCopy()
+	if err := ready.Set(ctx, r.Client, p, &p.Status.Conditions, &p.Status.ObservedGeneration, before, &p.Status, cond); err != nil {
+		return reconcile.Result{}, err
+	}
+	if cond.Reason == ready.Registering {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// SetupWithManager runs the reconciler on the leader.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ready.Controller(mgr, "protectionpolicy-status", &v1alpha1.ProtectionPolicy{}, &v1alpha1.ProtectionPolicyList{}, r)
+}
