@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
-	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/trafficprofile"
 )
 
@@ -111,7 +109,7 @@ from a calm period with --baseline-until, then replay the whole log with
 						return fmt.Errorf("--baseline-until %s: no request was received before it (the logs start at %s)", baselineUntil, r.From.UTC().Format(time.RFC3339))
 					}
 				}
-				return writePolicies(out, trafficprofile.Suggest(sized, trafficprofile.SuggestOptions{Margin: margin}))
+				return trafficprofile.WritePolicies(out, trafficprofile.Suggest(sized, trafficprofile.SuggestOptions{Margin: margin}))
 			}
 			if output == "json" {
 				enc := json.NewEncoder(out)
@@ -222,35 +220,4 @@ func writeFile(path string, write func(io.Writer) error) error {
 		return err
 	}
 	return f.Close()
-}
-
-// writePolicies writes policies as YAML documents, ready for kubectl
-// apply and for `rampart traffic check`, without the empty status and
-// creation time a typed object would carry.
-func writePolicies(w io.Writer, policies []v1alpha1.TrafficPolicy) error {
-	for i, p := range policies {
-		raw, err := json.Marshal(p)
-		if err != nil {
-			return err
-		}
-		var doc map[string]any
-		if err := json.Unmarshal(raw, &doc); err != nil {
-			return err
-		}
-		delete(doc, "status")
-		if meta, ok := doc["metadata"].(map[string]any); ok {
-			delete(meta, "creationTimestamp")
-		}
-		out, err := yaml.Marshal(doc)
-		if err != nil {
-			return err
-		}
-		if i > 0 {
-			fmt.Fprintln(w, "---")
-		}
-		if _, err := w.Write(out); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -1,13 +1,16 @@
 package trafficprofile
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"regexp"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 )
@@ -134,4 +137,35 @@ func slug(user string, i int) string {
 		s = strings.Trim(s[len(s)-40:], "-")
 	}
 	return fmt.Sprintf("%s-%d", s, i)
+}
+
+// WritePolicies writes policies as YAML documents, ready for kubectl
+// apply and for `rampart traffic check`, without the empty status and
+// creation time a typed object would carry.
+func WritePolicies(w io.Writer, policies []v1alpha1.TrafficPolicy) error {
+	for i, p := range policies {
+		raw, err := json.Marshal(p)
+		if err != nil {
+			return err
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			return err
+		}
+		delete(doc, "status")
+		if meta, ok := doc["metadata"].(map[string]any); ok {
+			delete(meta, "creationTimestamp")
+		}
+		out, err := yaml.Marshal(doc)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			fmt.Fprintln(w, "---")
+		}
+		if _, err := w.Write(out); err != nil {
+			return err
+		}
+	}
+	return nil
 }
