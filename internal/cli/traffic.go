@@ -31,6 +31,7 @@ func newTrafficProfileCommand() *cobra.Command {
 		suggest        bool
 		margin         float64
 		baselineUntil  string
+		since, until   string
 	)
 	cmd := &cobra.Command{
 		Use:   "profile FILE...",
@@ -63,20 +64,27 @@ from a calm period with --baseline-until, then replay the whole log with
 			if margin < 0 {
 				return fmt.Errorf("--margin %g: a margin is 0 or more (0.2 is 20%%)", margin)
 			}
-			var until time.Time
-			if baselineUntil != "" {
-				t, err := time.Parse(time.RFC3339, baselineUntil)
-				if err != nil {
-					return fmt.Errorf("--baseline-until %q: an RFC 3339 time, e.g. 2026-11-23T22:00:00Z", baselineUntil)
-				}
-				until = t
+			baseEnd, err := parseTimeFlag("baseline-until", baselineUntil)
+			if err != nil {
+				return err
+			}
+			from, err := parseTimeFlag("since", since)
+			if err != nil {
+				return err
+			}
+			to, err := parseTimeFlag("until", until)
+			if err != nil {
+				return err
 			}
 			all, baseline := trafficprofile.NewProfiler(), trafficprofile.NewProfiler()
 			var read trafficprofile.Stats
 			for _, f := range files {
 				st, err := readLog(f, workers, func(e *trafficprofile.Entry) {
+					if !from.IsZero() && e.Time.Before(from) || !to.IsZero() && !e.Time.Before(to) {
+						return
+					}
 					all.Add(e)
-					if !until.IsZero() && e.Time.Before(until) {
+					if !baseEnd.IsZero() && e.Time.Before(baseEnd) {
 						baseline.Add(e)
 					}
 				})
@@ -101,7 +109,7 @@ from a calm period with --baseline-until, then replay the whole log with
 			out := cmd.OutOrStdout()
 			if suggest {
 				sized := r
-				if !until.IsZero() {
+				if !baseEnd.IsZero() {
 					if sized, err = baseline.Report(sortBy); err != nil {
 						return err
 					}
@@ -126,6 +134,8 @@ from a calm period with --baseline-until, then replay the whole log with
 	cmd.Flags().BoolVar(&suggest, "suggest", false, "write TrafficPolicies sized from the profile (YAML) instead of the table")
 	cmd.Flags().Float64Var(&margin, "margin", 0.2, "with --suggest: added to each observed peak (0.2 is 20%)")
 	cmd.Flags().StringVar(&baselineUntil, "baseline-until", "", "with --suggest: size policies from the requests received before this time (RFC 3339) only")
+	cmd.Flags().StringVar(&since, "since", "", "profile only requests received at or after this time (RFC 3339), e.g. an incident's start")
+	cmd.Flags().StringVar(&until, "until", "", "profile only requests received before this time (RFC 3339)")
 	cmd.Flags().IntVar(&workers, "workers", 0, "goroutines decoding lines (0: one per CPU)")
 	return cmd
 }
@@ -174,6 +184,17 @@ counts objects (traffic log, audit level Response).`,
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	return cmd
+}
+
+func parseTimeFlag(name, value string) (time.Time, error) {
+	if value == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, value)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--%s %q: an RFC 3339 time, e.g. 2026-11-23T22:00:00Z", name, value)
+	}
+	return t, nil
 }
 
 // readLog reads one log file ("-" is stdin, NAME.gz is decompressed).
