@@ -66,6 +66,9 @@ func (s *scanner) event(line []byte, ev *auditv1.Event) error {
 			ev.UserAgent = v
 			return err
 		case "user":
+			if s.null() {
+				return nil
+			}
 			return s.object(func(key []byte) error {
 				switch string(key) {
 				case "username":
@@ -73,6 +76,9 @@ func (s *scanner) event(line []byte, ev *auditv1.Event) error {
 					ev.User.Username = v
 					return err
 				case "groups":
+					if s.null() {
+						return nil
+					}
 					v, err := s.strings()
 					ev.User.Groups = v
 					return err
@@ -80,6 +86,9 @@ func (s *scanner) event(line []byte, ev *auditv1.Event) error {
 				return s.skip()
 			})
 		case "objectRef":
+			if s.null() {
+				return nil
+			}
 			s.ref = auditv1.ObjectReference{}
 			ref := &s.ref
 			ev.ObjectRef = ref
@@ -104,6 +113,9 @@ func (s *scanner) event(line []byte, ev *auditv1.Event) error {
 				return err
 			})
 		case "responseStatus":
+			if s.null() {
+				return nil
+			}
 			s.status = metav1.Status{}
 			st := &s.status
 			ev.ResponseStatus = st
@@ -120,6 +132,9 @@ func (s *scanner) event(line []byte, ev *auditv1.Event) error {
 				return err
 			})
 		case "responseObject":
+			if s.null() {
+				return nil
+			}
 			start := s.ws()
 			if err := s.skip(); err != nil {
 				return err
@@ -137,6 +152,15 @@ func (s *scanner) event(line []byte, ev *auditv1.Event) error {
 		}
 		return s.skip()
 	})
+}
+
+// null consumes a null value and says whether there was one.
+func (s *scanner) null() bool {
+	if s.ws()+4 <= len(s.buf) && string(s.buf[s.pos:s.pos+4]) == "null" {
+		s.pos += 4
+		return true
+	}
+	return false
 }
 
 // ws skips white space and returns the position.
@@ -231,8 +255,8 @@ func (s *scanner) strBytes() ([]byte, bool, error) {
 
 // str reads a string value, interned; null reads as "".
 func (s *scanner) str() (string, error) {
-	if s.ws() < len(s.buf) && s.buf[s.pos] == 'n' {
-		return "", s.skip()
+	if s.null() {
+		return "", nil
 	}
 	raw, esc, err := s.strBytes()
 	if err != nil {
@@ -357,8 +381,8 @@ func (s *scanner) skip() error {
 // with microseconds (2026-11-23T20:48:56.478920Z), read here without
 // time.Parse's generality.
 func (s *scanner) time() (time.Time, error) {
-	if s.ws() < len(s.buf) && s.buf[s.pos] == 'n' {
-		return time.Time{}, s.skip()
+	if s.null() {
+		return time.Time{}, nil
 	}
 	raw, _, err := s.strBytes()
 	if err != nil {
