@@ -39,8 +39,7 @@ func NewRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCommand(), newDownCommand(), newManagerCommand(), newScaleCommand(), newStatusCommand(), newFlowControlCommand(), newPUBCommand(), newDrillCommand(), newGatewayCommand(), newVersionCommand())
-	root.AddCommand(newEtcdCommand())
+	root.AddCommand(newUpCommand(), newDownCommand(), newManagerCommand(), newScaleCommand(), newStatusCommand(), newFlowControlCommand(), newPUBCommand(), newDrillCommand(), newGatewayCommand(), newTrafficCommand(), newEtcdCommand(), newVersionCommand())
 	return root
 }
 
