@@ -249,6 +249,11 @@ func (s *scanner) strBytes() ([]byte, bool, error) {
 		if !esc && bytes.IndexByte(s.buf[start:s.pos-1], '\\') >= 0 {
 			esc = true
 		}
+		if !esc && !utf8.Valid(s.buf[start:s.pos-1]) {
+			// encoding/json reads each invalid byte as U+FFFD; leave
+			// such a line to it, so that both read the same string.
+			return nil, false, errSyntax
+		}
 		return s.buf[start : s.pos-1], esc, nil
 	}
 }
