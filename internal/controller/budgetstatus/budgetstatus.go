@@ -71,15 +71,26 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, rea
 	statusQ := &queueSource{}
 	// A namespace gaining its first budget or losing its last changes
 	// what the webhooks reach; status writes (one per disruption) do not.
-	changed := func(ns string, file func() bool) {
+	changed := func(ns string, file func() bool) bool {
 		had := index.HasBudgets(ns)
-		if file() && index.HasBudgets(ns) != had {
+		if !file() {
+			return false
+		}
+		if index.HasBudgets(ns) != had {
 			reach()
 		}
+		return true
 	}
 	set := func(o any) {
 		if b, ok := o.(*v1alpha1.PodUnavailableBudget); ok {
-			changed(b.Namespace, func() bool { return index.SetBudget(b) })
+			if changed(b.Namespace, func() bool { return index.SetBudget(b) }) {
+				// The pods it covers changed (a targetRef budget covers
+				// pods only once its status names their selector): compute
+				// its status again from the index as filed now, or it keeps
+				// what it counted before the pods were filed under it
+				// until one of them changes.
+				statusQ.add(b.Namespace, b.Name)
+			}
 		}
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
