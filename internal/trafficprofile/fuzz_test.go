@@ -26,6 +26,10 @@ func FuzzScanAuditLine(f *testing.F) {
 		f.Add(bytes.Clone(sc.Bytes()))
 	}
 	f.Add([]byte(`{"kind":"Event","user":{"username":"a\u0000\"b"},"objectRef":null,"responseObject":{"items":[{"x":"]}"}]}}`))
+	// Keys in another case: encoding/json matches them (CI found these).
+	f.Add([]byte("{\"\u212aind\":\"Event\",\"reqUestReceivedTimestamp\":\"2026-11-23T20:48:56.490719Z\"}"))
+	f.Add([]byte(`{"RequestURI":"/api/v1/pods","verb":"list"}`))
+	f.Add([]byte(`{"Kind":"Event","reqUestReceivedTimestamp":"2026-11-23T20:48:56.490719Z"}`))
 	s := newScanner()
 	f.Fuzz(func(t *testing.T, line []byte) {
 		var got auditv1.Event

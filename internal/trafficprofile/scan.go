@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -184,6 +185,47 @@ func (s *scanner) expect(c byte) error {
 	return nil
 }
 
+// fieldsRead are the keys the scanner reads, at any depth; foldedFieldsRead
+// the same in lower case.
+var fieldsRead, foldedFieldsRead = func() (map[string]bool, map[string]bool) {
+	m, f := map[string]bool{}, map[string]bool{}
+	for _, k := range []string{"apiGroup", "apiVersion", "code", "groups", "kind", "name", "namespace",
+		"objectRef", "requestReceivedTimestamp", "requestURI", "resource", "responseObject",
+		"responseStatus", "stage", "stageTimestamp", "subresource", "user", "userAgent", "username", "verb"} {
+		m[k], f[strings.ToLower(k)] = true, true
+	}
+	return m, f
+}()
+
+// foldsToAFieldRead says whether key differs from a key the scanner reads
+// only by case (Unicode simple folding, as encoding/json compares keys).
+// Most keys are ASCII and are looked up lower-cased; a key with other
+// bytes ("K", the Kelvin sign, folds to "k") is compared in full.
+func foldsToAFieldRead(key []byte) bool {
+	if fieldsRead[string(key)] {
+		return false
+	}
+	var lower [32]byte
+	if len(key) > len(lower) {
+		return false // longer than any key read
+	}
+	for i, c := range key {
+		switch {
+		case c >= utf8.RuneSelf:
+			for k := range fieldsRead {
+				if bytes.EqualFold(key, []byte(k)) {
+					return true
+				}
+			}
+			return false
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		lower[i] = c
+	}
+	return foldedFieldsRead[string(lower[:len(key)])]
+}
+
 // object calls field for each key, positioned at its value, which field
 // must consume.
 func (s *scanner) object(field func(key []byte) error) error {
@@ -199,8 +241,11 @@ func (s *scanner) object(field func(key []byte) error) error {
 		if err != nil {
 			return err
 		}
-		if esc {
-			return errSyntax // keys of audit events are never escaped
+		if esc || foldsToAFieldRead(key) {
+			// Keys of audit events are never escaped, and encoding/json
+			// matches keys without regard to case ("RequestURI" fills
+			// RequestURI): such a line goes to the full decoder.
+			return errSyntax
 		}
 		if err := s.expect(':'); err != nil {
 			return err
@@ -314,7 +359,7 @@ func (s *scanner) strings() ([]string, error) {
 	}
 	end := s.pos
 	s.pos = start
-	var out []string
+	out := []string{} // as encoding/json reads [], not nil
 	if err := s.expect('['); err != nil {
 		return nil, err
 	}
