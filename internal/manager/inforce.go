@@ -89,7 +89,12 @@ var (
 	pendingScaleWidening = &pendingKind{
 		in: func(rampartadmission.Registration, pending) bool { return false },
 		add: func(reg *rampartadmission.Registration, p pending) {
-			reg.ScaleWidening = append(slices.Clone(reg.ScaleWidening), *p.obj.(*v1alpha1.ProtectionPolicy))
+			// One widening per policy: the newest in place of any earlier
+			// (a policy changed, or a namespace relabelled into it, twice
+			// within pendingFor). Two would be two webhooks of one name.
+			pol := p.obj.(*v1alpha1.ProtectionPolicy)
+			reg.ScaleWidening = append(slices.DeleteFunc(slices.Clone(reg.ScaleWidening),
+				func(w v1alpha1.ProtectionPolicy) bool { return w.Name == pol.Name }), *pol)
 		}}
 )
 

@@ -120,3 +120,30 @@ func TestPendingMarksNameWhatEachKindBrings(t *testing.T) {
 		}
 	}
 }
+
+// A policy put in force twice within the pending time (changed twice, or a
+// namespace relabelled into it twice) widens the scale webhook once: two
+// webhooks of one name would make the API server refuse the whole
+// configuration, and with it every protection registered after.
+func TestScaleWideningOncePerPolicy(t *testing.T) {
+	p := testPolicy("guard", 1)
+	p.Spec.ExplicitReplicas = &v1alpha1.ExplicitReplicas{Guard: v1alpha1.GuardAll}
+	p2 := p
+	p2.Generation = 2
+	reg := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
+	until := time.Now().Add(time.Minute)
+	reg = withPending(reg, []pending{
+		{kind: pendingScaleWidening, obj: &p, until: until},
+		{kind: pendingScaleWidening, obj: &p2, until: until},
+	})
+	names := hookNames(rampartadmission.ValidatingConfig(reg))
+	n := 0
+	for _, name := range names {
+		if name == "guard.scale.policy.rampart.io" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("guard.scale.policy.rampart.io registered %d times: %v", n, names)
+	}
+}
