@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 
@@ -56,7 +57,7 @@ func (h *GeneratedBudgets) Handle(ctx context.Context, req admission.Request) ad
 	switch req.Kind.Kind {
 	case "Deployment":
 		var d appsv1.Deployment
-		if err := jsonDecode(req.Object.Raw, &d); err != nil {
+		if err := json.Unmarshal(req.Object.Raw, &d); err != nil {
 			return admission.Errored(http.StatusBadRequest, err)
 		}
 		meta = d.ObjectMeta
@@ -65,7 +66,7 @@ func (h *GeneratedBudgets) Handle(ctx context.Context, req admission.Request) ad
 		}
 	case "StatefulSet":
 		var s appsv1.StatefulSet
-		if err := jsonDecode(req.Object.Raw, &s); err != nil {
+		if err := json.Unmarshal(req.Object.Raw, &s); err != nil {
 			return admission.Errored(http.StatusBadRequest, err)
 		}
 		meta = s.ObjectMeta

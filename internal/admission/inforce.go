@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -63,13 +64,13 @@ func (h Spec) Handle(ctx context.Context, req admission.Request) admission.Respo
 	switch req.Resource.Resource {
 	case "protectionpolicies":
 		p := &v1alpha1.ProtectionPolicy{}
-		if err := jsonDecode(req.Object.Raw, p); err != nil {
+		if err := json.Unmarshal(req.Object.Raw, p); err != nil {
 			return admission.Errored(http.StatusBadRequest, err)
 		}
 		what, err = "ProtectionPolicy "+p.Name, h.InForce.Policy(ctx, p)
 	case "deletionflowcontrols":
 		f := &v1alpha1.DeletionFlowControl{}
-		if err := jsonDecode(req.Object.Raw, f); err != nil {
+		if err := json.Unmarshal(req.Object.Raw, f); err != nil {
 			return admission.Errored(http.StatusBadRequest, err)
 		}
 		what, err = "DeletionFlowControl "+f.Name, h.InForce.FlowControl(ctx, f)
@@ -101,7 +102,7 @@ func specChanged(req admission.Request) bool {
 // windowInForce validates a ChangeWindow and puts its webhook in force.
 func windowInForce(ctx context.Context, inForce InForce, req admission.Request) admission.Response {
 	cw := &v1alpha1.ChangeWindow{}
-	if err := jsonDecode(req.Object.Raw, cw); err != nil {
+	if err := json.Unmarshal(req.Object.Raw, cw); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	if _, err := changewindow.Compile(cw.Spec, time.Now()); err != nil {

@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"encoding/json"
 	"math"
 	"net/http"
 
@@ -65,5 +64,3 @@ func respond(rec events.EventRecorder, req admission.Request, s about, v protect
 	}
 	return resp
 }
-
-func jsonDecode(raw []byte, into any) error { return json.Unmarshal(raw, into) }
