@@ -319,6 +319,7 @@ func TestProtectionsHoldOnceAcceptedAcrossReplicasAndAPIServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	runInForce(t, env, other, "managers=3,apiservers=2")
+	t.Run("namespace-relabelled-into-policy", func(t *testing.T) { runRelabel(t, env, other, "managers=3,apiservers=2") })
 }
 
 // A DeletionFlowControl says when it counts: Ready True, for its current
@@ -353,5 +354,93 @@ spec:
 	out, err := env.Kubectl(t, "get", "deletionflowcontrol", name)
 	if err != nil || !strings.Contains(out, "READY") || !strings.Contains(out, "True") {
 		t.Errorf("kubectl get shows no Ready column with True: %v\n%s", err, out)
+	}
+}
+
+// A namespace relabelled into the namespaceSelector of a policy that
+// guards replicas has the scale subresource of its workloads guarded from
+// the moment the relabel is accepted (a Scale carries no labels: the
+// scale webhook names the workloads the manager knew before the relabel).
+// A new policy judges every scale in the namespaces it selects for its
+// first 30 s, which would hide the relabel's own path: so the policies are
+// made first, and the relabels wait, once, until those first seconds are
+// over. That wait is before the protection (the relabel) is created;
+// each scale is sent at once after its relabel is accepted.
+func TestNamespaceRelabelledIntoAPolicyHoldsAtOnce(t *testing.T) {
+	env := clustertest.Get(t)
+	runRelabel(t, env, env.Client, "managers=1")
+}
+
+func runRelabel(t *testing.T, env *clustertest.Env, act kubernetes.Interface, label string) {
+	ctx := context.Background()
+	c := inForceClients{create: env.Client, act: env.Client, createDyn: env.Dynamic}
+	n := iterations(3)
+	type round struct{ ns, policy, key, workload string }
+	var rounds []round
+	for i := range n {
+		r := round{ns: env.Namespace(t), key: fmt.Sprintf("inforce-relabel-%d", i), workload: "r-" + strconv.Itoa(i)}
+		r.policy = "relabel-" + r.ns
+		if _, err := env.Client.AppsV1().Deployments(r.ns).Create(ctx, newDeployment(r.workload, 1, map[string]string{"guarded": r.policy}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		createRampart(t, c, "protectionpolicies", "", fmt.Sprintf(`
+apiVersion: rampart.io/v1alpha1
+kind: ProtectionPolicy
+metadata: {name: %s}
+spec:
+  resources: [{apiGroups: [apps], resources: [deployments]}]
+  namespaceSelector: {matchLabels: {%s: "yes"}}
+  objectSelector: {matchLabels: {guarded: %s}}
+  explicitReplicas: {guard: All}`, r.policy, r.key, r.policy))
+		rounds = append(rounds, r)
+	}
+	widened := func() bool {
+		cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "rampart-validating", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range cfg.Webhooks {
+			for _, r := range rounds {
+				if strings.HasSuffix(h.Name, r.policy+".scale.policy.rampart.io") {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(90 * time.Second); widened(); time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatal("the new policies still judge every scale after 90 s")
+		}
+	}
+	var took, base []time.Duration
+	bypasses := 0
+	for _, r := range rounds {
+		relabel := func(value string) time.Duration {
+			d, err := timed(func() error {
+				_, err := env.Client.CoreV1().Namespaces().Patch(ctx, r.ns, types.MergePatchType, mergePatch(fmt.Sprintf(`%q:%q`, r.key, value)), metav1.PatchOptions{})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+		base = append(base, relabel("no"))
+		took = append(took, relabel("yes"))
+		_, err := act.AppsV1().Deployments(r.ns).UpdateScale(ctx, r.workload,
+			&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: r.workload, Namespace: r.ns}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}}, metav1.UpdateOptions{})
+		if err == nil {
+			bypasses++
+		} else if !strings.Contains(err.Error(), r.policy) {
+			t.Errorf("scale in %s refused, but not by the policy: %v", r.ns, err)
+		}
+	}
+	if os.Getenv("INFORCE_REPORT") != "" {
+		fmt.Printf("INFORCE %s namespace-relabelled-into-policy iterations=%d bypasses=%d relabel p50=%s p99=%s baseline p50=%s p99=%s\n",
+			label, n, bypasses, pct(took, 50), pct(took, 99), pct(base, 50), pct(base, 99))
+	}
+	if bypasses > 0 {
+		t.Errorf("%d of %d scales went through right after the namespace was relabelled into the policy", bypasses, n)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/rampart-io/rampart/api/v1alpha1"
+
 	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
@@ -46,7 +48,40 @@ func (policyPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 			h := scoped(b.Webhook(p.Name+".replicas.policy.rampart.io", PolicyReplicasPrefix+p.Name, rules...))
 			h.TimeoutSeconds = ptr.To(inForceTimeout)
 			out = append(out, own(PolicyOwner(p.Name), h)...)
+			if ns := namespaceRelabelWebhook(p, b); ns != nil {
+				out = append(out, own(PolicyOwner(p.Name), *ns)...)
+			}
 		}
 	}
 	return out
+}
+
+// namespaceRelabelWebhook reaches a label change that brings a namespace
+// under a policy guarding replicas: the API server matches the selector of
+// a Namespace's own webhook against the namespace's new labels, so only
+// the relabels into the policy's namespaceSelector reach it, and the
+// handler admits one once the scale subresource of the namespace's
+// workloads is guarded (a Scale carries no labels: that webhook names its
+// workloads). A policy over every namespace needs none.
+func namespaceRelabelWebhook(p v1alpha1.ProtectionPolicy, b Builder) *admissionregistrationv1.ValidatingWebhook {
+	sel := p.Spec.NamespaceSelector
+	if sel == nil || (len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0) {
+		return nil
+	}
+	h := b.Webhook(p.Name+".namespaces.policy.rampart.io", PolicyReplicasPrefix+p.Name, admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
+			Resources: []string{"namespaces"}, Scope: ptr.To(admissionregistrationv1.ClusterScope)},
+	})
+	h.NamespaceSelector = withNotOwn(sel, b.NotOwn)
+	h.MatchConditions = []admissionregistrationv1.MatchCondition{{
+		Name: "labels-changed",
+		Expression: `has(object.metadata.labels) != has(oldObject.metadata.labels) || ` +
+			`(has(object.metadata.labels) && object.metadata.labels != oldObject.metadata.labels)`,
+	}}
+	h.TimeoutSeconds = ptr.To(inForceTimeout)
+	if !policy.Enforced(&p) {
+		h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+	}
+	return &h
 }

@@ -2,12 +2,16 @@ package admission
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -70,6 +74,9 @@ type guardSource struct {
 
 // Handle implements admission.Handler.
 func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Resource.Group == "" && req.Resource.Resource == "namespaces" {
+		return h.namespaceInForce(ctx, req)
+	}
 	if resp := h.labelInForce(ctx, req); resp != nil {
 		return *resp
 	}
@@ -181,6 +188,41 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 	return admission.Allowed("").WithWarnings(warnings...)
 }
 
+// namespaceInForce admits a label change that brings a namespace under a
+// policy guarding replicas (through the policy's namespaces webhook) once
+// the scale subresource of the namespace's workloads is guarded: the
+// policy's scale webhook, over its namespaceSelector, is registered anew
+// and loaded by every API server, and is kept until the view has the
+// namespace's new labels and names its workloads.
+func (h *Replicas) namespaceInForce(ctx context.Context, req admission.Request) admission.Response {
+	name, ok := policyName(ctx)
+	if !ok || h.InForce == nil || h.Policies == nil || dryRun(req) || req.SubResource != "" || req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	var old, cur metav1.PartialObjectMetadata
+	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if err := json.Unmarshal(req.Object.Raw, &cur); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	pol, found, err := h.Policies.Policy(ctx, name)
+	if err != nil {
+		return admission.Errored(http.StatusServiceUnavailable, err)
+	}
+	if !found || policy.Guard(pol) == "" {
+		return admission.Allowed("")
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pol.Spec.NamespaceSelector)
+	if err != nil || !sel.Matches(labels.Set(cur.Labels)) || sel.Matches(labels.Set(old.Labels)) {
+		return admission.Allowed("") // not brought under the policy by this change
+	}
+	if err := h.InForce.Policy(ctx, pol); err != nil {
+		return NotLoadedStatus(fmt.Sprintf("the label change of namespace %s, which brings it under ProtectionPolicy %s,", req.Name, pol.Name), err)
+	}
+	return admission.Allowed("")
+}
+
 // liveLabels reads the labels of a scale request's workload from the API
 // server; found is false without LiveLabels.
 func (h *Replicas) liveLabels(ctx context.Context, req admission.Request) (map[string]string, bool, error) {
@@ -197,35 +239,53 @@ type LivePolicies interface {
 	ListLive(ctx context.Context) ([]v1alpha1.ProtectionPolicy, error)
 }
 
-// scalePoliciesLive is scalePolicies from the API server's list, when the
-// Policies can read it.
-func (h *Replicas) scalePoliciesLive(ctx context.Context, gr schema.GroupResource, ns string, labels map[string]string) ([]v1alpha1.ProtectionPolicy, error) {
-	live, ok := h.Policies.(LivePolicies)
-	if !ok {
-		return h.scalePolicies(ctx, gr, ns, labels)
-	}
-	return h.coveringPolicies(gr, ns, labels, func() ([]v1alpha1.ProtectionPolicy, error) { return live.ListLive(ctx) })
-}
-
-// scalePolicies are the policies guarding the replicas of a workload.
-func (h *Replicas) scalePolicies(ctx context.Context, gr schema.GroupResource, ns string, labels map[string]string) ([]v1alpha1.ProtectionPolicy, error) {
+// scalePoliciesLive is scalePolicies from the API server's list of
+// policies and its namespace labels (the view may lag behind a namespace
+// just relabelled into a policy), when the handler can read them.
+func (h *Replicas) scalePoliciesLive(ctx context.Context, gr schema.GroupResource, ns string, objLabels map[string]string) ([]v1alpha1.ProtectionPolicy, error) {
 	if h.Policies == nil {
 		return nil, nil
 	}
-	return h.coveringPolicies(gr, ns, labels, func() ([]v1alpha1.ProtectionPolicy, error) { return h.Policies.List(ctx) })
+	list := h.Policies.List
+	if live, ok := h.Policies.(LivePolicies); ok {
+		list = live.ListLive
+	}
+	all, err := list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nsLabels, known := h.View.NamespaceLabels(ns)
+	if h.LiveLabels != nil {
+		l, found, err := h.LiveLabels(ctx, schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", ns)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			nsLabels, known = l, true
+		}
+	}
+	return covering(all, gr, policy.NamespaceLabels(ns, nsLabels, known), objLabels), nil
 }
 
-func (h *Replicas) coveringPolicies(gr schema.GroupResource, ns string, labels map[string]string, list func() ([]v1alpha1.ProtectionPolicy, error)) ([]v1alpha1.ProtectionPolicy, error) {
-	all, err := list()
+// scalePolicies are the policies guarding the replicas of a workload.
+func (h *Replicas) scalePolicies(ctx context.Context, gr schema.GroupResource, ns string, objLabels map[string]string) ([]v1alpha1.ProtectionPolicy, error) {
+	if h.Policies == nil {
+		return nil, nil
+	}
+	all, err := h.Policies.List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	l, known := h.View.NamespaceLabels(ns)
+	return covering(all, gr, policy.NamespaceLabels(ns, l, known), objLabels), nil
+}
+
+func covering(all []v1alpha1.ProtectionPolicy, gr schema.GroupResource, nsLabels, objLabels map[string]string) []v1alpha1.ProtectionPolicy {
 	var out []v1alpha1.ProtectionPolicy
-	for _, p := range policy.Select(all, policy.Guarding, gr, policy.NamespaceLabels(ns, l, known), labels) {
+	for _, p := range policy.Select(all, policy.Guarding, gr, nsLabels, objLabels) {
 		out = append(out, *p)
 	}
-	return out, nil
+	return out
 }
 
 // labelGuard is GuardAll when any of the label sets asks for explicit

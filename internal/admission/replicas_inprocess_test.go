@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -88,6 +89,7 @@ func TestReplicasHandlerInProcess(t *testing.T) {
 		ctx        context.Context
 		view       *scaleView
 		liveLabels map[string]string // what the API server says, nil for nothing
+		liveNS     map[string]string // the namespace's labels on the API server, nil for nothing
 		review     review
 		want       outcome
 	}{
@@ -126,6 +128,8 @@ func TestReplicasHandlerInProcess(t *testing.T) {
 		{name: "scale: no rule in the view nor on the API server", review: scale("plain", 2, 0), want: outcome{allowed: true}},
 		{name: "scale: the view lags a label just added", review: scale("plain", 2, 3), liveLabels: explicit,
 			want: outcome{code: http.StatusForbidden, says: []string{"label rampart.io/explicit-replicas"}}},
+		{name: "scale: the view lags a namespace just relabelled into a policy", review: scale("plain", 2, 0), liveNS: critical,
+			want: outcome{code: http.StatusForbidden, says: []string{`ProtectionPolicy "critical"`}}},
 		{name: "scale: while the view loads", review: scale("new", 2, 3), view: &scaleView{unsynced: true},
 			want: outcome{code: http.StatusServiceUnavailable, says: []string{"still loading"}}},
 	} {
@@ -135,6 +139,9 @@ func TestReplicasHandlerInProcess(t *testing.T) {
 		}
 		h := &rampartadmission.Replicas{View: v, Policies: ps, Recorder: events.NewFakeRecorder(10),
 			LiveLabels: func(_ context.Context, gvr schema.GroupVersionResource, ns, name string) (map[string]string, bool, error) {
+				if gvr == namespacesGVR && ns == "" {
+					return tt.liveNS, tt.liveNS != nil, nil
+				}
 				if gvr != deploymentsGVR || name != "web" {
 					return nil, false, errors.New("asked about the wrong workload")
 				}
@@ -145,5 +152,70 @@ func TestReplicasHandlerInProcess(t *testing.T) {
 			ctx = context.Background()
 		}
 		check(t, tt.name, h.Handle(ctx, tt.review.request(t)), tt.want)
+	}
+}
+
+// inForceCalls records the policies put in force.
+type inForceCalls struct {
+	fuzzInForce
+	policies []string
+	err      error
+}
+
+func (f *inForceCalls) Policy(_ context.Context, p *v1alpha1.ProtectionPolicy) error {
+	f.policies = append(f.policies, p.Name)
+	return f.err
+}
+
+// TestNamespaceRelabelIntoAPolicyWaitsForTheScaleWebhook: a label change
+// that brings a namespace under a policy guarding replicas (reaching the
+// policy's namespaces webhook) is admitted only once the policy's scale
+// webhook is in force again, since a Scale carries no labels and the
+// webhook names the workloads the view knew before the change.
+func TestNamespaceRelabelIntoAPolicyWaitsForTheScaleWebhook(t *testing.T) {
+	t.Parallel()
+	critical := map[string]string{"tier": "critical"}
+	deployments := []v1alpha1.ResourceRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}}}
+	ps := fixedPolicies{
+		{ObjectMeta: metav1.ObjectMeta{Name: "critical"}, Spec: v1alpha1.ProtectionPolicySpec{Resources: deployments,
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: critical},
+			ExplicitReplicas:  &v1alpha1.ExplicitReplicas{Guard: v1alpha1.GuardToZero}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "deletes-only"}, Spec: v1alpha1.ProtectionPolicySpec{Resources: deployments,
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: critical}, Protection: v1alpha1.ProtectionAlways}},
+	}
+	ns := func(labels map[string]string) *corev1.Namespace {
+		n := namespaceObj("shop", "")
+		n.Labels = labels
+		return n
+	}
+	relabel := func(old, cur map[string]string) review {
+		return review{op: admissionv1.Update, gvr: namespacesGVR, kind: namespaceKind, name: "shop", old: ns(old), obj: ns(cur)}
+	}
+	for _, tt := range []struct {
+		name   string
+		policy string
+		review review
+		err    error
+		want   outcome
+		calls  int
+	}{
+		{name: "brought under the policy", policy: "critical", review: relabel(map[string]string{"tier": "batch"}, critical),
+			want: outcome{allowed: true}, calls: 1},
+		{name: "already under it", policy: "critical", review: relabel(critical, map[string]string{"tier": "critical", "x": "y"}),
+			want: outcome{allowed: true}},
+		{name: "taken out of it", policy: "critical", review: relabel(critical, nil), want: outcome{allowed: true}},
+		{name: "a dry run registers nothing", policy: "critical",
+			review: func() review { r := relabel(nil, critical); r.dryRun = true; return r }(), want: outcome{allowed: true}},
+		{name: "a policy that guards no replicas", policy: "deletes-only", review: relabel(nil, critical), want: outcome{allowed: true}},
+		{name: "a policy gone", policy: "gone", review: relabel(nil, critical), want: outcome{allowed: true}},
+		{name: "not in force in time: refused, retry", policy: "critical", review: relabel(nil, critical), err: errors.New("API server slow"),
+			want: outcome{code: http.StatusServiceUnavailable, says: []string{"namespace shop", `ProtectionPolicy critical`, "not in force yet"}}, calls: 1},
+	} {
+		calls := &inForceCalls{err: tt.err}
+		h := &rampartadmission.Replicas{View: scaleView{}, Policies: ps, Recorder: events.NewFakeRecorder(10), InForce: calls}
+		check(t, tt.name, h.Handle(throughPolicy(rampartadmission.PolicyReplicasPrefix, tt.policy), tt.review.request(t)), tt.want)
+		if len(calls.policies) != tt.calls {
+			t.Errorf("%s: put in force %v, want %d calls", tt.name, calls.policies, tt.calls)
+		}
 	}
 }
