@@ -2,7 +2,8 @@
 # Shows that every protection Rampart offers holds from the moment the API
 # accepts the request that creates it. For each protection (the
 # rampart.io/protection and rampart.io/explicit-replicas labels, a
-# ProtectionPolicy, a ChangeWindow, a DeletionFlowControl) it creates one and
+# ProtectionPolicy, a ChangeWindow, a DeletionFlowControl, a namespace
+# relabelled into a policy guarding replicas) it creates one and
 # acts against it at once, ITERATIONS times, on real local control planes:
 #   after   - this tree, one manager replica, one API server;
 #   after   - this tree, three manager replicas, two API servers (the act goes
@@ -34,5 +35,7 @@ run() { # LABEL BINARY TEST
 }
 echo "iterations per protection: $iterations; before = $(git rev-parse --short "$before")"
 run "after " "$root/bin/rampart" TestProtectionsHoldOnceAccepted
+run "after " "$root/bin/rampart" TestNamespaceRelabelledIntoAPolicyHoldsAtOnce
 run "after " "$root/bin/rampart" TestProtectionsHoldOnceAcceptedAcrossReplicasAndAPIServers
 run "before" "$tmp/rampart-before" TestProtectionsHoldOnceAccepted
+run "before" "$tmp/rampart-before" TestNamespaceRelabelledIntoAPolicyHoldsAtOnce
