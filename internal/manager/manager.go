@@ -9,9 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -31,6 +28,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
+	"github.com/rampart-io/rampart/internal/registrar"
 	"github.com/rampart-io/rampart/internal/tlsprofile"
 )
 
@@ -193,13 +191,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	policies := cachedPolicies{reader: mgr.GetCache(), live: direct}
-	registered := make(chan struct{})
-	reg := &registrar{
-		barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace, Current: liveToken(direct)},
-		client:  direct, reader: mgr.GetCache(), targets: views.ScaleTargets, budgets: views.Budgets, policies: policies, done: registered, log: o.Log.WithName("registration"),
-		base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true},
-		kick: make(chan struct{}, 1),
-	}
+	reg := registrar.New(registrar.Config{
+		Client: direct, Reader: mgr.GetCache(), Targets: views.ScaleTargets, Budgets: views.Budgets, Policies: policies,
+		Barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace},
+		Base:    rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true},
+		Log:     o.Log.WithName("registration"),
+	})
 	meta, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -217,14 +214,14 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}) {
 		server.Register(r.Path, &webhook.Admission{Handler: r.Handler, WithContextFunc: r.WithContext})
 	}
-	if err := checks(mgr, views, server, registered); err != nil {
+	if err := checks(mgr, views, server, reg.Done()); err != nil {
 		return err
 	}
 	owner, err := webhookOwner(ctx, direct, o.WebhookOwner)
 	if err != nil {
 		return err
 	}
-	reg.base.Owner = owner
+	reg.SetOwner(owner)
 	if err := watchProtections(ctx, mgr, reg, views, policies, o.Log); err != nil {
 		return err
 	}
@@ -233,7 +230,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	if rotator != nil {
 		rotator.OnRotate = func(_ context.Context, bundle []byte) error {
-			reg.setBundle(bundle)
+			reg.SetBundle(bundle)
 			return nil
 		}
 		if err := mgr.Add(rotator); err != nil {
@@ -244,117 +241,6 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	return mgr.Start(ctx)
-}
-
-// registrar keeps the webhook configurations in step with what they are
-// made from: the CA bundle and the workloads whose scale subresource is
-// guarded. Every replica registers: the configuration is the same from
-// each, and a lone replica must not wait for a leader.
-type registrar struct {
-	client   client.Client
-	reader   client.Reader
-	targets  *clusterview.ScaleTargets
-	budgets  *clusterview.Budgets
-	policies cachedPolicies
-	log      logr.Logger
-	// done is closed after the first successful registration.
-	done    chan struct{}
-	kick    chan struct{}
-	barrier rampartadmission.Barrier
-	// writeMu orders this replica's writes of the configuration.
-	writeMu sync.Mutex
-
-	mu   sync.Mutex
-	base rampartadmission.Registration
-	// pending is coverage admitted but maybe not yet in the caches.
-	pending []pending
-}
-
-func (r *registrar) NeedLeaderElection() bool { return false }
-
-func (r *registrar) setBundle(b []byte) {
-	r.mu.Lock()
-	r.base.CABundle = b
-	r.mu.Unlock()
-	r.poke()
-}
-
-func (r *registrar) poke() {
-	select {
-	case r.kick <- struct{}{}:
-	default:
-	}
-}
-
-// registration is the endpoint and CA part of what is registered.
-func (r *registrar) registration() rampartadmission.Registration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.base
-}
-
-// fromCaches is the registration this replica's caches make.
-func (r *registrar) fromCaches(ctx context.Context) rampartadmission.Registration {
-	reg := r.registration()
-	policies, err := r.policies.List(ctx)
-	if err != nil {
-		r.log.Error(err, "listing ProtectionPolicies")
-	}
-	reg.Policies = policies
-	reg.ScaleTargets = r.targets.Targets(policies)
-	if reg.Windows, err = listWindows(ctx, r.reader); err != nil {
-		r.log.Error(err, "listing ChangeWindows")
-	}
-	var fcs v1alpha1.DeletionFlowControlList
-	if err := r.reader.List(ctx, &fcs); err != nil {
-		r.log.Error(err, "listing DeletionFlowControls")
-	}
-	slices.SortFunc(fcs.Items, func(a, b v1alpha1.DeletionFlowControl) int { return strings.Compare(a.Name, b.Name) })
-	reg.FlowControls = fcs.Items
-	reg.BudgetNamespaces = r.budgets.Index().Namespaces()
-	return reg
-}
-
-func (r *registrar) Start(ctx context.Context) error {
-	delay := 100 * time.Millisecond
-	registered := false
-	// Marks of pending coverage expire: look again now and then.
-	tick := time.NewTicker(pendingFor / 3)
-	defer tick.Stop()
-	for {
-		r.writeMu.Lock()
-		_, err := r.write(ctx, false)
-		r.writeMu.Unlock()
-		if err != nil {
-			r.log.Error(err, "registering webhook configuration; retrying", "in", delay)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(delay):
-			}
-			delay = min(2*delay, 10*time.Second)
-			continue
-		}
-		if !registered {
-			registered = true
-			close(r.done)
-			r.log.Info("webhook configuration registered", "name", rampartadmission.ValidatingConfigName)
-		}
-		delay = 100 * time.Millisecond
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.kick:
-		case <-tick.C:
-		case <-r.targets.Changes():
-			// Coalesce a burst of label changes into one update.
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}
 }
 
 // webhookRegistrar registers every webhook behind the check that its

@@ -30,6 +30,7 @@ import (
 	"github.com/rampart-io/rampart/internal/controller/generatedbudgets"
 	"github.com/rampart-io/rampart/internal/controller/policystatus"
 	"github.com/rampart-io/rampart/internal/controller/windowstatus"
+	"github.com/rampart-io/rampart/internal/registrar"
 	"github.com/rampart-io/rampart/internal/servingcert"
 )
 
@@ -114,7 +115,7 @@ func checks(mgr ctrl.Manager, views *clusterview.Views, server webhookRegistrar,
 
 // watchProtections re-registers the webhooks when what they are made
 // from changes, and keeps the deletion view's policy counts current.
-func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar, views *clusterview.Views, policies cachedPolicies, log logr.Logger) error {
+func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Registrar, views *clusterview.Views, policies cachedPolicies, log logr.Logger) error {
 	// Policy changes re-register at once.
 	policyInformer, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.ProtectionPolicy{})
 	if err != nil {
@@ -129,7 +130,7 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar, vie
 		return ps
 	})
 	policyChanged := func() {
-		reg.poke()
+		reg.Poke()
 		views.Deletion.Resync()
 	}
 	if _, err := policyInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -148,15 +149,15 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar, vie
 			return err
 		}
 		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc: func(any) { reg.poke() },
+			AddFunc: func(any) { reg.Poke() },
 			// Only a spec change can change a webhook: status updates
 			// (every counted delete) need no re-registration.
 			UpdateFunc: func(o, n any) {
 				if oo, ok := o.(client.Object); !ok || oo.GetGeneration() != n.(client.Object).GetGeneration() {
-					reg.poke()
+					reg.Poke()
 				}
 			},
-			DeleteFunc: func(any) { reg.poke() },
+			DeleteFunc: func(any) { reg.Poke() },
 		}); err != nil {
 			return err
 		}
@@ -167,11 +168,11 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar, vie
 // controllers are the controllers the leader runs: the Ready condition of
 // every kind whose webhooks Rampart registers, budget status and
 // generated budgets.
-func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registrar, views *clusterview.Views, scales rampartadmission.Scales, recorder events.EventRecorder) error {
+func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registrar.Registrar, views *clusterview.Views, scales rampartadmission.Scales, recorder events.EventRecorder) error {
 	for _, c := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		&policystatus.Reconciler{Client: mgr.GetClient(), Registration: reg.registration},
-		&windowstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.registration},
-		&flowcontrolstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.registration},
+		&policystatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
+		&windowstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
+		&flowcontrolstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
 	} {
 		if err := c.SetupWithManager(mgr); err != nil {
 			return err
@@ -182,7 +183,7 @@ func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registra
 		timeout = DefaultBudgetDisruptionTimeout
 	}
 	budgets := &budgetstatus.Reconciler{Client: mgr.GetClient(), View: views.Budgets, Scales: scales, Timeout: timeout}
-	if err := budgets.SetupWithManager(ctx, mgr, reg.poke); err != nil {
+	if err := budgets.SetupWithManager(ctx, mgr, reg.Poke); err != nil {
 		return err
 	}
 	if err := (&generatedbudgets.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: recorder}).SetupWithManager(mgr); err != nil {

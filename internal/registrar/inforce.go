@@ -1,4 +1,4 @@
-package manager
+package registrar
 
 import (
 	"context"
@@ -275,7 +275,7 @@ var errStale = errors.New("webhook configuration changed meanwhile")
 // write registers the configuration this replica wants merged with what
 // is live, if it differs, and returns the token of the configuration now
 // live. It retries when another replica wrote meanwhile.
-func (r *registrar) write(ctx context.Context, force bool) (string, error) {
+func (r *Registrar) write(ctx context.Context, force bool) (string, error) {
 	for attempt := 0; ; attempt++ {
 		token, err := r.writeOnce(ctx, force)
 		if !errors.Is(err, errStale) || attempt >= 20 {
@@ -284,7 +284,7 @@ func (r *registrar) write(ctx context.Context, force bool) (string, error) {
 	}
 }
 
-func (r *registrar) writeOnce(ctx context.Context, force bool) (string, error) {
+func (r *Registrar) writeOnce(ctx context.Context, force bool) (string, error) {
 	now := time.Now()
 	live := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := r.client.Get(ctx, client.ObjectKey{Name: rampartadmission.ValidatingConfigName}, live); apierrors.IsNotFound(err) {
@@ -325,7 +325,7 @@ func (r *registrar) writeOnce(ctx context.Context, force bool) (string, error) {
 // desired is what this replica's caches and own pending coverage make,
 // and the marks of that pending coverage. Pending coverage the caches now
 // hold, or that expired, is forgotten.
-func (r *registrar) desired(ctx context.Context, now time.Time) (rampartadmission.Registration, map[string]time.Time) {
+func (r *Registrar) desired(ctx context.Context, now time.Time) (rampartadmission.Registration, map[string]time.Time) {
 	reg := r.fromCaches(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -358,7 +358,7 @@ func pendingPolicies(ps []pending) []v1alpha1.ProtectionPolicy {
 // registers it with what is already registered, and waits until every API
 // server enforces the result. Admission handlers call it before admitting
 // a request that creates a protection.
-func (r *registrar) Ensure(ctx context.Context, p pending) error {
+func (r *Registrar) Ensure(ctx context.Context, p pending) error {
 	// Answer inside the webhook's timeout, with a message of our own.
 	ctx, cancel := context.WithTimeout(ctx, rampartadmission.DefaultBarrierTimeout+time.Second)
 	defer cancel()
@@ -371,7 +371,7 @@ func (r *registrar) Ensure(ctx context.Context, p pending) error {
 
 // Sync registers what this replica knows now and waits until every API
 // server enforces it.
-func (r *registrar) Sync(ctx context.Context) error {
+func (r *Registrar) Sync(ctx context.Context) error {
 	r.writeMu.Lock()
 	token, err := r.write(ctx, false)
 	r.writeMu.Unlock()
@@ -382,11 +382,11 @@ func (r *registrar) Sync(ctx context.Context) error {
 }
 
 // The registrar is the admission handlers' InForce.
-var _ rampartadmission.InForce = (*registrar)(nil)
+var _ rampartadmission.InForce = (*Registrar)(nil)
 
 // BudgetNamespace puts the budget webhooks in force for every pod of ns
 // (the admission of a PodUnavailableBudget waits for it).
-func (r *registrar) BudgetNamespace(ctx context.Context, ns string) error {
+func (r *Registrar) BudgetNamespace(ctx context.Context, ns string) error {
 	return r.Ensure(ctx, pending{kind: pendingBudgetNamespace, key: ns})
 }
 
@@ -400,11 +400,11 @@ func addNamespace(namespaces []string, ns string) []string {
 	return out
 }
 
-func (r *registrar) ScaleTarget(ctx context.Context, target string) error {
+func (r *Registrar) ScaleTarget(ctx context.Context, target string) error {
 	return r.Ensure(ctx, pending{kind: pendingScaleTarget, key: target})
 }
 
-func (r *registrar) Policy(ctx context.Context, p *v1alpha1.ProtectionPolicy) error {
+func (r *Registrar) Policy(ctx context.Context, p *v1alpha1.ProtectionPolicy) error {
 	if policy.Guard(p) != "" {
 		r.mu.Lock()
 		r.pending = append(r.pending, pending{kind: pendingScaleWidening, obj: p, until: time.Now().Add(pendingFor)})
@@ -413,11 +413,11 @@ func (r *registrar) Policy(ctx context.Context, p *v1alpha1.ProtectionPolicy) er
 	return r.Ensure(ctx, pending{kind: pendingPolicy, obj: p})
 }
 
-func (r *registrar) Window(ctx context.Context, w *v1alpha1.ChangeWindow) error {
+func (r *Registrar) Window(ctx context.Context, w *v1alpha1.ChangeWindow) error {
 	return r.Ensure(ctx, pending{kind: pendingWindow, obj: w})
 }
 
-func (r *registrar) FlowControl(ctx context.Context, f *v1alpha1.DeletionFlowControl) error {
+func (r *Registrar) FlowControl(ctx context.Context, f *v1alpha1.DeletionFlowControl) error {
 	return r.Ensure(ctx, pending{kind: pendingFlowControl, obj: f})
 }
 

@@ -1,0 +1,178 @@
+// Package registrar keeps Rampart's webhook configuration in step with the
+// protections it is made from, and puts new coverage in force (registered
+// and loaded by every API server) before the request that brings it is
+// admitted.
+package registrar
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/clusterview"
+)
+
+// PolicyLister lists every ProtectionPolicy, in a stable order.
+type PolicyLister interface {
+	List(ctx context.Context) ([]v1alpha1.ProtectionPolicy, error)
+}
+
+// Config is what a Registrar registers from.
+type Config struct {
+	// Client writes the configuration and reads it live; Reader lists
+	// windows and flow controls (the manager's cache).
+	Client  client.Client
+	Reader  client.Reader
+	Targets *clusterview.ScaleTargets
+	Budgets *clusterview.Budgets
+	// Policies lists ProtectionPolicies (from the cache).
+	Policies PolicyLister
+	// Barrier waits until every API server enforces a configuration
+	// (Current: the live token, by default).
+	Barrier rampartadmission.Barrier
+	// Base is the endpoint and CA part of what is registered.
+	Base rampartadmission.Registration
+	Log  logr.Logger
+}
+
+// New is a Registrar; add it to the manager (it runs on every replica).
+func New(c Config) *Registrar {
+	if c.Barrier.Current == nil {
+		c.Barrier.Current = liveToken(c.Client)
+	}
+	return &Registrar{client: c.Client, reader: c.Reader, targets: c.Targets, budgets: c.Budgets, policies: c.Policies,
+		barrier: c.Barrier, base: c.Base, log: c.Log, done: make(chan struct{}), kick: make(chan struct{}, 1)}
+}
+
+// Done is closed after the first successful registration: from then on the
+// API server can call this replica.
+func (r *Registrar) Done() <-chan struct{} { return r.done }
+
+// SetOwner makes owner the owner of the configuration.
+func (r *Registrar) SetOwner(owner *metav1.OwnerReference) {
+	r.mu.Lock()
+	r.base.Owner = owner
+	r.mu.Unlock()
+	r.Poke()
+}
+
+// Registrar keeps the webhook configurations in step with what they are
+// made from: the CA bundle and the workloads whose scale subresource is
+// guarded. Every replica registers: the configuration is the same from
+// each, and a lone replica must not wait for a leader.
+type Registrar struct {
+	client   client.Client
+	reader   client.Reader
+	targets  *clusterview.ScaleTargets
+	budgets  *clusterview.Budgets
+	policies PolicyLister
+	log      logr.Logger
+	// done is closed after the first successful registration.
+	done    chan struct{}
+	kick    chan struct{}
+	barrier rampartadmission.Barrier
+	// writeMu orders this replica's writes of the configuration.
+	writeMu sync.Mutex
+
+	mu   sync.Mutex
+	base rampartadmission.Registration
+	// pending is coverage admitted but maybe not yet in the caches.
+	pending []pending
+}
+
+func (r *Registrar) NeedLeaderElection() bool { return false }
+
+// SetBundle registers b as the CA bundle of the webhooks.
+func (r *Registrar) SetBundle(b []byte) {
+	r.mu.Lock()
+	r.base.CABundle = b
+	r.mu.Unlock()
+	r.Poke()
+}
+
+// Poke asks for the configuration to be written again from the caches.
+func (r *Registrar) Poke() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Registration is the endpoint and CA part of what is registered.
+func (r *Registrar) Registration() rampartadmission.Registration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.base
+}
+
+// fromCaches is the registration this replica's caches make.
+func (r *Registrar) fromCaches(ctx context.Context) rampartadmission.Registration {
+	reg := r.Registration()
+	policies, err := r.policies.List(ctx)
+	if err != nil {
+		r.log.Error(err, "listing ProtectionPolicies")
+	}
+	reg.Policies = policies
+	reg.ScaleTargets = r.targets.Targets(policies)
+	if reg.Windows, err = listWindows(ctx, r.reader); err != nil {
+		r.log.Error(err, "listing ChangeWindows")
+	}
+	var fcs v1alpha1.DeletionFlowControlList
+	if err := r.reader.List(ctx, &fcs); err != nil {
+		r.log.Error(err, "listing DeletionFlowControls")
+	}
+	slices.SortFunc(fcs.Items, func(a, b v1alpha1.DeletionFlowControl) int { return strings.Compare(a.Name, b.Name) })
+	reg.FlowControls = fcs.Items
+	reg.BudgetNamespaces = r.budgets.Index().Namespaces()
+	return reg
+}
+
+func (r *Registrar) Start(ctx context.Context) error {
+	delay := 100 * time.Millisecond
+	registered := false
+	// Marks of pending coverage expire: look again now and then.
+	tick := time.NewTicker(pendingFor / 3)
+	defer tick.Stop()
+	for {
+		r.writeMu.Lock()
+		_, err := r.write(ctx, false)
+		r.writeMu.Unlock()
+		if err != nil {
+			r.log.Error(err, "registering webhook configuration; retrying", "in", delay)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, 10*time.Second)
+			continue
+		}
+		if !registered {
+			registered = true
+			close(r.done)
+			r.log.Info("webhook configuration registered", "name", rampartadmission.ValidatingConfigName)
+		}
+		delay = 100 * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.kick:
+		case <-tick.C:
+		case <-r.targets.Changes():
+			// Coalesce a burst of label changes into one update.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+}
