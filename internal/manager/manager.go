@@ -20,6 +20,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -197,22 +199,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		Base:    rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true},
 		Log:     o.Log.WithName("registration"),
 	})
-	meta, err := metadata.NewForConfig(cfg)
+	scales, recorder, err := serveProtections(cfg, mgr, server, o, rampartadmission.Deps{
+		Cache: mgr.GetCache(), Direct: direct, InForce: reg, Recorder: mgr.GetEventRecorder("rampart"), Mapper: mgr.GetRESTMapper(),
+		Policies: policies, Deletion: views.Deletion, ScaleTargets: views.ScaleTargets, Pods: views.Budgets,
+		BudgetIndex: views.Budgets.Index(), Namespaces: views.Namespaces, ReplicasExempt: o.ReplicasExempt,
+	})
 	if err != nil {
 		return err
-	}
-	recorder := mgr.GetEventRecorder("rampart")
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	scales := rampartadmission.Scales{Dynamic: dyn, Mapper: mgr.GetRESTMapper()}
-	for _, r := range rampartadmission.Routes(rampartadmission.Deps{
-		Cache: mgr.GetCache(), Direct: direct, InForce: reg, Recorder: recorder, Mapper: mgr.GetRESTMapper(), Policies: policies,
-		Deletion: views.Deletion, ScaleTargets: views.ScaleTargets, Pods: views.Budgets, BudgetIndex: views.Budgets.Index(),
-		Namespaces: views.Namespaces, Scales: scales, ReplicasExempt: o.ReplicasExempt, LiveLabels: liveLabels(meta),
-	}) {
-		server.Register(r.Path, &webhook.Admission{Handler: r.Handler, WithContextFunc: r.WithContext})
 	}
 	if err := checks(mgr, views, server, reg.Done()); err != nil {
 		return err
@@ -229,10 +222,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	if rotator != nil {
-		rotator.OnRotate = func(_ context.Context, bundle []byte) error {
-			reg.SetBundle(bundle)
-			return nil
-		}
+		rotator.OnRotate = func(_ context.Context, bundle []byte) error { reg.SetBundle(bundle); return nil }
 		if err := mgr.Add(rotator); err != nil {
 			return err
 		}
@@ -241,6 +231,26 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// serveProtections serves every protection plugin's routes on the webhook
+// server, with deps completed by the clients that read live (labels,
+// scales); it returns those for the controllers.
+func serveProtections(cfg *rest.Config, mgr ctrl.Manager, server webhookRegistrar, o Options, deps rampartadmission.Deps) (rampartadmission.Scales, events.EventRecorder, error) {
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return rampartadmission.Scales{}, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return rampartadmission.Scales{}, nil, err
+	}
+	deps.Scales = rampartadmission.Scales{Dynamic: dyn, Mapper: mgr.GetRESTMapper()}
+	deps.LiveLabels = liveLabels(meta)
+	for _, r := range rampartadmission.Routes(deps) {
+		server.Register(r.Path, &webhook.Admission{Handler: r.Handler, WithContextFunc: r.WithContext})
+	}
+	return deps.Scales, deps.Recorder, nil
 }
 
 // webhookRegistrar registers every webhook behind the check that its
