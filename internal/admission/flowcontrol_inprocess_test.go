@@ -70,7 +70,7 @@ func TestFlowControlHandlerInProcess(t *testing.T) {
 		{name: "a dry run is decided and never counted", flow: "pods",
 			steps: []step{{review: func() review { r := del("a", nil); r.dryRun = true; return r }(), want: outcome{allowed: true}}}, counts: 0},
 		{name: "an exempt subject is neither counted nor denied", flow: "pods",
-			spec: func(s *v1alpha1.DeletionFlowControlSpec) { s.Exempt.Users = []string{"drainer"} },
+			spec:  func(s *v1alpha1.DeletionFlowControlSpec) { s.Exempt.Users = []string{"drainer"} },
 			steps: []step{{review: func() review { r := del("a", nil); r.user = "drainer"; return r }(), want: outcome{allowed: true}}}, counts: 0},
 		{name: "an exempt object is neither counted nor denied", flow: "pods",
 			spec: func(s *v1alpha1.DeletionFlowControlSpec) {
