@@ -56,11 +56,12 @@ func (fuzzView) NamespaceTerminating(string) bool                   { return fal
 // fuzzInForce admits every protection at once.
 type fuzzInForce struct{}
 
-func (fuzzInForce) ScaleTarget(context.Context, string) error                        { return nil }
-func (fuzzInForce) Policy(context.Context, *v1alpha1.ProtectionPolicy) error         { return nil }
-func (fuzzInForce) Window(context.Context, *v1alpha1.ChangeWindow) error             { return nil }
-func (fuzzInForce) FlowControl(context.Context, *v1alpha1.DeletionFlowControl) error { return nil }
-func (fuzzInForce) BudgetNamespace(context.Context, string) error                    { return nil }
+func (fuzzInForce) ScaleTarget(context.Context, string) error                            { return nil }
+func (fuzzInForce) Policy(context.Context, *v1alpha1.ProtectionPolicy) error             { return nil }
+func (fuzzInForce) Relabelled(context.Context, *v1alpha1.ProtectionPolicy, string) error { return nil }
+func (fuzzInForce) Window(context.Context, *v1alpha1.ChangeWindow) error                 { return nil }
+func (fuzzInForce) FlowControl(context.Context, *v1alpha1.DeletionFlowControl) error     { return nil }
+func (fuzzInForce) BudgetNamespace(context.Context, string) error                        { return nil }
 
 // fuzzPolicies holds one policy, "always", protecting every object.
 type fuzzPolicies struct{}

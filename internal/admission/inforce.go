@@ -25,6 +25,8 @@ import (
 type InForce interface {
 	ScaleTarget(ctx context.Context, target string) error
 	Policy(ctx context.Context, p *v1alpha1.ProtectionPolicy) error
+	// Relabelled puts p's webhooks in force for namespace ns by name.
+	Relabelled(ctx context.Context, p *v1alpha1.ProtectionPolicy, ns string) error
 	Window(ctx context.Context, w *v1alpha1.ChangeWindow) error
 	FlowControl(ctx context.Context, f *v1alpha1.DeletionFlowControl) error
 }

@@ -357,10 +357,12 @@ spec:
 	}
 }
 
-// A namespace relabelled into the namespaceSelector of a policy that
-// guards replicas has the scale subresource of its workloads guarded from
-// the moment the relabel is accepted (a Scale carries no labels: the
-// scale webhook names the workloads the manager knew before the relabel).
+// A namespace relabelled into the namespaceSelector of a policy has its
+// objects protected from the moment the relabel is accepted: a delete and
+// a scale sent at once are denied. (The API server matches webhooks'
+// namespace selectors against its cache of namespaces, which may lag; a
+// Scale carries no labels, and the scale webhook names the workloads the
+// manager knew before the relabel.)
 // A new policy judges every scale in the namespaces it selects for its
 // first 30 s, which would hide the relabel's own path: so the policies are
 // made first, and the relabels wait, once, until those first seconds are
@@ -391,6 +393,7 @@ spec:
   resources: [{apiGroups: [apps], resources: [deployments]}]
   namespaceSelector: {matchLabels: {%s: "yes"}}
   objectSelector: {matchLabels: {guarded: %s}}
+  protection: Always
   explicitReplicas: {guard: All}`, r.policy, r.key, r.policy))
 		rounds = append(rounds, r)
 	}
@@ -430,10 +433,14 @@ spec:
 		took = append(took, relabel("yes"))
 		_, err := act.AppsV1().Deployments(r.ns).UpdateScale(ctx, r.workload,
 			&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: r.workload, Namespace: r.ns}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}}, metav1.UpdateOptions{})
-		if err == nil {
+		delErr := act.AppsV1().Deployments(r.ns).Delete(ctx, r.workload, metav1.DeleteOptions{})
+		if err == nil || delErr == nil {
 			bypasses++
-		} else if !strings.Contains(err.Error(), r.policy) {
-			t.Errorf("scale in %s refused, but not by the policy: %v", r.ns, err)
+		}
+		for _, e := range []error{err, delErr} {
+			if e != nil && !strings.Contains(e.Error(), r.policy) {
+				t.Errorf("refused in %s, but not by the policy: %v", r.ns, e)
+			}
 		}
 	}
 	if os.Getenv("INFORCE_REPORT") != "" {

@@ -2,6 +2,7 @@ package admission
 
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -25,44 +26,58 @@ func (policyPlugin) Routes(d Deps) []Route {
 func (policyPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	var out []Webhook
 	for _, p := range reg.Policies {
-		scoped := func(h admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.ValidatingWebhook {
-			h.NamespaceSelector = withNotOwn(p.Spec.NamespaceSelector, b.NotOwn)
-			h.ObjectSelector = orEverything(p.Spec.ObjectSelector)
-			if !policy.Enforced(&p) {
-				// A policy that only warns must never block anything.
-				h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
-			}
-			return h
+		out = append(out, policyWebhooks(p, p.Name, withNotOwn(p.Spec.NamespaceSelector, b.NotOwn), b)...)
+		if ns := namespaceRelabelWebhook(p, b); ns != nil {
+			out = append(out, own(PolicyOwner(p.Name), *ns)...)
 		}
-		if p.Spec.Protection != "" {
-			out = append(out, own(PolicyOwner(p.Name), scoped(b.Webhook(p.Name+".deletion.policy.rampart.io", PolicyDeletionPrefix+p.Name,
-				policyRules(admissionregistrationv1.Delete, p)...)))...)
+	}
+	for _, r := range reg.Relabelled {
+		// By name: the namespace is not Rampart's (the relabel webhook
+		// never reaches it) and its name label never changes.
+		out = append(out, policyWebhooks(r.Policy, r.Policy.Name+"."+r.Namespace+".relabelled", inNamespaces([]string{r.Namespace}), b)...)
+	}
+	return out
+}
+
+// policyWebhooks are a policy's deletion and replicas webhooks, named
+// after prefix, reaching the namespaces nsSel selects.
+func policyWebhooks(p v1alpha1.ProtectionPolicy, prefix string, nsSel *metav1.LabelSelector, b Builder) []Webhook {
+	var out []Webhook
+	scoped := func(h admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.ValidatingWebhook {
+		h.NamespaceSelector = nsSel
+		h.ObjectSelector = orEverything(p.Spec.ObjectSelector)
+		if !policy.Enforced(&p) {
+			// A policy that only warns must never block anything.
+			h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
 		}
-		if policy.Guard(&p) != "" {
-			// CREATE too: a workload created under the policy gets its
-			// scale subresource guarded before the creation is admitted.
-			rules := policyRules(admissionregistrationv1.Update, p)
-			for i := range rules {
-				rules[i].Operations = append(rules[i].Operations, admissionregistrationv1.Create)
-			}
-			h := scoped(b.Webhook(p.Name+".replicas.policy.rampart.io", PolicyReplicasPrefix+p.Name, rules...))
-			h.TimeoutSeconds = ptr.To(inForceTimeout)
-			out = append(out, own(PolicyOwner(p.Name), h)...)
-			if ns := namespaceRelabelWebhook(p, b); ns != nil {
-				out = append(out, own(PolicyOwner(p.Name), *ns)...)
-			}
+		return h
+	}
+	if p.Spec.Protection != "" {
+		out = append(out, own(PolicyOwner(p.Name), scoped(b.Webhook(prefix+".deletion.policy.rampart.io", PolicyDeletionPrefix+p.Name,
+			policyRules(admissionregistrationv1.Delete, p)...)))...)
+	}
+	if policy.Guard(&p) != "" {
+		// CREATE too: a workload created under the policy gets its
+		// scale subresource guarded before the creation is admitted.
+		rules := policyRules(admissionregistrationv1.Update, p)
+		for i := range rules {
+			rules[i].Operations = append(rules[i].Operations, admissionregistrationv1.Create)
 		}
+		h := scoped(b.Webhook(prefix+".replicas.policy.rampart.io", PolicyReplicasPrefix+p.Name, rules...))
+		h.TimeoutSeconds = ptr.To(inForceTimeout)
+		out = append(out, own(PolicyOwner(p.Name), h)...)
 	}
 	return out
 }
 
 // namespaceRelabelWebhook reaches a label change that brings a namespace
-// under a policy guarding replicas: the API server matches the selector of
-// a Namespace's own webhook against the namespace's new labels, so only
-// the relabels into the policy's namespaceSelector reach it, and the
-// handler admits one once the scale subresource of the namespace's
-// workloads is guarded (a Scale carries no labels: that webhook names its
-// workloads). A policy over every namespace needs none.
+// under a policy: the API server matches the selector of a Namespace's own
+// webhook against the namespace's new labels, so only the relabels into
+// the policy's namespaceSelector reach it. The handler admits one once the
+// policy's webhooks reach the namespace by name (Registration.Relabelled):
+// the API server's cache of namespace labels, which its other webhooks are
+// matched with, may lag the relabel, and a Scale carries no labels at all.
+// A policy over every namespace needs none.
 func namespaceRelabelWebhook(p v1alpha1.ProtectionPolicy, b Builder) *admissionregistrationv1.ValidatingWebhook {
 	sel := p.Spec.NamespaceSelector
 	if sel == nil || (len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0) {

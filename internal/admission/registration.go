@@ -83,6 +83,12 @@ type Registration struct {
 	// for a while the scale subresource of their resources is judged in
 	// every namespace they select.
 	ScaleWidening []v1alpha1.ProtectionPolicy
+	// Relabelled are namespaces just relabelled into a policy's
+	// namespaceSelector. The API server matches a webhook's
+	// namespaceSelector against its own cache of namespaces, which may lag
+	// the relabel for a moment: for a while the policy's webhooks also
+	// reach these namespaces by name, which never changes.
+	Relabelled []Relabelled
 	// Token, when set, adds the probe webhook that a Barrier uses to see
 	// that the API servers have loaded this version of the configuration:
 	// a fresh one for each version written.
@@ -92,6 +98,12 @@ type Registration struct {
 	// manager's ClusterRole, and with it the webhooks that would otherwise
 	// keep calling a manager that is gone.
 	Owner *metav1.OwnerReference
+}
+
+// Relabelled is a namespace relabelled into a policy's namespaceSelector.
+type Relabelled struct {
+	Policy    v1alpha1.ProtectionPolicy
+	Namespace string
 }
 
 // maxScaleTargets bounds the target list written into the scale webhook's

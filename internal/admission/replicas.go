@@ -189,11 +189,10 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 }
 
 // namespaceInForce admits a label change that brings a namespace under a
-// policy guarding replicas (through the policy's namespaces webhook) once
-// the scale subresource of the namespace's workloads is guarded: the
-// policy's scale webhook, over its namespaceSelector, is registered anew
-// and loaded by every API server, and is kept until the view has the
-// namespace's new labels and names its workloads.
+// policy (through the policy's namespaces webhook) once the policy's
+// webhooks reach the namespace by name on every API server: they are kept
+// until the API servers' caches and Rampart's view have the namespace's
+// new labels (and the scale webhook names its workloads).
 func (h *Replicas) namespaceInForce(ctx context.Context, req admission.Request) admission.Response {
 	name, ok := policyName(ctx)
 	if !ok || h.InForce == nil || h.Policies == nil || dryRun(req) || req.SubResource != "" || req.Operation != admissionv1.Update {
@@ -210,14 +209,14 @@ func (h *Replicas) namespaceInForce(ctx context.Context, req admission.Request) 
 	if err != nil {
 		return admission.Errored(http.StatusServiceUnavailable, err)
 	}
-	if !found || policy.Guard(pol) == "" {
+	if !found {
 		return admission.Allowed("")
 	}
 	sel, err := metav1.LabelSelectorAsSelector(pol.Spec.NamespaceSelector)
 	if err != nil || !sel.Matches(labels.Set(cur.Labels)) || sel.Matches(labels.Set(old.Labels)) {
 		return admission.Allowed("") // not brought under the policy by this change
 	}
-	if err := h.InForce.Policy(ctx, pol); err != nil {
+	if err := h.InForce.Relabelled(ctx, pol, req.Name); err != nil {
 		return NotLoadedStatus(fmt.Sprintf("the label change of namespace %s, which brings it under ProtectionPolicy %s,", req.Name, pol.Name), err)
 	}
 	return admission.Allowed("")

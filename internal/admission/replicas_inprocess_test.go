@@ -162,17 +162,16 @@ type inForceCalls struct {
 	err      error
 }
 
-func (f *inForceCalls) Policy(_ context.Context, p *v1alpha1.ProtectionPolicy) error {
-	f.policies = append(f.policies, p.Name)
+func (f *inForceCalls) Relabelled(_ context.Context, p *v1alpha1.ProtectionPolicy, ns string) error {
+	f.policies = append(f.policies, p.Name+" in "+ns)
 	return f.err
 }
 
-// TestNamespaceRelabelIntoAPolicyWaitsForTheScaleWebhook: a label change
-// that brings a namespace under a policy guarding replicas (reaching the
-// policy's namespaces webhook) is admitted only once the policy's scale
-// webhook is in force again, since a Scale carries no labels and the
-// webhook names the workloads the view knew before the change.
-func TestNamespaceRelabelIntoAPolicyWaitsForTheScaleWebhook(t *testing.T) {
+// TestNamespaceRelabelIntoAPolicyWaitsForItsWebhooks: a label change that
+// brings a namespace under a policy (reaching the policy's namespaces
+// webhook) is admitted only once the policy's webhooks reach that
+// namespace by name.
+func TestNamespaceRelabelIntoAPolicyWaitsForItsWebhooks(t *testing.T) {
 	t.Parallel()
 	critical := map[string]string{"tier": "critical"}
 	deployments := []v1alpha1.ResourceRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}}}
@@ -206,7 +205,7 @@ func TestNamespaceRelabelIntoAPolicyWaitsForTheScaleWebhook(t *testing.T) {
 		{name: "taken out of it", policy: "critical", review: relabel(critical, nil), want: outcome{allowed: true}},
 		{name: "a dry run registers nothing", policy: "critical",
 			review: func() review { r := relabel(nil, critical); r.dryRun = true; return r }(), want: outcome{allowed: true}},
-		{name: "a policy that guards no replicas", policy: "deletes-only", review: relabel(nil, critical), want: outcome{allowed: true}},
+		{name: "a policy that protects from deletion", policy: "deletes-only", review: relabel(nil, critical), want: outcome{allowed: true}, calls: 1},
 		{name: "a policy gone", policy: "gone", review: relabel(nil, critical), want: outcome{allowed: true}},
 		{name: "not in force in time: refused, retry", policy: "critical", review: relabel(nil, critical), err: errors.New("API server slow"),
 			want: outcome{code: http.StatusServiceUnavailable, says: []string{"namespace shop", `ProtectionPolicy critical`, "not in force yet"}}, calls: 1},

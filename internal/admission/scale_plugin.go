@@ -2,7 +2,10 @@ package admission
 
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
 
 	"github.com/rampart-io/rampart/internal/protection/policy"
 )
@@ -19,22 +22,12 @@ func (scalePlugin) Routes(Deps) []Route { return nil }
 func (scalePlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	var out []Webhook
 	for _, p := range reg.ScaleWidening {
-		var rules []admissionregistrationv1.RuleWithOperations
-		for _, r := range p.Spec.Resources {
-			rl := rule(admissionregistrationv1.Update, "", "")
-			rl.APIGroups, rl.Resources = r.APIGroups, nil
-			for _, res := range r.Resources {
-				rl.Resources = append(rl.Resources, res+"/scale")
-			}
-			rules = append(rules, rl)
+		out = append(out, scaleWidening(p, p.Name, withNotOwn(p.Spec.NamespaceSelector, b.NotOwn), b)...)
+	}
+	for _, r := range reg.Relabelled {
+		if policy.Guard(&r.Policy) != "" {
+			out = append(out, scaleWidening(r.Policy, r.Policy.Name+"."+r.Namespace+".relabelled", inNamespaces([]string{r.Namespace}), b)...)
 		}
-		// Only the namespace selector applies.
-		h := b.Webhook(p.Name+".scale.policy.rampart.io", ReplicasPath, rules...)
-		h.NamespaceSelector = withNotOwn(p.Spec.NamespaceSelector, b.NotOwn)
-		if !policy.Enforced(&p) {
-			h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
-		}
-		out = append(out, own(PolicyOwner(p.Name), h)...)
 	}
 	if len(reg.ScaleTargets) > 0 {
 		scale := b.Webhook("scale.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*/scale"))
@@ -47,4 +40,24 @@ func (scalePlugin) Webhooks(reg Registration, b Builder) []Webhook {
 		out = append(out, own(Owner{}, scale)...)
 	}
 	return out
+}
+
+// scaleWidening judges every scale of a policy's resources in the
+// namespaces nsSel selects (only the namespace selector applies).
+func scaleWidening(p v1alpha1.ProtectionPolicy, prefix string, nsSel *metav1.LabelSelector, b Builder) []Webhook {
+	var rules []admissionregistrationv1.RuleWithOperations
+	for _, r := range p.Spec.Resources {
+		rl := rule(admissionregistrationv1.Update, "", "")
+		rl.APIGroups, rl.Resources = r.APIGroups, nil
+		for _, res := range r.Resources {
+			rl.Resources = append(rl.Resources, res+"/scale")
+		}
+		rules = append(rules, rl)
+	}
+	h := b.Webhook(prefix+".scale.policy.rampart.io", ReplicasPath, rules...)
+	h.NamespaceSelector = nsSel
+	if !policy.Enforced(&p) {
+		h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+	}
+	return own(PolicyOwner(p.Name), h)
 }

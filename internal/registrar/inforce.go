@@ -84,6 +84,17 @@ var (
 	pendingPolicy      = objectKind(func(r *rampartadmission.Registration) *[]v1alpha1.ProtectionPolicy { return &r.Policies })
 	pendingWindow      = objectKind(func(r *rampartadmission.Registration) *[]v1alpha1.ChangeWindow { return &r.Windows })
 	pendingFlowControl = objectKind(func(r *rampartadmission.Registration) *[]v1alpha1.DeletionFlowControl { return &r.FlowControls })
+	// A namespace just relabelled into a policy: the API servers' caches
+	// of namespace labels may lag, so never in the caches, kept until it
+	// expires.
+	pendingRelabelled = &pendingKind{
+		in: func(rampartadmission.Registration, pending) bool { return false },
+		add: func(reg *rampartadmission.Registration, p pending) {
+			pol := p.obj.(*v1alpha1.ProtectionPolicy)
+			reg.Relabelled = append(slices.DeleteFunc(slices.Clone(reg.Relabelled), func(r rampartadmission.Relabelled) bool {
+				return r.Policy.Name == pol.Name && r.Namespace == p.key
+			}), rampartadmission.Relabelled{Policy: *pol, Namespace: p.key})
+		}}
 	// A policy guarding replicas whose covered workloads the view may not
 	// list yet: never in the caches, kept until it expires.
 	pendingScaleWidening = &pendingKind{
@@ -411,6 +422,10 @@ func (r *Registrar) Policy(ctx context.Context, p *v1alpha1.ProtectionPolicy) er
 		r.mu.Unlock()
 	}
 	return r.Ensure(ctx, pending{kind: pendingPolicy, obj: p})
+}
+
+func (r *Registrar) Relabelled(ctx context.Context, p *v1alpha1.ProtectionPolicy, ns string) error {
+	return r.Ensure(ctx, pending{kind: pendingRelabelled, obj: p, key: ns})
 }
 
 func (r *Registrar) Window(ctx context.Context, w *v1alpha1.ChangeWindow) error {
