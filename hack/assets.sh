@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries from their pinned Go modules into
 # bin/k8s: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
-# (hack/assets/kubernetes), etcd (hack/assets/etcd), kwok and its default
+# (hack/assets/kubernetes), etcd and etcdutl (hack/assets/etcd), kwok and its default
 # stages (hack/assets/kwok), helm (hack/assets/helm), which the chart tests
 # install charts/rampart with, and the Prometheus operator's ServiceMonitor
 # and PrometheusRule CRDs (hack/assets/monitoring) into bin/k8s/crds. Each group is rebuilt only when a binary is
@@ -46,8 +46,9 @@ fresh kubernetes kube-apiserver kube-controller-manager kube-scheduler kubectl |
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 
-fresh etcd etcd ||
-  build etcd go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3
+fresh etcd etcd etcdutl ||
+  build etcd sh -c "go build -trimpath -ldflags '-s -w' -o '$out/etcd' go.etcd.io/etcd/server/v3 &&
+    go build -trimpath -ldflags '-s -w' -o '$out/etcdutl' go.etcd.io/etcd/etcdutl/v3"
 
 fresh kwok kwok kwok-stages.yaml ||
   build kwok sh -c "go build -trimpath -ldflags '-s -w' -o '$out/kwok' sigs.k8s.io/kwok/cmd/kwok && go run ./stages > '$out/kwok-stages.yaml'"

@@ -30,11 +30,11 @@ func (c *Cluster) asset(name string) string { return filepath.Join(c.opts.Assets
 func (c *Cluster) pkiFile(name string) string { return c.path("pki", name) }
 
 func (c *Cluster) startEtcd(ctx context.Context) error {
-	client := "https://127.0.0.1:" + strconv.Itoa(c.ports.etcdClient)
-	peer := "https://127.0.0.1:" + strconv.Itoa(c.ports.etcdPeer)
+	client := c.EtcdURL()
+	name, peer := c.EtcdMember()
 	err := c.run("etcd", c.asset("etcd"),
-		"--name=rampart-local",
-		"--data-dir="+c.path("etcd"),
+		"--name="+name,
+		"--data-dir="+c.EtcdDataDir(),
 		"--listen-client-urls="+client, "--advertise-client-urls="+client,
 		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer,
 		"--initial-cluster=rampart-local="+peer,

@@ -255,10 +255,14 @@ func APIServerName(i int) string {
 	return "kube-apiserver-" + strconv.Itoa(i)
 }
 
-// StartAPIServer starts API server i (1 or more) again after
+// StartAPIServer starts API server i (0 is the first) again after
 // StopComponent(APIServerName(i)), on the same port, and waits until it is
 // ready.
 func (c *Cluster) StartAPIServer(ctx context.Context, i int) error {
+	if i == 0 {
+		c.forgetStopped(APIServerName(0))
+		return c.startAPIServerOn(ctx, APIServerName(0), c.ports.apiserver, "audit.log")
+	}
 	if i < 1 || i > len(c.ports.moreAPIServers) {
 		return fmt.Errorf("no API server %d to restart: the cluster has %d", i, len(c.ports.moreAPIServers)+1)
 	}
