@@ -308,7 +308,9 @@ type protoCount struct {
 	rawLeft uint64
 	found   bool
 	n       int64
-	bad     bool
+	// bad: the envelope is malformed; listBad: the last list is (the
+	// decoder reads the last envelope field 2 only).
+	bad, listBad bool
 }
 
 type protoState uint8
@@ -321,7 +323,7 @@ const (
 )
 
 func (c *protoCount) result() int64 {
-	if c.bad || !c.found || c.inList && c.rawLeft > 0 || c.state != protoTag {
+	if c.bad || c.listBad || !c.found || c.inList && c.rawLeft > 0 || c.state != protoTag || c.shift != 0 {
 		return -1
 	}
 	return c.n
@@ -337,6 +339,11 @@ func (c *protoCount) write(p []byte) {
 	}
 	for len(p) > 0 && !c.bad {
 		if c.inList && c.rawLeft == 0 {
+			// The list ends here: a field it left unfinished is cut.
+			if c.state != protoTag || c.shift != 0 {
+				c.fail()
+				continue
+			}
 			c.inList = false
 		}
 		if c.state == protoSkip {
@@ -352,8 +359,8 @@ func (c *protoCount) write(p []byte) {
 		p = p[1:]
 		c.advance(1)
 		if c.shift == 63 && b > 1 { // a varint over 64 bits
-			c.bad = true
-			return
+			c.fail()
+			continue
 		}
 		c.v |= uint64(b&0x7f) << c.shift
 		c.shift += 7
@@ -374,7 +381,7 @@ func (c *protoCount) value(v uint64) {
 	case protoTag:
 		c.field = v >> 3
 		if c.field == 0 || c.field > math.MaxInt32 {
-			c.bad = true
+			c.fail()
 			return
 		}
 		switch v & 7 {
@@ -387,12 +394,12 @@ func (c *protoCount) value(v uint64) {
 		case 2:
 			c.state = protoLength
 		default: // groups are not in Kubernetes' messages
-			c.bad = true
+			c.fail()
 		}
 	case protoLength:
 		switch {
 		case !c.inList && c.field == 2:
-			c.inList, c.rawLeft, c.found, c.n = true, v, true, 0
+			c.inList, c.rawLeft, c.found, c.n, c.listBad = true, v, true, 0, false
 			c.state = protoTag
 			if v == 0 {
 				c.inList = false
@@ -408,11 +415,26 @@ func (c *protoCount) value(v uint64) {
 
 func (c *protoCount) skipN(n uint64) {
 	if c.inList && n > c.rawLeft {
-		c.bad = true
+		c.fail()
 		return
 	}
 	c.state, c.skip = protoSkip, n
 	if n == 0 {
+		c.state = protoTag
+	}
+}
+
+// fail marks what is being read as malformed: a list is then skipped to
+// its end (a later list may replace it), the envelope is given up.
+func (c *protoCount) fail() {
+	c.v, c.shift = 0, 0
+	if !c.inList {
+		c.bad = true
+		return
+	}
+	c.listBad, c.inList = true, false
+	c.state, c.skip = protoSkip, c.rawLeft
+	if c.skip == 0 {
 		c.state = protoTag
 	}
 }

