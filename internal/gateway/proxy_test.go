@@ -262,7 +262,8 @@ var benchObject = []byte(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"nam
 // BenchmarkProxyOverhead measures what the gateway itself costs a GET,
 // free of any API server's noise: the same small object from a stand-in
 // API server, directly and through the gateway (TLS and HTTP/2 on both
-// sides, as deployed). Compare the two ns/op.
+// sides, as deployed), and through a gateway writing its traffic log.
+// Compare the ns/op.
 func BenchmarkProxyOverhead(b *testing.B) {
 	ca, err := pki.NewCA("bench-ca", time.Now(), time.Hour)
 	if err != nil {
@@ -278,6 +279,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	gw := startGateway(b, ca, upstream.URL, Options{Log: slog.New(slog.DiscardHandler), CertFile: dir + "/gw.crt", KeyFile: dir + "/gw.key"}, nil)
+	// The same gateway with every request written to a traffic log file.
+	logged := startGateway(b, ca, upstream.URL, Options{Log: slog.New(slog.DiscardHandler), CertFile: dir + "/gw.crt", KeyFile: dir + "/gw.key",
+		TrafficLog: trafficlog.File(dir+"/traffic.log", 100, 1)}, nil)
 	client, err := rest.HTTPClientFor(&rest.Config{Host: upstream.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertPEM()}})
 	if err != nil {
 		b.Fatal(err)
@@ -296,7 +300,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		}
 		return true
 	}
-	for _, target := range []struct{ name, base string }{{"direct", upstream.URL}, {"gateway", "https://" + gw}} {
+	for _, target := range []struct{ name, base string }{{"direct", upstream.URL}, {"gateway", "https://" + gw}, {"gateway-traffic-log", "https://" + logged}} {
 		url := target.base + "/api/v1/namespaces/bench/configmaps/bench"
 		// One request at a time: ns/op is the latency.
 		b.Run(target.name+"/sequential", func(b *testing.B) {
