@@ -14,12 +14,14 @@ import (
 
 	"github.com/rampart-io/rampart/internal/gateway"
 	"github.com/rampart-io/rampart/internal/gateway/identity"
+	"github.com/rampart-io/rampart/internal/gateway/trafficlog"
 	"github.com/rampart-io/rampart/internal/gateway/upstream"
 )
 
 func newGatewayCommand() *cobra.Command {
 	o := gateway.Options{Upstream: upstream.Defaults, Identity: identity.Defaults}
-	var kubeconfig, listen, metricsAddr string
+	var kubeconfig, listen, metricsAddr, trafficLog string
+	var trafficLogMaxSize, trafficLogMaxBackups int
 	var profiling bool
 	anonymous := true
 	cmd := &cobra.Command{
@@ -41,6 +43,16 @@ ClusterRole rampart-gateway.`,
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
 				return err
+			}
+			switch trafficLog {
+			case "":
+			case "-":
+				o.TrafficLog = os.Stderr
+			default:
+				if trafficLogMaxSize <= 0 || trafficLogMaxBackups < 0 {
+					return errors.New("--traffic-log-max-size must be 1 or more (megabytes) and --traffic-log-max-backups 0 or more")
+				}
+				o.TrafficLog = trafficlog.File(trafficLog, trafficLogMaxSize, trafficLogMaxBackups)
 			}
 			g, err := gateway.New(cfg, o)
 			if err != nil {
@@ -93,6 +105,10 @@ ClusterRole rampart-gateway.`,
 	f.StringSliceVar(&o.CountCustomResourceGroups, "count-custom-resource-groups", nil, "API groups of custom resources the LIST guard may count per namespace, e.g. cert-manager.io (grant the gateway list and watch on them: the chart's gateway.countCustomResourceGroups); others are priced by their cluster-wide count. Not '*', not the core group")
 	f.DurationVar(&o.CountIdleAfter, "count-idle-after", 10*time.Minute, "stop counting a resource per namespace (one watch of its metadata) after no guarded LIST or watch-list of it for this long; --count-resources are counted always")
 	f.StringVar(&o.Name, "name", "", "this replica's name in TrafficPolicies' status.breakers (default: the host name; in a Pod, pass its name)")
+	f.StringVar(&trafficLog, "traffic-log", "", "write the traffic log, one JSON line per request (user, verb, resource, code, latency, response bytes, LIST objects, watch events, policy, verdict), to this file, rotated; '-' is stderr; empty: none. Read it with 'rampart traffic profile'")
+	f.IntVar(&trafficLogMaxSize, "traffic-log-max-size", 100, "megabytes of a traffic log file before it is rotated")
+	f.IntVar(&trafficLogMaxBackups, "traffic-log-max-backups", 5, "rotated traffic log files kept (0: all)")
+	f.StringVar(&o.TrafficLogSample, "traffic-log-sample", gateway.SampleAll, "which requests the traffic log records: all, or policy (as the access log samples: each TrafficPolicy's accessLogPercent, --access-log-percent for requests no policy matches; each line says how many requests it stands for)")
 	cmd.AddCommand(newBreakerCommand())
 	f.DurationVar(&o.ShutdownWatchSpread, "shutdown-watch-spread", 5*time.Second, "on SIGTERM, end the watches in batches over this time, each so that its client resumes from where it was instead of relisting; set the pod's terminationGracePeriodSeconds above this plus 10s")
 	return cmd

@@ -42,7 +42,8 @@ gateway's traffic log, streaming: memory depends on the clients, not on
 the size of the logs. For each client it reports requests per second over
 time and at peak, by verb and resource; LISTs and their objects (the
 traffic log counts them, an audit log at level Response or RequestResponse
-shows them; at level Metadata they are uncounted); watches; 5xx and 429
+shows them; at level Metadata they are uncounted); the bytes of its
+answers and the events of its watches (traffic log); watches; 5xx and 429
 rates; p50 and p99 latency of short requests (a streaming quantile sketch);
 and the seconds the API server spent answering it, which ranks clients by
 load when objects are uncounted.

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rampart-io/rampart/internal/gateway"
+	"github.com/rampart-io/rampart/internal/gateway/trafficlog"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
 )
 
@@ -40,7 +41,8 @@ func envInt(name string, def int) int {
 // in-process gateway in front of that same API server only (the gateway's
 // own cost); directly against both API servers (a random one per request)
 // and through the cluster's gateway process balancing over both (as
-// deployed). Modes alternate in rounds so that the
+// deployed); and the in-process gateway again with the traffic log on,
+// against the same gateway with it off. Modes alternate in rounds so that the
 // machine's noise falls on all of them alike. hack/gateway-bench.sh runs
 // it and prints the table.
 //
@@ -71,6 +73,10 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	direct2 := rest.CopyConfig(env.Config)
 	direct2.Host = strings.Join(env.APIServerURLs(), ",")
 	oneUpstream, _ := inProcessGateway(b, env, gateway.Options{Upstreams: env.APIServerURLs()[:1]})
+	// The same with the traffic log on, every request logged to a file:
+	// the log's own cost.
+	logPath := b.TempDir() + "/traffic.log"
+	logged, _ := inProcessGateway(b, env, gateway.Options{Upstreams: env.APIServerURLs()[:1], TrafficLog: trafficlog.File(logPath, 100, 1)})
 	// Each gateway mode is compared with the direct mode that reaches the
 	// same API servers: two Go API servers on two cores have longer tails
 	// than one, whoever spreads the requests.
@@ -80,6 +86,7 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	}{
 		{"direct", "direct", direct},
 		{"gateway-1-upstream", "direct", oneUpstream},
+		{"gateway-1-upstream-traffic-log", "gateway-1-upstream", logged},
 		{"direct-2-apiservers", "direct-2-apiservers", direct2},
 		{"gateway-2-upstreams", "direct-2-apiservers", viaGateway(b, env)},
 	}
@@ -130,6 +137,9 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 		}
 	}
 	_ = w.Flush()
+	if st, err := os.Stat(logPath); err == nil {
+		fmt.Printf("traffic log: %d bytes\n", st.Size())
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

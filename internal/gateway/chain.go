@@ -125,6 +125,12 @@ type exchange struct {
 	// holds them without an allocation of their own.
 	ends    []func()
 	endsBuf [4]func()
+	// resp is the answer as it goes to the client: its code, its bytes
+	// and, for LISTs and watches, the objects in it (handler.go).
+	resp recorder
+	// refused is the verdict of the guard that refused the request; its
+	// code is 0 for a request forwarded.
+	refused verdict
 }
 
 // exchangeKey carries the exchange in the forwarded request's context.
@@ -145,22 +151,25 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info := traffic.Info(r)
 	x := &exchange{r: r, start: time.Now(), info: info, req: traffic.FromInfo(info, r.URL), policyName: noPolicy}
 	x.ends = x.endsBuf[:0]
+	x.resp = recorder{ResponseWriter: w, code: http.StatusOK}
 	// Deferred: the proxy aborts a response that breaks mid-stream by
-	// panicking with http.ErrAbortHandler.
-	defer x.end()
+	// panicking with http.ErrAbortHandler, and a watch the client
+	// leaves ends that way too; both still end, and are observed.
+	defer g.finish(x)
 	for _, decide := range g.guards {
 		if v := decide(x); v.code != 0 {
-			g.refuse(w, x, v)
+			g.refuse(&x.resp, x, v)
 			return
 		}
 	}
-	g.forward(w, x)
+	g.forward(x)
 }
 
 // refuse answers a refusal, counts it and logs it. Requests refused before
 // a policy was selected (by the identity guards) count only as
 // rejections.
 func (g *Gateway) refuse(w http.ResponseWriter, x *exchange, v verdict) {
+	x.refused = v
 	if v.reason != "" {
 		g.metrics.rejection(x.policyName, v.reason).Inc()
 	}

@@ -43,6 +43,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -64,6 +65,7 @@ import (
 
 	"github.com/rampart-io/rampart/internal/gateway/identity"
 	"github.com/rampart-io/rampart/internal/gateway/traffic"
+	"github.com/rampart-io/rampart/internal/gateway/trafficlog"
 	"github.com/rampart-io/rampart/internal/gateway/upstream"
 	"github.com/rampart-io/rampart/internal/tlsprofile"
 )
@@ -107,6 +109,12 @@ type Options struct {
 	// from where it was instead of relisting (see drain.go). 0 ends them
 	// all at once, still cleanly.
 	ShutdownWatchSpread time.Duration
+	// TrafficLog receives the traffic log, one JSON line per request
+	// (trafficlog.File for a rotated file, or os.Stderr); nil: none.
+	// The gateway closes it when Serve returns.
+	TrafficLog io.Writer
+	// TrafficLogSample is SampleAll (the default) or SamplePolicy.
+	TrafficLogSample string
 }
 
 // Gateway is the proxy. It is an http.Handler; Serve runs it on a listener.
@@ -140,6 +148,10 @@ type Gateway struct {
 	// stopLong ends after the watches are ended: what is still running
 	// then (exec, attach, port-forward) is cut.
 	stopLong context.Context
+	// observe run when a request ends (observe.go); traffic is the
+	// traffic log, nil when off.
+	observe []observer
+	traffic *trafficlog.Log
 }
 
 // New builds a gateway that reaches the API servers with cfg's
@@ -233,6 +245,13 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	g.metrics = newMetrics(g)
 	g.breakers = newBreakers(g)
 	g.guards = g.chain()
+	switch opts.TrafficLogSample {
+	case "":
+		g.opts.TrafficLogSample = SampleAll
+	case SampleAll, SamplePolicy:
+	default:
+		return nil, fmt.Errorf("--traffic-log-sample %q: use %s or %s", opts.TrafficLogSample, SampleAll, SamplePolicy)
+	}
 
 	// The gateway's own calls (TokenReview, SubjectAccessReview, the
 	// policy watch) go through the pool too, so they survive an API
@@ -292,6 +311,19 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 		g.tlsConfig.ClientAuth = tls.VerifyClientCertIfGiven
 		g.tlsConfig.ClientCAs = pool
 	}
+	if opts.TrafficLog != nil {
+		g.traffic = trafficlog.New(opts.TrafficLog)
+		g.metrics.registry.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "rampart_gateway_traffic_log_lines_total",
+				Help: "Lines written to the traffic log.",
+			}, func() float64 { return float64(g.traffic.Written.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "rampart_gateway_traffic_log_dropped_total",
+				Help: "Traffic log lines dropped because the disk did not keep up (the queue was full); requests are never held for the log.",
+			}, func() float64 { return float64(g.traffic.Dropped.Load()) }))
+	}
+	g.observe = g.observers()
 	return g, nil
 }
 
@@ -354,6 +386,11 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		_ = srv.Close()
 	}
 	stopBackground()
+	if g.traffic != nil {
+		if cerr := g.traffic.Close(); cerr != nil {
+			g.log.Warn("closing the traffic log", "err", cerr.Error())
+		}
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/rampart-io/rampart/internal/gateway/trafficlog"
 )
 
 // noPolicy labels requests no TrafficPolicy matches.
@@ -12,7 +14,7 @@ const noPolicy = "none"
 
 // forward proxies a request the guards let through as the identity they
 // settled on, and counts it.
-func (g *Gateway) forward(w http.ResponseWriter, x *exchange) {
+func (g *Gateway) forward(x *exchange) {
 	ctx := x.r.Context()
 	kind := "short"
 	if x.req.LongRunning() {
@@ -32,7 +34,13 @@ func (g *Gateway) forward(w http.ResponseWriter, x *exchange) {
 	// Deferred: the proxy aborts a response that breaks mid-stream by
 	// panicking with http.ErrAbortHandler.
 	defer inFlight.Dec()
-	rec := &recorder{ResponseWriter: w, code: http.StatusOK}
+	rec := &x.resp
+	switch x.req.Verb {
+	case "list":
+		rec.count = countList
+	case "watch":
+		rec.count = countWatch
+	}
 	sent := time.Now()
 	g.proxy.ServeHTTP(rec, out)
 	end := time.Now()
@@ -65,20 +73,62 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	writeStatus(w, refusal(http.StatusBadGateway, "", fmt.Sprintf("the gateway could not reach a kube-apiserver (%v); check the API servers' /readyz and the gateway's log", err), 0).status())
 }
 
-// recorder notes the status code the proxy answered. Unwrap lets
-// http.ResponseController, which httputil.ReverseProxy uses to flush
-// watch events and to hijack upgraded connections, reach the real writer.
+// recorder notes the status code of the answer, its bytes and, for a LIST
+// or a watch, the objects it holds, counted as they pass (never
+// buffered). Unwrap lets http.ResponseController, which
+// httputil.ReverseProxy uses to flush watch events and to hijack upgraded
+// connections, reach the real writer; what an upgraded connection sends
+// is not counted.
 type recorder struct {
 	http.ResponseWriter
 	code        int
 	wroteHeader bool
+	bytes       int64
+	// count says which objects to count: a LIST's items or a watch's
+	// events; objects counts them.
+	count   countKind
+	objects trafficlog.Counter
 }
 
+type countKind uint8
+
+const (
+	countNothing countKind = iota
+	countList
+	countWatch
+)
+
 func (r *recorder) WriteHeader(code int) {
-	if !r.wroteHeader {
+	// 1xx answers (103 Early Hints) precede the real one.
+	if !r.wroteHeader && code >= 200 {
 		r.code, r.wroteHeader = code, true
+		if r.count != countNothing {
+			h := r.Header()
+			r.objects.Start(r.count == countWatch, h.Get("Content-Type"), h.Get("Content-Encoding"))
+		}
 	}
 	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if !r.wroteHeader {
+		r.WriteHeader(http.StatusOK)
+	}
+	n, err := r.ResponseWriter.Write(p)
+	r.bytes += int64(n)
+	if r.count != countNothing {
+		r.objects.Write(p[:n])
+	}
+	return n, err
+}
+
+// objectsSent is what the answer held: a LIST's items or a watch's
+// events; -1 when not counted.
+func (r *recorder) objectsSent() int64 {
+	if r.count == countNothing || !r.wroteHeader {
+		return -1
+	}
+	return r.objects.Objects()
 }
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

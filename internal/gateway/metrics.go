@@ -25,6 +25,10 @@ type metrics struct {
 	rejections *prometheus.CounterVec
 	ejections  *prometheus.CounterVec
 	top        *topClients
+	// What the answers held, by policy and resource (observe.go).
+	responseBytes *prometheus.CounterVec
+	listObjects   *prometheus.HistogramVec
+	watchEvents   *prometheus.CounterVec
 
 	// The children of the vectors above by their labels: a lookup in a
 	// sync.Map hashes no label string and allocates nothing, where
@@ -33,6 +37,10 @@ type metrics struct {
 	latencies    children[[2]string, prometheus.Observer]
 	inFlights    children[[2]string, prometheus.Gauge]
 	rejectionsOf children[[2]string, prometheus.Counter]
+	// By policy and resource.
+	responseBytesOf children[[2]string, prometheus.Counter]
+	listObjectsOf   children[[2]string, prometheus.Observer]
+	watchEventsOf   children[[2]string, prometheus.Counter]
 
 	mu        sync.Mutex
 	resources map[string]bool
@@ -110,6 +118,19 @@ func newMetrics(g *Gateway) *metrics {
 			Name: "rampart_gateway_upstream_ejections_total",
 			Help: "Times an API server was taken out of rotation after consecutive failed requests.",
 		}, []string{"upstream"}),
+		responseBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rampart_gateway_response_bytes_total",
+			Help: "Bytes of the answers sent to clients (as sent: compressed when the API server compressed them), by policy and resource; refusals included, upgraded connections (exec, port-forward) not.",
+		}, []string{"policy", "resource"}),
+		listObjects: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "rampart_gateway_list_objects",
+			Help:    "Objects each LIST returned (items of its page, counted as the answer streamed through; JSON and protobuf answers), by policy and resource; _sum is all objects listed.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+		}, []string{"policy", "resource"}),
+		watchEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rampart_gateway_watch_events_total",
+			Help: "Events sent on watches that have ended, by policy and resource.",
+		}, []string{"policy", "resource"}),
 		top:       newTopClients(10, 256, time.Minute),
 		resources: map[string]bool{},
 	}
@@ -119,7 +140,10 @@ func newMetrics(g *Gateway) *metrics {
 	m.latencies.child = func(l [2]string) prometheus.Observer { return m.latency.WithLabelValues(l[0], l[1]) }
 	m.inFlights.child = func(l [2]string) prometheus.Gauge { return m.inFlight.WithLabelValues(l[0], l[1]) }
 	m.rejectionsOf.child = func(l [2]string) prometheus.Counter { return m.rejections.WithLabelValues(l[0], l[1]) }
-	m.registry.MustRegister(m.requests, m.latency, m.inFlight, m.rejections, m.ejections,
+	m.responseBytesOf.child = func(l [2]string) prometheus.Counter { return m.responseBytes.WithLabelValues(l[0], l[1]) }
+	m.listObjectsOf.child = func(l [2]string) prometheus.Observer { return m.listObjects.WithLabelValues(l[0], l[1]) }
+	m.watchEventsOf.child = func(l [2]string) prometheus.Counter { return m.watchEvents.WithLabelValues(l[0], l[1]) }
+	m.registry.MustRegister(m.requests, m.latency, m.inFlight, m.rejections, m.ejections, m.responseBytes, m.listObjects, m.watchEvents,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&upstreamCollector{g: g}, m.top)
 	return m

@@ -10,12 +10,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
 
+	"github.com/rampart-io/rampart/internal/gateway/trafficlog"
 	"github.com/rampart-io/rampart/internal/pki"
 )
 
@@ -48,6 +51,25 @@ func fakeAPIServer(t testing.TB, ca *pki.KeyPair) *httptest.Server {
 		case strings.HasSuffix(r.URL.Path, "/trafficpolicies"):
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprint(w, `{"kind":"TrafficPolicyList","apiVersion":"rampart.io/v1alpha1","metadata":{"resourceVersion":"1"},"items":[]}`)
+		case r.URL.Path == "/api/v1/namespaces/bench/configmaps" && r.URL.Query().Has("broken"):
+			// Says gzip, is not.
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Encoding", "gzip")
+			_, _ = w.Write([]byte("\x1f\x8b not gzip at all {\"items\":[{}]}"))
+		case r.URL.Path == "/api/v1/namespaces/bench/configmaps":
+			// A LIST of n small items, streamed.
+			n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+			w.Header().Set("Content-Type", "application/json")
+			bw := bufio.NewWriter(w)
+			fmt.Fprint(bw, `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[`)
+			for i := range n {
+				if i > 0 {
+					_ = bw.WriteByte(',')
+				}
+				fmt.Fprintf(bw, `{"metadata":{"name":"cm-%d","annotations":{"x":"]}\"items\":["}}}`, i)
+			}
+			fmt.Fprint(bw, `]}`)
+			_ = bw.Flush()
 		case strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/bench/configmaps/"):
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write(benchObject)
@@ -178,12 +200,70 @@ func startGateway(t testing.TB, ca *pki.KeyPair, upstream string, opts Options, 
 	return ln.Addr().String()
 }
 
+// A LIST of hundreds of thousands of objects is counted as it streams,
+// and an answer that lies about its encoding is passed on uncounted: the
+// gateway serves on, and its traffic log says what it could.
+func TestTrafficLogCountsHugeListsAndSurvivesBrokenOnes(t *testing.T) {
+	ca, err := pki.NewCA("test-ca", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := fakeAPIServer(t, ca)
+	logPath := t.TempDir() + "/traffic.log"
+	addr := startGateway(t, ca, upstream.URL, Options{Log: slog.New(slog.DiscardHandler), TrafficLog: trafficlog.File(logPath, 10, 1)}, nil)
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	const huge = 300000
+	sent := map[string]int64{}
+	for _, q := range []string{"n=" + strconv.Itoa(huge), "broken=1", "n=0"} {
+		resp, err := client.Get("http://" + addr + "/api/v1/namespaces/bench/configmaps?" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %s", q, resp.Status)
+		}
+		sent[q] = n
+	}
+	if resp, err := client.Get("http://" + addr + "/api/v1/namespaces/bench/configmaps/bench"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the gateway after a broken answer: %v %v", resp, err)
+	}
+	want := map[string]string{
+		"n=" + strconv.Itoa(huge): fmt.Sprintf(`"responseBytes":%d,"objects":%d,`, sent["n="+strconv.Itoa(huge)], huge),
+		"broken=1":                fmt.Sprintf(`"responseBytes":%d,"verdict"`, sent["broken=1"]),
+		"n=0":                     fmt.Sprintf(`"responseBytes":%d,"objects":0,`, sent["n=0"]),
+	}
+	var log []byte
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		log, _ = os.ReadFile(logPath)
+		if strings.Count(string(log), "\n") >= 4 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("traffic log:\n%s\nwant 4 lines", log)
+	}
+	for i, q := range []string{"n=" + strconv.Itoa(huge), "broken=1", "n=0"} {
+		if !strings.Contains(lines[i], `"verb":"list"`) || !strings.Contains(lines[i], `"code":200`) || !strings.Contains(lines[i], want[q]) {
+			t.Errorf("line for ?%s: %s\nwant %s", q, lines[i], want[q])
+		}
+	}
+	if !strings.Contains(lines[3], `"verb":"get"`) || strings.Contains(lines[3], `"objects"`) {
+		t.Errorf("GET line: %s", lines[3])
+	}
+}
+
 var benchObject = []byte(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"bench","namespace":"bench","uid":"6f1c1a52-7c1e-4a43-9b0e-1b2b1c0d9e11","resourceVersion":"12345","creationTimestamp":"2026-11-22T08:00:00Z"},"data":{"config":"` + strings.Repeat("x", 800) + `"}}`)
 
 // BenchmarkProxyOverhead measures what the gateway itself costs a GET,
 // free of any API server's noise: the same small object from a stand-in
 // API server, directly and through the gateway (TLS and HTTP/2 on both
-// sides, as deployed). Compare the two ns/op.
+// sides, as deployed), and through a gateway writing its traffic log.
+// Compare the ns/op.
 func BenchmarkProxyOverhead(b *testing.B) {
 	ca, err := pki.NewCA("bench-ca", time.Now(), time.Hour)
 	if err != nil {
@@ -199,6 +279,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	gw := startGateway(b, ca, upstream.URL, Options{Log: slog.New(slog.DiscardHandler), CertFile: dir + "/gw.crt", KeyFile: dir + "/gw.key"}, nil)
+	// The same gateway with every request written to a traffic log file.
+	logged := startGateway(b, ca, upstream.URL, Options{Log: slog.New(slog.DiscardHandler), CertFile: dir + "/gw.crt", KeyFile: dir + "/gw.key",
+		TrafficLog: trafficlog.File(dir+"/traffic.log", 100, 1)}, nil)
 	client, err := rest.HTTPClientFor(&rest.Config{Host: upstream.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertPEM()}})
 	if err != nil {
 		b.Fatal(err)
@@ -217,7 +300,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		}
 		return true
 	}
-	for _, target := range []struct{ name, base string }{{"direct", upstream.URL}, {"gateway", "https://" + gw}} {
+	for _, target := range []struct{ name, base string }{{"direct", upstream.URL}, {"gateway", "https://" + gw}, {"gateway-traffic-log", "https://" + logged}} {
 		url := target.base + "/api/v1/namespaces/bench/configmaps/bench"
 		// One request at a time: ns/op is the latency.
 		b.Run(target.name+"/sequential", func(b *testing.B) {

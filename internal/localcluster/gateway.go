@@ -82,6 +82,10 @@ func (c *Cluster) GatewayURL() string {
 	return "https://127.0.0.1:" + strconv.Itoa(c.ports.gateway)
 }
 
+// GatewayTrafficLog is the gateway's traffic log, every request it
+// judged (read it with `rampart traffic profile`).
+func (c *Cluster) GatewayTrafficLog() string { return c.path("logs", "gateway-traffic.log") }
+
 // GatewayKubeconfig is the admin kubeconfig through the gateway.
 func (c *Cluster) GatewayKubeconfig() string { return c.path(gatewayKubeconfig) }
 
@@ -214,6 +218,7 @@ func (c *Cluster) StartGateway(ctx context.Context) error {
 		"--tls-cert-file=" + c.pkiFile("gateway.crt"), "--tls-private-key-file=" + c.pkiFile("gateway.key"),
 		"--client-ca-file=" + c.pkiFile("ca.crt"),
 		"--health-interval=1s",
+		"--traffic-log=" + c.GatewayTrafficLog(), "--traffic-log-max-size=50", "--traffic-log-max-backups=2",
 		"--name=" + GatewayName,
 	}, counted...)...)
 	if err != nil {

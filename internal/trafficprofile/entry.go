@@ -42,6 +42,8 @@ type Entry struct {
 	// Objects a LIST returned, Bytes of the answer; -1 when unknown.
 	Objects int64
 	Bytes   int64
+	// WatchEvents are the events a watch sent (traffic log only).
+	WatchEvents int64
 	// Weight is how many requests the entry stands for (a sampled
 	// traffic log's lines stand for several).
 	Weight int64
@@ -123,6 +125,7 @@ func fromRecord(r *trafficlog.Record, e *Entry) {
 		Code:        r.Code,
 		Objects:     -1,
 		Bytes:       r.ResponseBytes,
+		WatchEvents: r.WatchEvents,
 		Weight:      int64(max(r.SampleEvery, 1)),
 		Refused:     r.Verdict == trafficlog.VerdictRefused,
 	}

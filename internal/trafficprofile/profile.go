@@ -158,6 +158,10 @@ func (c *client) add(e *Entry, p *Profiler) {
 		}
 	case "watch":
 		cp.Watches += w
+		cp.WatchEvents += e.WatchEvents * w
+	}
+	if e.Bytes >= 0 {
+		cp.ResponseBytes += e.Bytes * w
 	}
 	if !e.LongRunning() && e.Latency > 0 {
 		s := e.Latency.Seconds()
@@ -286,6 +290,11 @@ type ClientProfile struct {
 	ListsUncounted int64 `json:"listsUncounted"`
 	ListBytes      int64 `json:"listBytes"`
 	Watches        int64 `json:"watches"`
+	// WatchEvents are the events its watches sent, ResponseBytes the
+	// bytes of the answers whose size the log shows (every answer in
+	// the traffic log; LISTs at audit level Response).
+	WatchEvents   int64 `json:"watchEvents"`
+	ResponseBytes int64 `json:"responseBytes"`
 
 	// Errors are 5xx answers, Throttled 429s from the API server,
 	// ClientErrors other 4xx, RefusedByGateway the gateway's refusals.

@@ -240,3 +240,51 @@ func TestHTMLReportDrawsItsChartsInChromium(t *testing.T) {
 		t.Errorf("the legend does not name the top clients")
 	}
 }
+
+// TestProfileReadsTheGatewaysTrafficLog profiles lines a real gateway
+// wrote (internal/gateway's TestTrafficLogRecordsEachRequestAndItsCost,
+// run with RAMPART_KEEP_TRAFFIC_LINES): a GET, a JSON LIST (compressed by
+// the API server) and a protobuf LIST of five ConfigMaps, and a watch
+// that sent five events, mixed with audit lines in one input.
+func TestProfileReadsTheGatewaysTrafficLog(t *testing.T) {
+	traffic, err := os.ReadFile("testdata/gateway-traffic.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit, err := os.ReadFile(realLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want int64
+	for _, l := range bytes.Split(bytes.TrimSpace(traffic), []byte("\n")) {
+		var rec trafficlog.Record
+		if err := json.Unmarshal(l, &rec); err != nil {
+			t.Fatal(err)
+		}
+		want += rec.ResponseBytes
+	}
+	r, st := profileOf(t, append(append(audit, '\n'), traffic...), 2)
+	if st.Malformed != 0 {
+		t.Fatalf("read %+v", st)
+	}
+	var c *ClientProfile
+	for i := range r.Clients {
+		if strings.HasPrefix(r.Clients[i].User, "traffic-logged-") {
+			c = &r.Clients[i]
+		}
+	}
+	if c == nil {
+		t.Fatal("the gateway's client is not in the profile")
+	}
+	if c.Requests != 4 || c.Lists != 2 || c.ListObjects != 10 || c.ListsUncounted != 0 || c.Watches != 1 || c.WatchEvents != 5 ||
+		c.ResponseBytes != want || c.ListBytes <= 0 || c.UserAgent != "traffic-log-test/1.0" {
+		t.Errorf("profile %+v; want 4 requests, 2 LISTs of 5 objects, a watch of 5 events, %d bytes", c, want)
+	}
+	var table bytes.Buffer
+	if err := WriteTable(&table, r, len(r.Clients)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "BYTES") || !strings.Contains(table.String(), c.User+" (traffic-log-test/1.0)") {
+		t.Errorf("table:\n%s", table.String())
+	}
+}

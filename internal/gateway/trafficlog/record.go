@@ -44,9 +44,10 @@ type Record struct {
 	// ResponseBytes is the size of the body sent to the client.
 	ResponseBytes int64 `json:"responseBytes"`
 	// Objects is the number of objects a LIST returned (items of the
-	// page), or a watch's initial events; nil when not counted.
+	// page, rows of a Table); nil when not counted (see Counter).
 	Objects *int64 `json:"objects,omitempty"`
-	// WatchEvents is the events a watch sent, initial ones included.
+	// WatchEvents is the events a watch sent, initial ones and
+	// bookmarks included.
 	WatchEvents int64 `json:"watchEvents,omitempty"`
 
 	// Policy is the TrafficPolicy that judged the request ("" when none
