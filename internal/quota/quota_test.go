@@ -99,6 +99,8 @@ func TestLimitDefaults(t *testing.T) {
 			rl("cpu", "100m", "memory", "128Mi"), rl("cpu", "500m", "memory", "512Mi")},
 		{"the mean of declared values, rounded up", []*corev1.Pod{pod(corev1.PodRunning, req("cpu", "150m", "memory", "100Mi"), req("cpu", "250m", "memory", "300Mi"))},
 			rl("cpu", "200m", "memory", "256Mi"), rl("cpu", "500m", "memory", "512Mi")},
+		{"a small mean is not raised to the quota's floor", []*corev1.Pod{pod(corev1.PodRunning, req("cpu", "100m", "memory", "64Mi"))},
+			rl("cpu", "100m", "memory", "64Mi"), rl("cpu", "500m", "memory", "512Mi")},
 		{"a limit never below the request", []*corev1.Pod{pod(corev1.PodRunning, req("cpu", "2", "memory", "2Gi"))},
 			rl("cpu", "2", "memory", "2Gi"), rl("cpu", "2", "memory", "2Gi")},
 	} {

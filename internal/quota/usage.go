@@ -32,18 +32,28 @@ func LimitDefaults(pods []*corev1.Pod) Defaults {
 		if !ok {
 			req = fallbackRequest[r]
 		}
-		d.Request[r] = sizeOne(quotaName, req, 0)
+		d.Request[r] = defaultSize(quotaName, req)
 		lim, ok := mean(pods, r, func(c corev1.ResourceRequirements) corev1.ResourceList { return c.Limits })
 		if !ok {
 			lim = fallbackLimit[r]
 		}
-		lim = sizeOne(quotaName, lim, 0)
+		lim = defaultSize(quotaName, lim)
 		if lim.Cmp(d.Request[r]) < 0 {
 			lim = d.Request[r].DeepCopy()
 		}
 		d.Limit[r] = lim
 	}
 	return d
+}
+
+// defaultSize rounds a default up to the quota's step, with no floor
+// above one step: a floor above the declared mean would make a pod without
+// requests cost more than its peers and hit the quota first.
+func defaultSize(name corev1.ResourceName, q resource.Quantity) resource.Quantity {
+	if name == RequestsCPU {
+		return roundUp(q.MilliValue(), cpuStep.MilliValue(), cpuStep.MilliValue(), resource.DecimalSI, true)
+	}
+	return roundUp(q.Value(), memStep.Value(), memStep.Value(), resource.BinarySI, false)
 }
 
 func mean(pods []*corev1.Pod, r corev1.ResourceName, of func(corev1.ResourceRequirements) corev1.ResourceList) (resource.Quantity, bool) {
