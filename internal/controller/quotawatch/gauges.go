@@ -21,13 +21,12 @@ type Gauges struct {
 
 // NewGauges reads quotas from reader.
 func NewGauges(reader client.Reader) *Gauges {
-	labels := []string{"namespace", "resourcequota", "resource"}
 	return &Gauges{
 		reader: reader,
 		ratio: prometheus.NewDesc("rampart_quota_used_ratio",
-			"Used over hard of a ResourceQuota's resource (1 = at the limit).", labels, nil),
+			"Used over hard of a ResourceQuota's resource (1 = at the limit).", []string{"namespace", "resourcequota", "resource"}, nil),
 		headroom: prometheus.NewDesc("rampart_quota_headroom",
-			"Hard minus used of a ResourceQuota's resource, in its base unit (objects, cores, bytes).", labels, nil),
+			"Hard minus used of a ResourceQuota's resource, in its base unit (objects, cores, bytes).", []string{"namespace", "resourcequota", "resource"}, nil),
 	}
 }
 
