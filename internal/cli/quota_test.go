@@ -128,6 +128,14 @@ func TestQuotaPlanApplyCapsASurge(t *testing.T) {
 	}
 	t.Logf("metrics: %s%v", series, got)
 
+	// The manager keeps the namespaces' peaks where the next plan reads them.
+	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		cm, err := env.Client.CoreV1().ConfigMaps(localcluster.ManagerNamespace).Get(ctx, quota.PeaksConfigMap, metav1.GetOptions{})
+		return err == nil && cm.Data[quota.PeaksKey] != "", nil
+	}); err != nil {
+		t.Errorf("no ConfigMap %s/%s of peaks: %v", localcluster.ManagerNamespace, quota.PeaksConfigMap, err)
+	}
+
 	status := run("status")
 	if _, after, ok := strings.Cut(status, "NAMESPACES CLOSEST TO THEIR QUOTAS"); !ok || !strings.Contains(after, ns) {
 		t.Errorf("rampart status does not list %s among the namespaces closest to their quotas:\n%s", ns, status)

@@ -92,6 +92,17 @@ func (r *Recorder) Start(ctx context.Context) error {
 	r.defaults()
 	tick := r.Clock.NewTicker(r.Every)
 	defer tick.Stop()
+	// A first sample as soon as the pods are cached, rather than a
+	// whole period after a restart.
+	for ctx.Err() == nil && !r.Pods.HasSynced() {
+		select {
+		case <-ctx.Done():
+		case <-r.Clock.After(time.Second):
+		}
+	}
+	if err := r.Sample(ctx); err != nil {
+		r.Log.Error(err, "recording quota peaks; trying again", "in", r.Every)
+	}
 	for {
 		select {
 		case <-ctx.Done():
