@@ -136,6 +136,20 @@ func TestQuotaPlanApplyCapsASurge(t *testing.T) {
 		t.Errorf("no ConfigMap %s/%s of peaks: %v", localcluster.ManagerNamespace, quota.PeaksConfigMap, err)
 	}
 
+	// Now at its limit, the namespace's next plan grows the quota from the
+	// use now; --diff says so before anything changes, and the YAML is
+	// ready to apply.
+	diff := run("quota", "plan", "-n", ns, "--diff")
+	if !strings.Contains(diff, fmt.Sprintf("~ pods: %d -> ", hardPods.Value())) {
+		t.Errorf("quota plan --diff at the limit shows no larger pods quota:\n%s", diff)
+	}
+	manifests := run("quota", "plan", "-n", ns)
+	for _, kind := range []string{"kind: ResourceQuota", "kind: LimitRange"} {
+		if !strings.Contains(manifests, kind) {
+			t.Errorf("quota plan prints no %s:\n%s", kind, manifests)
+		}
+	}
+
 	status := run("status")
 	if _, after, ok := strings.Cut(status, "NAMESPACES CLOSEST TO THEIR QUOTAS"); !ok || !strings.Contains(after, ns) {
 		t.Errorf("rampart status does not list %s among the namespaces closest to their quotas:\n%s", ns, status)
