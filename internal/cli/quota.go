@@ -138,9 +138,9 @@ func observe(ctx context.Context, cs kubernetes.Interface, md metadata.Interface
 	if err != nil {
 		return quota.Observed{}, err
 	}
-	ps := make([]*corev1.Pod, len(pods.Items))
+	ps := make([]quota.Pod, len(pods.Items))
 	for i := range pods.Items {
-		ps[i] = &pods.Items[i]
+		ps[i] = quota.Summarize(&pods.Items[i])
 	}
 	d := quota.LimitDefaults(ps)
 	cur := quota.PodUse(ps, d)

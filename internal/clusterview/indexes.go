@@ -12,8 +12,7 @@ import (
 )
 
 // slim drops what no decision reads before an object enters a cache: a
-// pod keeps its metadata, node, phase and its containers' resources (for
-// quota peaks); a workload its replicas; a claim
+// pod keeps its metadata, node and phase; a workload its replicas; a claim
 // its phase. Managed fields go everywhere. This keeps the manager's memory
 // proportional to the number of objects, not their size.
 func slim(obj any) (any, error) {
@@ -25,8 +24,7 @@ func slim(obj any) (any, error) {
 	}
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		o.Spec = corev1.PodSpec{NodeName: o.Spec.NodeName, Overhead: o.Spec.Overhead,
-			Containers: resourcesOnly(o.Spec.Containers), InitContainers: resourcesOnly(o.Spec.InitContainers)}
+		o.Spec = corev1.PodSpec{NodeName: o.Spec.NodeName}
 		st := corev1.PodStatus{Phase: o.Status.Phase}
 		// Budgets count Ready pods.
 		for _, c := range o.Status.Conditions {

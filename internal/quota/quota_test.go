@@ -85,7 +85,7 @@ func TestPodUse(t *testing.T) {
 		{"the largest init container wins when larger", []*corev1.Pod{withInit},
 			rl("pods", "1", "requests.cpu", "2", "requests.memory", "256Mi", "limits.cpu", "2", "limits.memory", "1Gi")},
 	} {
-		t.Run(tc.name, func(t *testing.T) { sameList(t, PodUse(tc.pods, d), tc.want) })
+		t.Run(tc.name, func(t *testing.T) { sameList(t, PodUse(SummarizeAll(tc.pods), d), tc.want) })
 	}
 }
 
@@ -105,7 +105,7 @@ func TestLimitDefaults(t *testing.T) {
 			rl("cpu", "2", "memory", "2Gi"), rl("cpu", "2", "memory", "2Gi")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := LimitDefaults(tc.pods)
+			d := LimitDefaults(SummarizeAll(tc.pods))
 			sameList(t, d.Request, tc.req)
 			sameList(t, d.Limit, tc.limit)
 		})
@@ -120,8 +120,8 @@ func TestPlanFor(t *testing.T) {
 		pod(corev1.PodRunning, req("cpu", "500m", "memory", "512Mi")),
 		pod(corev1.PodRunning, corev1.ResourceRequirements{}), // no requests
 	}
-	d := LimitDefaults(pods)
-	current := PodUse(pods, d)
+	d := LimitDefaults(SummarizeAll(pods))
+	current := PodUse(SummarizeAll(pods), d)
 	current["count/configmaps"] = resource.MustParse("5")
 	p := PlanFor(Observed{Namespace: "shop", Current: current, Defaults: d}, DefaultMargin)
 	// Requests: 2×500m + the default 500m = 1500m, ×1.2 = 1800m;

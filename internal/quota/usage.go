@@ -19,25 +19,22 @@ var (
 )
 
 // LimitDefaults are the defaults for a namespace's containers: the mean
-// request and the mean limit of the containers that declare them (rounded
-// like quota sizes, limit never below request), or the fallbacks.
-func LimitDefaults(pods []*corev1.Pod) Defaults {
+// request and the mean limit of the (non-init) containers that declare
+// them (rounded up to the quota's step, limit never below request), or
+// the fallbacks.
+func LimitDefaults(pods []Pod) Defaults {
 	d := Defaults{Request: corev1.ResourceList{}, Limit: corev1.ResourceList{}}
-	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		quotaName := RequestsCPU
-		if r == corev1.ResourceMemory {
-			quotaName = RequestsMemory
-		}
-		req, ok := mean(pods, r, func(c corev1.ResourceRequirements) corev1.ResourceList { return c.Requests })
+	for i, r := range resourceIndex {
+		req, ok := mean(pods, i, func(c Container) (int64, bool) { return c.Request[i], c.HasRequest[i] })
 		if !ok {
 			req = fallbackRequest[r]
 		}
-		d.Request[r] = defaultSize(quotaName, req)
-		lim, ok := mean(pods, r, func(c corev1.ResourceRequirements) corev1.ResourceList { return c.Limits })
+		d.Request[r] = defaultSize(i, req)
+		lim, ok := mean(pods, i, func(c Container) (int64, bool) { return c.Limit[i], c.HasLimit[i] })
 		if !ok {
 			lim = fallbackLimit[r]
 		}
-		lim = defaultSize(quotaName, lim)
+		lim = defaultSize(i, lim)
 		if lim.Cmp(d.Request[r]) < 0 {
 			lim = d.Request[r].DeepCopy()
 		}
@@ -49,19 +46,20 @@ func LimitDefaults(pods []*corev1.Pod) Defaults {
 // defaultSize rounds a default up to the quota's step, with no floor
 // above one step: a floor above the declared mean would make a pod without
 // requests cost more than its peers and hit the quota first.
-func defaultSize(name corev1.ResourceName, q resource.Quantity) resource.Quantity {
-	if name == RequestsCPU {
+func defaultSize(i int, q resource.Quantity) resource.Quantity {
+	if i == 0 {
 		return roundUp(q.MilliValue(), cpuStep.MilliValue(), cpuStep.MilliValue(), resource.DecimalSI, true)
 	}
 	return roundUp(q.Value(), memStep.Value(), memStep.Value(), resource.BinarySI, false)
 }
 
-func mean(pods []*corev1.Pod, r corev1.ResourceName, of func(corev1.ResourceRequirements) corev1.ResourceList) (resource.Quantity, bool) {
+// mean is the mean of resource i over the containers that declare it.
+func mean(pods []Pod, i int, of func(Container) (int64, bool)) (resource.Quantity, bool) {
 	var sum, n int64
 	for _, p := range pods {
-		for _, c := range p.Spec.Containers {
-			if q, ok := of(c.Resources)[r]; ok {
-				sum += q.MilliValue()
+		for _, c := range p.Containers {
+			if v, ok := of(c); ok && !c.Init {
+				sum += v
 				n++
 			}
 		}
@@ -69,12 +67,10 @@ func mean(pods []*corev1.Pod, r corev1.ResourceName, of func(corev1.ResourceRequ
 	if n == 0 {
 		return resource.Quantity{}, false
 	}
-	return *resource.NewMilliQuantity((sum+n-1)/n, resource.DecimalSI), true
-}
-
-// Terminal says whether a pod no longer counts against a quota.
-func Terminal(p *corev1.Pod) bool {
-	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	if i == 0 {
+		return *resource.NewMilliQuantity((sum+n-1)/n, resource.DecimalSI), true
+	}
+	return *resource.NewQuantity((sum+n-1)/n, resource.BinarySI), true
 }
 
 // PodUse is what pods use as a quota counts it: non-terminal pods and
@@ -83,82 +79,69 @@ func Terminal(p *corev1.Pod) bool {
 // gets it as its request, as the API server does). A pod's value is the
 // sum over its containers or its largest init container, whichever is
 // larger, plus its overhead.
-func PodUse(pods []*corev1.Pod, d Defaults) corev1.ResourceList {
+func PodUse(pods []Pod, d Defaults) corev1.ResourceList {
 	var n int64
-	var reqCPU, reqMem, limCPU, limMem int64
+	var req, lim [2]int64
 	for _, p := range pods {
-		if Terminal(p) {
+		if p.Terminal {
 			continue
 		}
 		n++
-		rc, rm, lc, lm := podValues(p, d)
-		reqCPU += rc
-		reqMem += rm
-		limCPU += lc
-		limMem += lm
+		r, l := podValues(p, d)
+		for i := range 2 {
+			req[i] += r[i]
+			lim[i] += l[i]
+		}
 	}
 	return corev1.ResourceList{
 		Pods:           *resource.NewQuantity(n, resource.DecimalSI),
-		RequestsCPU:    *resource.NewMilliQuantity(reqCPU, resource.DecimalSI),
-		RequestsMemory: *resource.NewQuantity(reqMem, resource.BinarySI),
-		LimitsCPU:      *resource.NewMilliQuantity(limCPU, resource.DecimalSI),
-		LimitsMemory:   *resource.NewQuantity(limMem, resource.BinarySI),
+		RequestsCPU:    *resource.NewMilliQuantity(req[0], resource.DecimalSI),
+		RequestsMemory: *resource.NewQuantity(req[1], resource.BinarySI),
+		LimitsCPU:      *resource.NewMilliQuantity(lim[0], resource.DecimalSI),
+		LimitsMemory:   *resource.NewQuantity(lim[1], resource.BinarySI),
 	}
 }
 
-// podValues are a pod's CPU (milli) and memory (bytes) requests and limits.
-func podValues(p *corev1.Pod, d Defaults) (reqCPU, reqMem, limCPU, limMem int64) {
-	sum := func(cs []corev1.Container, init bool) (rc, rm, lc, lm int64) {
-		for _, c := range cs {
-			req, lim := containerValues(c.Resources, d)
-			cpuR, memR := req[corev1.ResourceCPU], req[corev1.ResourceMemory]
-			cpuL, memL := lim[corev1.ResourceCPU], lim[corev1.ResourceMemory]
-			if init {
-				rc, rm = max(rc, cpuR.MilliValue()), max(rm, memR.Value())
-				lc, lm = max(lc, cpuL.MilliValue()), max(lm, memL.Value())
-				continue
+// podValues are a pod's requests and limits (CPU in millicores, memory in
+// bytes) after a LimitRange with defaults d.
+func podValues(p Pod, d Defaults) (req, lim [2]int64) {
+	var sumR, sumL, initR, initL [2]int64
+	for _, c := range p.Containers {
+		r, l := containerValues(c, d)
+		for i := range 2 {
+			if c.Init {
+				initR[i], initL[i] = max(initR[i], r[i]), max(initL[i], l[i])
+			} else {
+				sumR[i], sumL[i] = sumR[i]+r[i], sumL[i]+l[i]
 			}
-			rc, rm = rc+cpuR.MilliValue(), rm+memR.Value()
-			lc, lm = lc+cpuL.MilliValue(), lm+memL.Value()
 		}
-		return
 	}
-	rc, rm, lc, lm := sum(p.Spec.Containers, false)
-	irc, irm, ilc, ilm := sum(p.Spec.InitContainers, true)
-	reqCPU, reqMem, limCPU, limMem = max(rc, irc), max(rm, irm), max(lc, ilc), max(lm, ilm)
-	if cpu, ok := p.Spec.Overhead[corev1.ResourceCPU]; ok {
-		reqCPU += cpu.MilliValue()
-		limCPU += cpu.MilliValue()
+	for i := range 2 {
+		req[i] = max(sumR[i], initR[i]) + p.Overhead[i]
+		lim[i] = max(sumL[i], initL[i]) + p.Overhead[i]
 	}
-	if mem, ok := p.Spec.Overhead[corev1.ResourceMemory]; ok {
-		reqMem += mem.Value()
-		limMem += mem.Value()
-	}
-	return
+	return req, lim
 }
 
 // containerValues are a container's requests and limits after a LimitRange
 // with defaults d: a missing limit gets the default limit, a missing
 // request the limit (if declared) or the default request.
-func containerValues(r corev1.ResourceRequirements, d Defaults) (req, lim corev1.ResourceList) {
-	req, lim = corev1.ResourceList{}, corev1.ResourceList{}
-	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		l, hasLimit := r.Limits[name]
-		q, hasRequest := r.Requests[name]
+func containerValues(c Container, d Defaults) (req, lim [2]int64) {
+	for i, name := range resourceIndex {
+		dr, dl := d.Request[name], d.Limit[name]
+		defReq, defLim := value(i, dr.MilliValue(), dr.Value()), value(i, dl.MilliValue(), dl.Value())
 		switch {
-		case hasRequest:
-		case hasLimit:
-			q = l
+		case c.HasRequest[i]:
+			req[i] = c.Request[i]
+		case c.HasLimit[i]:
+			req[i] = c.Limit[i]
 		default:
-			q = d.Request[name]
+			req[i] = defReq
 		}
-		if !hasLimit {
-			l = d.Limit[name]
-			if l.Cmp(q) < 0 {
-				l = q
-			}
+		lim[i] = c.Limit[i]
+		if !c.HasLimit[i] {
+			lim[i] = max(defLim, req[i])
 		}
-		req[name], lim[name] = q, l
 	}
 	return req, lim
 }

@@ -32,7 +32,7 @@ import (
 
 // PodSource is the cluster view's pod cache (clusterview.Informers).
 type PodSource interface {
-	PodsByNamespace() map[string][]*corev1.Pod
+	PodsByNamespace() map[string][]quota.Pod
 	HasSynced() bool
 }
 

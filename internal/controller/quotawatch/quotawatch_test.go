@@ -17,16 +17,16 @@ import (
 	"github.com/rampart-io/rampart/internal/quota"
 )
 
-type pods map[string][]*corev1.Pod
+type pods map[string][]quota.Pod
 
-func (p pods) PodsByNamespace() map[string][]*corev1.Pod { return p }
-func (pods) HasSynced() bool                             { return true }
+func (p pods) PodsByNamespace() map[string][]quota.Pod { return p }
+func (pods) HasSynced() bool                           { return true }
 
-func running(n int) []*corev1.Pod {
-	var out []*corev1.Pod
+func running(n int) []quota.Pod {
+	var out []quota.Pod
 	for range n {
-		out = append(out, &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}}}}}})
+		out = append(out, quota.Summarize(&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}}}}}}))
 	}
 	return out
 }
