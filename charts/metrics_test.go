@@ -40,10 +40,11 @@ import (
 const (
 	dashboardFile = "rampart/files/dashboard.json"
 	alertsFile    = "rampart/files/alerts.yaml"
-	// managerDir holds collectors the manager registers only in Run, which
+	// managerDirs hold collectors the manager registers only in Run, which
 	// needs a cluster (see managerDescs).
-	managerDir = "../internal/manager"
 )
+
+var managerDirs = []string{"../internal/manager", "../internal/controller/quotawatch"}
 
 // targetLabels are added by Prometheus (job, instance) and the Prometheus
 // operator's ServiceMonitor (the rest) to every scraped series.
@@ -131,6 +132,19 @@ func exerciseWebhook() {
 // a text search, finds the name and label literals; a call it cannot read
 // fails the test.
 func managerDescs() ([]*prometheus.Desc, error) {
+	var out []*prometheus.Desc
+	for _, dir := range managerDirs {
+		descs, err := descsIn(dir)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, descs...)
+	}
+	return out, nil
+}
+
+// descsIn reads the prometheus.NewDesc calls of the Go files in managerDir.
+func descsIn(managerDir string) ([]*prometheus.Desc, error) {
 	fset := token.NewFileSet()
 	entries, err := os.ReadDir(managerDir)
 	if err != nil {

@@ -33,7 +33,8 @@ func newStatusCommand() *cobra.Command {
 		Use:   "status",
 		Short: "List what Rampart protects and what it denied recently",
 		Long: `status lists the objects labelled for protection, the ProtectionPolicies
-with their state, and the most recent denials (from Rampart's Events).`,
+with their state, the namespaces closest to their ResourceQuotas, and the
+most recent denials (from Rampart's Events).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := flags.ToRESTConfig()
@@ -125,6 +126,11 @@ func printStatus(ctx context.Context, out io.Writer, cfg *rest.Config, maxDenial
 	}
 	if len(windows.Items) == 0 {
 		fmt.Fprintln(tw, "(none)")
+	}
+
+	fmt.Fprintln(tw, "\nNAMESPACES CLOSEST TO THEIR QUOTAS")
+	if err := closestToQuota(ctx, tw, cs, 10); err != nil {
+		fmt.Fprintf(tw, "(cannot list: %v)\n", err)
 	}
 
 	fmt.Fprintln(tw, "\nGATEWAY BREAKERS (not closed)")

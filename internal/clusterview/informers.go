@@ -123,6 +123,8 @@ type Informers struct {
 	labelsWatched atomic.Bool
 	// unseen are resources not watched for lack of rights, logged once.
 	unseen map[schema.GroupVersionResource]bool
+	// podUse is each pod's requests and limits, for quota peaks.
+	podUse *podSummaries
 
 	ctx context.Context
 }
@@ -143,7 +145,6 @@ type crInformer struct {
 func newInformers(cs kubernetes.Interface, md metadata.Interface, dyn dynamic.Interface, ext apiextensionsclient.Interface, log logr.Logger) (*Informers, error) {
 	c := &Informers{
 		log:       log,
-		core:      informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(slim)),
 		meta:      metadatainformer.NewSharedInformerFactory(md, 0),
 		crdInfs:   apiextensionsinformers.NewSharedInformerFactory(ext, 0),
 		metadata:  md,
@@ -153,7 +154,9 @@ func newInformers(cs kubernetes.Interface, md metadata.Interface, dyn dynamic.In
 		labelled:  map[schema.GroupVersionResource]*crInformer{},
 		scaleCRs:  map[schema.GroupVersionResource]*crInformer{},
 		unseen:    map[schema.GroupVersionResource]bool{},
+		podUse:    newPodSummaries(),
 	}
+	c.core = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(c.podUse.transform(slim)))
 	for _, gvr := range typed {
 		f, err := c.core.ForResource(gvr)
 		if err != nil {
@@ -173,6 +176,7 @@ func newInformers(cs kubernetes.Interface, md metadata.Interface, dyn dynamic.In
 		return nil, err
 	}
 	c.crds = c.crdInfs.Apiextensions().V1().CustomResourceDefinitions().Informer()
+	c.handle(pods, c.podUse.handler())
 	return c, nil
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/rampart-io/rampart/internal/controller/flowcontrolstatus"
 	"github.com/rampart-io/rampart/internal/controller/generatedbudgets"
 	"github.com/rampart-io/rampart/internal/controller/policystatus"
+	"github.com/rampart-io/rampart/internal/controller/quotawatch"
 	"github.com/rampart-io/rampart/internal/controller/windowstatus"
 	"github.com/rampart-io/rampart/internal/registrar"
 	"github.com/rampart-io/rampart/internal/servingcert"
@@ -189,5 +190,5 @@ func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registra
 	if err := (&generatedbudgets.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return nil
+	return quotawatch.Setup(ctx, mgr, views.Informers, o.Namespace, o.Log.WithName("quotawatch"))
 }
