@@ -65,7 +65,7 @@ run "jq" "$log" jq -n -c '
   reduce (inputs | select(.stage == "ResponseComplete")) as $e ({};
     .[$e.user.username + " " + ($e.userAgent // "")][$e.verb] += 1)
   | to_entries | map({client: .key, requests: (.value | add), byVerb: .value})
-  | sort_by(-.requests) | .[:10][]'
+  | sort_by(-.requests) | .[:10][]' "$log"
 echo
 printf 'rampart vs jq on the same file: %.1fx faster in wall time, %.1fx less CPU (%d cores; load average %s)\n' \
 	"$(echo "$(cat "$work/jq.secs") / $(cat "$work/rampart.secs")" | bc -l)" \
