@@ -275,12 +275,17 @@ func (e *Env) WaitPodsRunning(t testing.TB, ns, selector string, n int, timeout 
 			return false, nil
 		}
 		running := 0
+		var others []string
 		for _, p := range list.Items {
 			if p.Status.Phase == corev1.PodRunning && p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
 				running++
+				continue
 			}
+			// What the others are, to tell a slow scheduler from a pod
+			// stuck terminating when the wait fails.
+			others = append(others, fmt.Sprintf("%s %s node=%q deleting=%t owner=%v", p.Name, p.Status.Phase, p.Spec.NodeName, p.DeletionTimestamp != nil, ownerNames(p.OwnerReferences)))
 		}
-		last = fmt.Sprintf("%d pods, %d running", len(list.Items), running)
+		last = fmt.Sprintf("%d pods, %d running; not running: %v", len(list.Items), running, others)
 		pods = list.Items
 		return len(list.Items) == n && running == n, nil
 	})
@@ -306,4 +311,12 @@ func (e *Env) Kubectl(t testing.TB, args ...string) (string, error) {
 	cmd := exec.Command(e.KubectlPath(), append([]string{"--kubeconfig", e.Kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+func ownerNames(refs []metav1.OwnerReference) []string {
+	var names []string
+	for _, r := range refs {
+		names = append(names, r.Kind+"/"+r.Name)
+	}
+	return names
 }
