@@ -138,6 +138,8 @@ var everything = []string{
 	"--set", "monitoring.serviceMonitor.enabled=true",
 	"--set", "monitoring.prometheusRule.enabled=true",
 	"--set", "monitoring.dashboard.enabled=true",
+	"--set", "gateway.trafficLog.enabled=true",
+	"--set", "gateway.trafficLog.to=file",
 }
 
 func TestChartLints(t *testing.T) {
@@ -160,6 +162,9 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{set: "gateway.upstreams={10.0.0.1:6443}", want: "/gateway/upstreams/0"},
 		{set: "gateway.enabeld=true", want: "additional properties 'enabeld' not allowed"},
 		{set: "image.pullPolicy=Sometimes", want: "/image/pullPolicy"},
+		{set: "gateway.trafficLog.to=syslog", want: "/gateway/trafficLog/to"},
+		// 0 would keep every rotated file: the emptyDir would have no cap.
+		{set: "gateway.trafficLog.maxBackups=0", want: "/gateway/trafficLog/maxBackups"},
 		// A wildcard would let the manager read every Secret.
 		{set: "manager.customResourceGroups={*}", want: "/manager/customResourceGroups/0"},
 		{set: "manager.webhookClientCA.allowedNames={kube-apiserver}", want: "allowedNames needs manager.webhookClientCA.configMap"},
@@ -748,4 +753,43 @@ func checkGatewayAsPod(t *testing.T, env *clustertest.Env, args []string) {
 			`jsonpath={.status.breakers[?(@.gateway=="rampart-gateway-test")].state}`)
 		return out == "Open", nil
 	})
+}
+
+// The traffic log: off by default; to stderr, a flag and nothing else; to
+// a file, the file on an emptyDir capped at what rotation keeps.
+func TestChartGatewayTrafficLog(t *testing.T) {
+	on := []string{"--set", "gateway.enabled=true"}
+	volume := func(objs []*unstructured.Unstructured) map[string]any {
+		vols, _, _ := unstructured.NestedSlice(find(t, objs, "Deployment", "rampart-gateway").Object, "spec", "template", "spec", "volumes")
+		for _, v := range vols {
+			if v := v.(map[string]any); v["name"] == "traffic-log" {
+				return v
+			}
+		}
+		return nil
+	}
+	logArgs := func(objs []*unstructured.Unstructured) []string {
+		var out []string
+		for _, a := range containerArgs(t, objs, "rampart-gateway") {
+			if strings.HasPrefix(a, "--traffic-log") {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	off := render(t, on...)
+	if a, v := logArgs(off), volume(off); a != nil || v != nil {
+		t.Errorf("by default: traffic log args %v, volume %v; want none", a, v)
+	}
+	stderr := render(t, append(slices.Clone(on), "--set", "gateway.trafficLog.enabled=true", "--set", "gateway.trafficLog.sample=policy")...)
+	if a, v := logArgs(stderr), volume(stderr); !slices.Equal(a, []string{"--traffic-log=-", "--traffic-log-sample=policy", "--traffic-log-max-size=100", "--traffic-log-max-backups=5"}) || v != nil {
+		t.Errorf("to stderr: args %v, volume %v", a, v)
+	}
+	file := render(t, append(slices.Clone(on), "--set", "gateway.trafficLog.enabled=true", "--set", "gateway.trafficLog.to=file")...)
+	if a := logArgs(file); len(a) == 0 || a[0] != "--traffic-log=/var/log/rampart/traffic.log" {
+		t.Errorf("to a file: args %v", a)
+	}
+	if size, _, _ := unstructured.NestedString(volume(file), "emptyDir", "sizeLimit"); size != "600Mi" {
+		t.Errorf("to a file: emptyDir sizeLimit %q, want 600Mi (100 MB × 6 files)", size)
+	}
 }
