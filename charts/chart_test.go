@@ -391,8 +391,14 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 	if out, err := env.Kubectl(t, "apply", "--server-side", "-f", filepath.Join(assets, "crds")); err != nil {
 		t.Fatalf("Prometheus operator CRDs: %v\n%s", err, out)
 	}
-	if out, err := env.Kubectl(t, "wait", "--for=condition=Established", "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com"); err != nil {
-		t.Fatalf("Prometheus operator CRDs: %v\n%s", err, out)
+	// kubectl wait fails outright ("conditions accessor error") when it
+	// reads a CRD before the API server has written any condition, which
+	// CI hit: poll until both say Established.
+	for _, crd := range []string{"servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com"} {
+		poll(t, crd+" Established", time.Minute, func(context.Context) (bool, error) {
+			out, err := env.Kubectl(t, "get", "crd", crd, "-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
+			return err == nil && strings.TrimSpace(out) == "True", nil
+		})
 	}
 
 	// kwok runs the pods in name only: they get fake IPs no webhook call
