@@ -1,0 +1,217 @@
+package compiled
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/generic"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/matching"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/client-go/kubernetes/fake"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// apiServer evaluates compiled policies as kube-apiserver's
+// ValidatingAdmissionPolicy plugin does, with its own libraries: the
+// matcher (resource rules, namespace and object selectors), the CEL
+// compiler and environment, and the validator (match conditions,
+// variables, validations, message expressions). Only the plumbing that
+// loads policies from informers and dispatches is left out.
+type apiServer struct {
+	matcher    generic.PolicyMatcher
+	namespaces map[string]*corev1.Namespace
+	ifaces     admission.ObjectInterfaces
+}
+
+func newAPIServer(t testing.TB, namespaces ...*corev1.Namespace) *apiServer {
+	t.Helper()
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	byName := map[string]*corev1.Namespace{}
+	for _, ns := range namespaces {
+		ns = ns.DeepCopy()
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		ns.Labels[corev1.LabelMetadataName] = ns.Name // as the API server sets it
+		if err := indexer.Add(ns); err != nil {
+			t.Fatal(err)
+		}
+		byName[ns.Name] = ns
+	}
+	m := matching.NewMatcher(listersv1.NewNamespaceLister(indexer), fake.NewClientset())
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return &apiServer{matcher: generic.NewPolicyMatcher(m), namespaces: byName, ifaces: admission.NewObjectInterfacesFromScheme(scheme)}
+}
+
+// compile is the plugin's compilePolicy, which is not exported.
+func compile(p *admissionregistrationv1.ValidatingAdmissionPolicy) validating.Validator {
+	vars := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
+	exprVars := plugincel.OptionalVariableDeclarations{}
+	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	if err != nil {
+		return validating.NewValidator(nil, nil, nil, nil, p.Spec.FailurePolicy, err)
+	}
+	named := make([]plugincel.NamedExpressionAccessor, len(p.Spec.Variables))
+	for i, v := range p.Spec.Variables {
+		named[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
+	}
+	compiler.CompileAndStoreVariables(named, vars, environment.StoredExpressions)
+	var matcher matchconditions.Matcher
+	if len(p.Spec.MatchConditions) > 0 {
+		conds := make([]plugincel.ExpressionAccessor, len(p.Spec.MatchConditions))
+		for i := range p.Spec.MatchConditions {
+			conds[i] = (*matchconditions.MatchCondition)(&p.Spec.MatchConditions[i])
+		}
+		matcher = matchconditions.NewMatcher(compiler.CompileCondition(conds, vars, environment.StoredExpressions), p.Spec.FailurePolicy, "policy", "validate", p.Name)
+	}
+	validations := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
+	messages := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
+	for i, v := range p.Spec.Validations {
+		validations[i] = &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason}
+		if v.MessageExpression != "" {
+			messages[i] = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
+		}
+	}
+	return validating.NewValidator(
+		compiler.CompileCondition(validations, vars, environment.StoredExpressions),
+		matcher,
+		compiler.CompileCondition(nil, vars, environment.StoredExpressions),
+		compiler.CompileCondition(messages, exprVars, environment.StoredExpressions),
+		p.Spec.FailurePolicy, nil)
+}
+
+// outcome is what a client sees of one request: refused with a message,
+// or admitted with warnings.
+type outcome struct {
+	denied   bool
+	message  string
+	warnings []string
+}
+
+// admit runs a request through every compiled policy, as the API server
+// would, and says what the client sees.
+func (s *apiServer) admit(t testing.TB, policies []Policy, a admission.Attributes) outcome {
+	t.Helper()
+	var out outcome
+	for _, p := range policies {
+		ok, gvr, gvk, err := s.matcher.DefinitionMatches(a, s.ifaces, validating.NewValidatingAdmissionPolicyAccessor(p.Policy))
+		if err != nil {
+			t.Fatalf("%s: matching: %v", p.Policy.Name, err)
+		}
+		if !ok {
+			continue
+		}
+		if ok, err := s.matcher.BindingMatches(a, s.ifaces, validating.NewValidatingAdmissionPolicyBindingAccessor(p.Binding)); err != nil || !ok {
+			t.Fatalf("%s: the binding does not match what its policy matches (%v)", p.Policy.Name, err)
+		}
+		v := compile(p.Policy)
+		if err := v.CompileError(); err != nil {
+			t.Fatalf("%s: %v", p.Policy.Name, err)
+		}
+		va := &admission.VersionedAttributes{Attributes: a, VersionedKind: gvk, VersionedObject: a.GetObject(), VersionedOldObject: a.GetOldObject()}
+		res := v.Validate(context.Background(), gvr, va, nil, s.namespaces[a.GetNamespace()], celconfig.RuntimeCELCostBudget, nil)
+		for _, d := range res.Decisions {
+			if d.Evaluation == validating.EvalError {
+				t.Fatalf("%s: evaluation error: %s", p.Policy.Name, d.Message)
+			}
+			if d.Action != validating.ActionDeny {
+				continue
+			}
+			if d.Reason != metav1.StatusReasonForbidden {
+				t.Errorf("%s: reason %q, want Forbidden (the webhook's 403)", p.Policy.Name, d.Reason)
+			}
+			for _, action := range p.Binding.Spec.ValidationActions {
+				switch action {
+				case admissionregistrationv1.Deny:
+					if !out.denied {
+						out.denied, out.message = true, d.Message
+					}
+				case admissionregistrationv1.Warn:
+					out.warnings = append(out.warnings, d.Message)
+				}
+			}
+		}
+	}
+	if out.denied {
+		out.warnings = nil
+	}
+	return out
+}
+
+// request is one request as both engines see it.
+type request struct {
+	op        admission.Operation
+	gvk       schema.GroupVersionKind
+	gvr       schema.GroupVersionResource
+	namespace string
+	name      string
+	// old and obj are the object before and after (old only for DELETE).
+	old, obj map[string]any
+	user     user.Info
+}
+
+func (r request) attributes() admission.Attributes {
+	var obj, old runtime.Object
+	if r.obj != nil {
+		obj = &unstructured.Unstructured{Object: r.obj}
+	}
+	if r.old != nil {
+		old = &unstructured.Unstructured{Object: r.old}
+	}
+	return admission.NewAttributesRecord(obj, old, r.gvk, r.namespace, r.name, r.gvr, "", r.op, nil, false, r.user)
+}
+
+// object is a minimal object of kind gvk.
+func object(gvk schema.GroupVersionKind, ns, name string, labels map[string]string, replicas any, annotations map[string]string) map[string]any {
+	meta := map[string]any{"name": name}
+	if ns != "" {
+		meta["namespace"] = ns
+	}
+	if labels != nil {
+		l := map[string]any{}
+		for k, v := range labels {
+			l[k] = v
+		}
+		meta["labels"] = l
+	}
+	if annotations != nil {
+		a := map[string]any{}
+		for k, v := range annotations {
+			a[k] = v
+		}
+		meta["annotations"] = a
+	}
+	o := map[string]any{"apiVersion": gvk.GroupVersion().String(), "kind": gvk.Kind, "metadata": meta}
+	if replicas != nil {
+		o["spec"] = map[string]any{"replicas": replicas}
+	}
+	return o
+}
+
+func (o outcome) String() string {
+	if o.denied {
+		return "denied: " + o.message
+	}
+	if len(o.warnings) > 0 {
+		return "admitted with warnings: " + strings.Join(o.warnings, " | ")
+	}
+	return "admitted"
+}
