@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -26,12 +27,8 @@ func newManagerCommand() *cobra.Command {
 			log := zap.New(zap.UseFlagOptions(&zapOpts))
 			ctrl.SetLogger(log)
 			o.Log = log
-			for _, sa := range exemptSAs {
-				ns, name, ok := strings.Cut(sa, ":")
-				if !ok || ns == "" || name == "" {
-					return fmt.Errorf("--replicas-exempt-service-accounts: %q is not NAMESPACE:NAME", sa)
-				}
-				o.ReplicasExempt.ServiceAccounts = append(o.ReplicasExempt.ServiceAccounts, v1alpha1.ServiceAccountRef{Namespace: ns, Name: name})
+			if err := exemptServiceAccounts(&o.ReplicasExempt, exemptSAs); err != nil {
+				return err
 			}
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
@@ -63,9 +60,27 @@ func newManagerCommand() *cobra.Command {
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader for controllers (webhooks serve on every replica)")
 	f.DurationVar(&o.BudgetDisruptionTimeout, "budget-disruption-timeout", manager.DefaultBudgetDisruptionTimeout,
 		"how long a disruption a PodUnavailableBudget admitted may go unobserved before the budget gets it back")
-	f.StringSliceVar(&o.ReplicasExempt.Users, "replicas-exempt-users", nil, "users the rampart.io/explicit-replicas label never denies")
-	f.StringSliceVar(&o.ReplicasExempt.Groups, "replicas-exempt-groups", nil, "groups the rampart.io/explicit-replicas label never denies")
-	f.StringSliceVar(&exemptSAs, "replicas-exempt-service-accounts", nil,
-		"service accounts (NAMESPACE:NAME) the rampart.io/explicit-replicas label never denies, e.g. kube-system:horizontal-pod-autoscaler")
+	addReplicasExemptFlags(f, &o.ReplicasExempt, &exemptSAs)
 	return cmd
+}
+
+// addReplicasExemptFlags are the flags naming who the explicit-replicas
+// label never denies: the manager's, and the compiled policies' alike.
+func addReplicasExemptFlags(f *pflag.FlagSet, s *v1alpha1.Subjects, serviceAccounts *[]string) {
+	f.StringSliceVar(&s.Users, "replicas-exempt-users", nil, "users the rampart.io/explicit-replicas label never denies")
+	f.StringSliceVar(&s.Groups, "replicas-exempt-groups", nil, "groups the rampart.io/explicit-replicas label never denies")
+	f.StringSliceVar(serviceAccounts, "replicas-exempt-service-accounts", nil,
+		"service accounts (NAMESPACE:NAME) the rampart.io/explicit-replicas label never denies, e.g. kube-system:horizontal-pod-autoscaler")
+}
+
+// exemptServiceAccounts adds --replicas-exempt-service-accounts to s.
+func exemptServiceAccounts(s *v1alpha1.Subjects, flag []string) error {
+	for _, sa := range flag {
+		ns, name, ok := strings.Cut(sa, ":")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--replicas-exempt-service-accounts: %q is not NAMESPACE:NAME", sa)
+		}
+		s.ServiceAccounts = append(s.ServiceAccounts, v1alpha1.ServiceAccountRef{Namespace: ns, Name: name})
+	}
+	return nil
 }

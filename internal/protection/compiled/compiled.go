@@ -99,7 +99,7 @@ func LabelRules(o Options) []Policy {
 	// not escape it, as with the webhook.
 	rep.Policy.Spec.MatchConstraints.ObjectSelector = labelIn(v1alpha1.LabelExplicitReplicas, "true")
 	rep.Policy.Spec.MatchConditions = exemptCondition(o.ReplicasExempt)
-	rep.Policy.Spec.Variables = replicaVariables()
+	rep.Policy.Spec.Variables = append(rep.Policy.Spec.Variables, replicaVariables()...)
 	rep.Policy.Spec.Validations = []admissionregistrationv1.Validation{replicasValidation(v1alpha1.GuardAll, labelSource(v1alpha1.LabelExplicitReplicas))}
 	return []Policy{del, rep}
 }
@@ -141,7 +141,7 @@ func FromPolicy(p *v1alpha1.ProtectionPolicy, o Options) []Policy {
 				rep.Policy.Spec.MatchConditions = append(rep.Policy.Spec.MatchConditions,
 					admissionregistrationv1.MatchCondition{Name: "selected-before-the-write", Expression: sel})
 			}
-			rep.Policy.Spec.Variables = replicaVariables()
+			rep.Policy.Spec.Variables = append(rep.Policy.Spec.Variables, replicaVariables()...)
 			rep.Policy.Spec.Validations = []admissionregistrationv1.Validation{replicasValidation(guard, src)}
 			out = append(out, rep.mode(p))
 		}
@@ -164,6 +164,7 @@ func newPolicy(name, source string, rules []admissionregistrationv1.NamedRuleWit
 			ObjectMeta: meta,
 			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 				FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+				Variables:     messageVariables(),
 				MatchConstraints: &admissionregistrationv1.MatchResources{
 					NamespaceSelector: nsSel,
 					ResourceRules:     rules,
@@ -256,16 +257,25 @@ func namedRule(op admissionregistrationv1.OperationType, groups, resources []str
 
 // The CEL below builds the Go decisions' messages
 // (protection.Object.Describe, Source.Lift, Object.Kubectl) from the
-// request: a core resource is named by its kind in lower case, which is
-// its singular name in discovery.
-// A request about a Namespace carries the namespace's own name as its
-// namespace: the object is not in it.
+// request, with the variables of messageVariables.
 const (
-	celRef       = `(request.resource.group == "" ? request.kind.kind.lowerAscii() : request.resource.resource + "." + request.resource.group)`
-	celNamespace = `(request.resource.group == "" && request.resource.resource == "namespaces" ? "" : request.namespace)`
-	celNs        = `(` + celNamespace + ` == "" ? "" : "-n " + ` + celNamespace + ` + " ")`
-	celObj       = celRef + ` + " \"" + request.name + "\"" + (` + celNamespace + ` == "" ? "" : " in namespace \"" + ` + celNamespace + ` + "\"")`
+	celRef = "variables.resource"
+	celNs  = "variables.kubectlNamespace"
+	celObj = "variables.described"
 )
+
+// messageVariables name the object as the webhook's denials do: a core
+// resource by its kind in lower case (its singular name in discovery),
+// others by resource and group. A request about a Namespace carries the
+// namespace's own name as its namespace: the object is not in it.
+func messageVariables() []admissionregistrationv1.Variable {
+	return []admissionregistrationv1.Variable{
+		{Name: "resource", Expression: `request.resource.group == "" ? request.kind.kind.lowerAscii() : request.resource.resource + "." + request.resource.group`},
+		{Name: "namespace", Expression: `request.resource.group == "" && request.resource.resource == "namespaces" ? "" : request.namespace`},
+		{Name: "described", Expression: `variables.resource + " \"" + request.name + "\"" + (variables.namespace == "" ? "" : " in namespace \"" + variables.namespace + "\"")`},
+		{Name: "kubectlNamespace", Expression: `variables.namespace == "" ? "" : "-n " + variables.namespace + " "`},
+	}
+}
 
 // source is a rule's source as the messages name it: its words and how to
 // lift it, in CEL.
