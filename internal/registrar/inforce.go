@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -383,13 +384,33 @@ func (r *Registrar) Ensure(ctx context.Context, p pending) error {
 // Sync registers what this replica knows now and waits until every API
 // server enforces it.
 func (r *Registrar) Sync(ctx context.Context) error {
-	r.writeMu.Lock()
-	token, err := r.write(ctx, false)
-	r.writeMu.Unlock()
+	token, err := r.writeInTime(ctx, 0)
 	if err != nil {
 		return err
 	}
 	return r.barrier.Wait(ctx, token)
+}
+
+// backgroundWriteTimeout bounds a write of the registration loop, so that
+// it never holds the configuration for long (conflicts with other replicas
+// are retried inside a write).
+const backgroundWriteTimeout = 30 * time.Second
+
+// writeInTime writes the configuration once this replica's previous write
+// is done, within ctx (and timeout, when not zero).
+func (r *Registrar) writeInTime(ctx context.Context, timeout time.Duration) (string, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	select {
+	case r.writing <- struct{}{}:
+	case <-ctx.Done():
+		return "", fmt.Errorf("waiting for this replica's previous write of the webhook configuration: %w", ctx.Err())
+	}
+	defer func() { <-r.writing }()
+	return r.write(ctx, false)
 }
 
 // The registrar is the admission handlers' InForce.

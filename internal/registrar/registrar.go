@@ -49,7 +49,8 @@ func New(c Config) *Registrar {
 		c.Barrier.Current = liveToken(c.Client)
 	}
 	return &Registrar{client: c.Client, reader: c.Reader, targets: c.Targets, budgets: c.Budgets, policies: c.Policies,
-		barrier: c.Barrier, base: c.Base, log: c.Log, done: make(chan struct{}), kick: make(chan struct{}, 1)}
+		barrier: c.Barrier, base: c.Base, log: c.Log, done: make(chan struct{}), kick: make(chan struct{}, 1),
+		writing: make(chan struct{}, 1)}
 }
 
 // Done is closed after the first successful registration: from then on the
@@ -79,8 +80,11 @@ type Registrar struct {
 	done    chan struct{}
 	kick    chan struct{}
 	barrier rampartadmission.Barrier
-	// writeMu orders this replica's writes of the configuration.
-	writeMu sync.Mutex
+	// writing orders this replica's writes of the configuration. It is a
+	// channel, not a mutex, so that an admission handler waiting behind a
+	// background write gives up at its own deadline (and answers "not in
+	// force yet") instead of outliving the API server's webhook timeout.
+	writing chan struct{}
 
 	mu   sync.Mutex
 	base rampartadmission.Registration
@@ -142,9 +146,7 @@ func (r *Registrar) Start(ctx context.Context) error {
 	tick := time.NewTicker(pendingFor / 3)
 	defer tick.Stop()
 	for {
-		r.writeMu.Lock()
-		_, err := r.write(ctx, false)
-		r.writeMu.Unlock()
+		_, err := r.writeInTime(ctx, backgroundWriteTimeout)
 		if err != nil {
 			r.log.Error(err, "registering webhook configuration; retrying", "in", delay)
 			select {
