@@ -271,9 +271,9 @@ const (
 func messageVariables() []admissionregistrationv1.Variable {
 	return []admissionregistrationv1.Variable{
 		{Name: "resource", Expression: `request.resource.group == "" ? request.kind.kind.lowerAscii() : request.resource.resource + "." + request.resource.group`},
-		{Name: "namespace", Expression: `request.resource.group == "" && request.resource.resource == "namespaces" ? "" : request.namespace`},
-		{Name: "described", Expression: `variables.resource + " \"" + request.name + "\"" + (variables.namespace == "" ? "" : " in namespace \"" + variables.namespace + "\"")`},
-		{Name: "kubectlNamespace", Expression: `variables.namespace == "" ? "" : "-n " + variables.namespace + " "`},
+		{Name: "objectNamespace", Expression: `request.resource.group == "" && request.resource.resource == "namespaces" ? "" : request.namespace`},
+		{Name: "described", Expression: `variables.resource + " \"" + request.name + "\"" + (variables.objectNamespace == "" ? "" : " in namespace \"" + variables.objectNamespace + "\"")`},
+		{Name: "kubectlNamespace", Expression: `variables.objectNamespace == "" ? "" : "-n " + variables.objectNamespace + " "`},
 	}
 }
 
