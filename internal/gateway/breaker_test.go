@@ -279,8 +279,10 @@ func distress(t *testing.T, env *clustertest.Env, urls ...string) (stop func(), 
 	sent = new(atomic.Int64)
 	for _, url := range urls {
 		// Enough workers that each gateway sees well over the trips'
-		// minRequestsPerSecond (40) on a loaded machine: 3 gave ~50/s.
-		for range 6 {
+		// minRequestsPerSecond (40) on a loaded machine: 3 gave ~50/s,
+		// and 6 too few on a loaded CI run (a replica never tripped in
+		// 90 s), when each answer took over 100 ms.
+		for range 10 {
 			wg.Go(func() {
 				for ctx.Err() == nil {
 					// A page, not every ConfigMap: the rate of answers must
@@ -289,7 +291,7 @@ func distress(t *testing.T, env *clustertest.Env, urls ...string) (stop func(), 
 						resp.Body.Close()
 					}
 					sent.Add(1)
-					time.Sleep(15 * time.Millisecond)
+					time.Sleep(5 * time.Millisecond)
 				}
 			})
 		}
