@@ -120,6 +120,7 @@ func TestExportedPoliciesHoldWithoutRampart(t *testing.T) {
 	refused("deleting an Always-labelled ConfigMap", out, err,
 		`ValidatingAdmissionPolicy 'deletion.rampart.io'`, `configmap "keep" in namespace "`+ns+`" is protected by label rampart.io/protection`,
 		"kubectl label -n "+ns+" configmap/keep rampart.io/protection-")
+	t.Logf("kubectl delete configmap keep:\n%s", out)
 	out, err = kubectl("delete", "namespace", precious)
 	refused("deleting an Always-labelled Namespace", out, err,
 		`namespace "`+precious+`" is protected by label rampart.io/protection`, "kubectl label namespace/"+precious+" rampart.io/protection-")
