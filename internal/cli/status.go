@@ -33,8 +33,10 @@ func newStatusCommand() *cobra.Command {
 		Use:   "status",
 		Short: "List what Rampart protects and what it denied recently",
 		Long: `status lists the objects labelled for protection, the ProtectionPolicies
-with their state, the namespaces closest to their ResourceQuotas, and the
-most recent denials (from Rampart's Events).`,
+with their state, the compiled policies (rampart export policies) with
+how often each denied or warned (the API server's own count), the
+namespaces closest to their ResourceQuotas, and the most recent denials
+(from Rampart's Events).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := flags.ToRESTConfig()
@@ -112,6 +114,11 @@ func printStatus(ctx context.Context, out io.Writer, cfg *rest.Config, maxDenial
 	}
 	if len(policies.Items) == 0 {
 		fmt.Fprintln(tw, "(none)")
+	}
+
+	fmt.Fprintln(tw, "\nCOMPILED POLICIES (enforced by the API server, no webhook)")
+	if err := printCompiled(ctx, tw, cs); err != nil {
+		fmt.Fprintf(tw, "(cannot list: %v)\n", err)
 	}
 
 	fmt.Fprintln(tw, "\nCHANGE WINDOWS")

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -154,6 +155,24 @@ func TestExportedPoliciesHoldWithoutRampart(t *testing.T) {
 	if _, err := env.Client.CoreV1().ConfigMaps(ns).Get(ctx, "keep", metav1.GetOptions{}); err != nil {
 		t.Errorf("the protected ConfigMap is gone: %v", err)
 	}
+
+	// rampart status counts what the compiled policies denied and warned
+	// about, from the API server's own metric: Rampart saw none of it.
+	status, err := exec.Command(rampart, "status", "--kubeconfig", env.Kubeconfig).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rampart status: %v\n%s", err, status)
+	}
+	for _, re := range []string{
+		`(?m)^deletion\.rampart\.io\s+labels\s+Deny\s+([3-9]|\d\d+)\s+0$`, // keep, the namespace, web, and the dry runs
+		`(?m)^replicas\.rampart\.io\s+labels\s+Deny\s+2\s+0$`,
+		`(?m)^payments\.deletion\.policy\.rampart\.io\s+payments\s+Deny\s+1\s+0$`,
+		`(?m)^trial\.deletion\.policy\.rampart\.io\s+trial\s+Warn\s+0\s+1$`,
+	} {
+		if !regexp.MustCompile(re).Match(status) {
+			t.Errorf("rampart status does not match %s:\n%s", re, status)
+		}
+	}
+	t.Logf("rampart status:\n%s", status)
 
 	// What `kubectl get validatingadmissionpolicies -l ...` shows, and
 	// removing them all with one command lifts the protection.
