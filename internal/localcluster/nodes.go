@@ -41,13 +41,24 @@ func (c *Cluster) AddNodes(ctx context.Context, n int) error {
 		}
 		names = append(names, node.Name)
 	}
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, startTimeout, true, func(ctx context.Context) (bool, error) {
+	// One LIST a round, not a GET per node (500 GETs a round slowed a
+	// loaded machine further), and more time for more nodes: kwok makes
+	// them Ready one by one.
+	timeout := startTimeout + time.Duration(n)*100*time.Millisecond
+	return wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		if err := c.exitedEarly("kwok"); err != nil {
 			return false, err
 		}
+		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: NodeLabel})
+		if err != nil {
+			return false, nil
+		}
+		ready := map[string]bool{}
+		for i := range list.Items {
+			ready[list.Items[i].Name] = nodeReady(&list.Items[i])
+		}
 		for _, name := range names {
-			node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil || !nodeReady(node) {
+			if !ready[name] {
 				return false, nil
 			}
 		}
