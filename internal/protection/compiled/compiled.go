@@ -271,8 +271,14 @@ const (
 func messageVariables() []admissionregistrationv1.Variable {
 	return []admissionregistrationv1.Variable{
 		{Name: "resource", Expression: `request.resource.group == "" ? request.kind.kind.lowerAscii() : request.resource.resource + "." + request.resource.group`},
-		{Name: "objectNamespace", Expression: `request.resource.group == "" && request.resource.resource == "namespaces" ? "" : request.namespace`},
-		{Name: "described", Expression: `variables.resource + " \"" + request.name + "\"" + (variables.objectNamespace == "" ? "" : " in namespace \"" + variables.objectNamespace + "\"")`},
+		// A DeleteCollection judges each item with the collection's
+		// request: no name, and no namespace when it spans all of them.
+		// The old object names it then. (An empty field is absent from
+		// request: has() first, or the message fails to evaluate.)
+		{Name: "name", Expression: `has(request.name) && request.name != "" ? request.name : oldObject != null && has(oldObject.metadata.name) ? oldObject.metadata.name : ""`},
+		{Name: "objectNamespace", Expression: `request.resource.group == "" && request.resource.resource == "namespaces" ? "" : ` +
+			`has(request.namespace) && request.namespace != "" ? request.namespace : oldObject != null && has(oldObject.metadata.namespace) ? oldObject.metadata.namespace : ""`},
+		{Name: "described", Expression: `variables.resource + " \"" + variables.name + "\"" + (variables.objectNamespace == "" ? "" : " in namespace \"" + variables.objectNamespace + "\"")`},
 		{Name: "kubectlNamespace", Expression: `variables.objectNamespace == "" ? "" : "-n " + variables.objectNamespace + " "`},
 	}
 }
@@ -284,7 +290,7 @@ type source struct{ name, lift string }
 func labelSource(label string) source {
 	return source{
 		name: "label " + label,
-		lift: `"If this is intended, remove the label first: kubectl label " + ` + celNs + ` + ` + celRef + ` + "/" + request.name + " ` + label + `-"`,
+		lift: `"If this is intended, remove the label first: kubectl label " + ` + celNs + ` + ` + celRef + ` + "/" + variables.name + " ` + label + `-"`,
 	}
 }
 
@@ -328,7 +334,7 @@ func replicasValidation(g v1alpha1.ReplicaGuard, s source) admissionregistration
 		v1alpha1.GuardDecrease: "Decrease: decreases only",
 		v1alpha1.GuardToZero:   "ToZero: scaling to 0 only",
 	}[g]
-	scale := `"kubectl rampart scale " + ` + celNs + ` + ` + celRef + ` + "/" + request.name + " --replicas " + string(variables.new)`
+	scale := `"kubectl rampart scale " + ` + celNs + ` + ` + celRef + ` + "/" + variables.name + " --replicas " + string(variables.new)`
 	msg := []string{
 		`"changing the replicas of " + ` + celObj + ` + " from " + string(variables.old) + " to " + string(variables.new) + ` +
 			strconv.Quote(fmt.Sprintf(" needs confirmation (%s, guard %s). ", s.name, guardName)),

@@ -28,9 +28,11 @@ var (
 	statefulSet = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}
 	daemonSets  = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSet"}
 	rcs         = schema.GroupVersionKind{Version: "v1", Kind: "ReplicationController"}
+	crds        = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}
 	resourceOf  = map[schema.GroupVersionKind]string{
 		configMaps: "configmaps", namespaces: "namespaces", deployments: "deployments",
 		statefulSet: "statefulsets", daemonSets: "daemonsets", rcs: "replicationcontrollers",
+		crds: "customresourcedefinitions",
 	}
 	cluster = []*corev1.Namespace{
 		{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"team": "pay"}}},
@@ -113,7 +115,9 @@ func webhooks(t *testing.T, r request, policies []v1alpha1.ProtectionPolicy, o O
 	if r.namespace != "" {
 		nsLabels = nsByName[r.namespace].Labels
 	}
-	obj := protection.Object{Resource: gr, Namespace: old.GetNamespace(), Name: r.name}
+	// The webhook names a deleted object from the old object: an item of
+	// a DeleteCollection comes with the collection's request, no name.
+	obj := protection.Object{Resource: gr, Namespace: old.GetNamespace(), Name: old.GetName()}
 	if gr.Group == "" {
 		obj.Singular = lower(r.gvk.Kind)
 	}
@@ -199,6 +203,17 @@ func del(gvk schema.GroupVersionKind, ns, name string, labels map[string]string,
 		old: object(gvk, objNs, name, labels, nil, nil), user: u}
 }
 
+// collectionItem is r as an item of a DeleteCollection: the API server
+// judges each item with the collection's request, which names no object,
+// and no namespace when it spans all of them.
+func collectionItem(r request, allNamespaces bool) request {
+	r.name = ""
+	if allNamespaces {
+		r.namespace = ""
+	}
+	return r
+}
+
 func update(gvk schema.GroupVersionKind, ns, name string, oldLabels, newLabels map[string]string, from, to int64, confirm string, u user.Info) request {
 	var ann map[string]string
 	if confirm != "" {
@@ -234,6 +249,9 @@ func TestBothEnginesAgree(t *testing.T) {
 		{name: "Always-labelled namespace (named by kind)", req: del(namespaces, "prod", "prod", always, admin), denied: true},
 		{name: "Always-labelled deployment (group-qualified)", req: del(deployments, "lab", "web", always, admin), denied: true},
 		{name: "unlabelled configmap", req: del(configMaps, "lab", "settings", nil, admin)},
+		{name: "Always-labelled cluster-scoped object (no namespace in the request)", req: del(crds, "", "widgets.example.com", always, admin), denied: true},
+		{name: "an item of a DeleteCollection (no name in the request)", req: collectionItem(del(configMaps, "lab", "settings", always, admin), false), denied: true},
+		{name: "an item of a DeleteCollection across namespaces", req: collectionItem(del(configMaps, "lab", "settings", always, admin), true), denied: true},
 		{name: "Cascading label is the webhook's, not compiled", req: del(configMaps, "lab", "settings", cascade, admin)},
 		{name: "other values of the label", req: del(configMaps, "lab", "settings", map[string]string{v1alpha1.LabelProtection: "always"}, admin)},
 		{name: "Rampart's own namespace is never reached", req: del(configMaps, own, "settings", always, admin)},
