@@ -509,8 +509,10 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 		})
 		var out string
 		poll(t, "the protected ConfigMap's delete to be judged", time.Minute, func(context.Context) (bool, error) {
+			// By the webhook, or, once the manager has them in force, by
+			// the compiled policies it applied: the same message.
 			out, _ = env.Kubectl(t, "delete", "configmap", "-n", ns, "ledger")
-			return strings.Contains(out, "denied the request"), nil
+			return strings.Contains(out, "denied the request") || strings.Contains(out, "ValidatingAdmissionPolicy 'deletion.rampart.io'"), nil
 		})
 		if want := "kubectl label -n " + ns + " configmap/ledger rampart.io/protection-"; !strings.Contains(out, want) {
 			t.Errorf("the denial does not say how to proceed (%q):\n%s", want, out)
@@ -582,9 +584,11 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
 	}
 	t.Run("helm uninstall leaves no webhook behind", func(t *testing.T) {
-		poll(t, "the garbage collector to delete the webhook configurations", time.Minute, func(ctx context.Context) (bool, error) {
+		poll(t, "the garbage collector to delete the webhook configurations and the compiled policies", time.Minute, func(ctx context.Context) (bool, error) {
 			_, errV := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "rampart-validating", metav1.GetOptions{})
-			return apierrors.IsNotFound(errV), nil
+			policies, errP := env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{LabelSelector: "rampart.io/applied-by=manager"})
+			bindings, errB := env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().List(ctx, metav1.ListOptions{LabelSelector: "rampart.io/applied-by=manager"})
+			return apierrors.IsNotFound(errV) && errP == nil && errB == nil && len(policies.Items) == 0 && len(bindings.Items) == 0, nil
 		})
 		if out, err := env.Kubectl(t, "delete", "configmap", "-n", ns, "ledger"); err != nil {
 			t.Errorf("delete after helm uninstall: %v\n%s", err, out)

@@ -32,6 +32,8 @@ var managerGrants = []grant{
 	{[]string{"", "events.k8s.io"}, []string{"events"}, []string{"create", "patch"}, nil, "denials and overrides are recorded as Events"},
 	{[]string{"admissionregistration.k8s.io"}, []string{"validatingwebhookconfigurations"}, []string{"get", "update", "patch"}, []string{"rampart-validating"}, "fills in its own webhook configuration, which the chart creates"},
 	{[]string{"admissionregistration.k8s.io"}, []string{"validatingwebhookconfigurations"}, []string{"list", "watch"}, []string{"rampart-validating"}, "watches its own webhook configuration by name"},
+	{[]string{"admissionregistration.k8s.io"}, []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, []string{"get", "list", "create", "patch", "delete"}, nil,
+		"keeps the compiled label rules applied (--compiled-policies) and removes its stale ones; create and list cannot be narrowed by name, and its own webhook configuration already lets it refuse any request"},
 	{[]string{"rbac.authorization.k8s.io"}, []string{"clusterroles"}, []string{"get"}, []string{"rampart-manager"}, "its ClusterRole owns the webhook configurations, so they go when it goes"},
 	{[]string{"authentication.k8s.io"}, []string{"tokenreviews"}, []string{"create"}, nil, "authenticates metrics scrapers"},
 	{[]string{"authorization.k8s.io"}, []string{"subjectaccessreviews"}, []string{"create"}, nil, "authorizes metrics scrapers"},

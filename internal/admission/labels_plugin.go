@@ -1,11 +1,15 @@
 package admission
 
 import (
+	"strconv"
+	"strings"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection/compiled"
 )
 
 // labelsPlugin is the protection of objects labelled
@@ -24,13 +28,19 @@ func labelled(key string, values ...string) *metav1.LabelSelector {
 	}}}
 }
 
-func (labelsPlugin) Webhooks(_ Registration, b Builder) []Webhook {
+func (labelsPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	// Any resource may carry the labels; the selectors let only labelled
 	// objects through.
 	del := b.Webhook("deletion.rampart.io", DeletionPath, rule(admissionregistrationv1.Delete, "*", "*"))
 	del.ObjectSelector = labelled(v1alpha1.LabelProtection, string(v1alpha1.ProtectionAlways), string(v1alpha1.ProtectionCascading))
 	upd := b.Webhook("replicas.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*"))
 	upd.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
+	if reg.CompiledLabels {
+		// The API server enforces Always itself, and the replicas of
+		// built-in workloads that already carry the label.
+		del.ObjectSelector = labelled(v1alpha1.LabelProtection, string(v1alpha1.ProtectionCascading))
+		upd.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "not-compiled", Expression: notCompiledReplicas}}
+	}
 	// A workload created with the label gets its scale subresource guarded
 	// before the creation is admitted. Pods copied from a labelled
 	// template never reach Rampart: the API server's match condition
@@ -43,3 +53,17 @@ func (labelsPlugin) Webhooks(_ Registration, b Builder) []Webhook {
 	}}
 	return own(Owner{}, del, upd, created)
 }
+
+// notCompiledReplicas leaves out the updates a compiled policy judges: a
+// built-in workload that carried the explicit-replicas label before the
+// write. A workload gaining the label still reaches Rampart, which puts its
+// scale subresource in force before admitting it.
+var notCompiledReplicas = func() string {
+	var names []string
+	for _, gr := range compiled.Workloads {
+		names = append(names, strconv.Quote(gr.Group+"/"+gr.Resource))
+	}
+	return `!([request.resource.group, request.resource.resource].join("/") in [` + strings.Join(names, ", ") + `] && ` +
+		`has(oldObject.metadata.labels) && "` + v1alpha1.LabelExplicitReplicas + `" in oldObject.metadata.labels && ` +
+		`oldObject.metadata.labels["` + v1alpha1.LabelExplicitReplicas + `"] == "true")`
+}()

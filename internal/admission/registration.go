@@ -89,6 +89,12 @@ type Registration struct {
 	// the relabel for a moment: for a while the policy's webhooks also
 	// reach these namespaces by name, which never changes.
 	Relabelled []Relabelled
+	// CompiledLabels says that the label rules compiled to
+	// ValidatingAdmissionPolicies (internal/protection/compiled) are in
+	// force on every API server: the label webhooks then reach only what
+	// needs Rampart (Cascading; a workload gaining the explicit-replicas
+	// label, whose scale subresource is put in force; custom resources).
+	CompiledLabels bool
 	// Token, when set, adds the probe webhook that a Barrier uses to see
 	// that the API servers have loaded this version of the configuration:
 	// a fresh one for each version written.

@@ -33,6 +33,12 @@ func TestManagerRightsStayNarrow(t *testing.T) {
 		{attrs{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "rampart-validating"}, true},
 		{attrs{Verb: "watch", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "rampart-validating"}, true},
 		{attrs{Verb: "get", Resource: "secrets", Namespace: ns, Name: "rampart-webhook-ca"}, true},
+		// The compiled label rules (--compiled-policies): a
+		// ValidatingAdmissionPolicy can only deny, as the webhook already can.
+		{attrs{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies", Name: "deletion.rampart.io"}, true},
+		{attrs{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicybindings", Name: "deletion.rampart.io"}, true},
+		{attrs{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "mutatingadmissionpolicies", Name: "anything"}, false},
+		{attrs{Verb: "update", Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies", Name: "someone-elses"}, false},
 
 		{attrs{Verb: "list", Resource: "secrets"}, false},
 		{attrs{Verb: "watch", Resource: "secrets", Namespace: "default"}, false},

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,8 +34,13 @@ import (
 
 // This package's cluster runs the Rampart manager: every test here goes
 // through the real API server, which calls the webhook and honours it.
+// Its manager keeps every rule in the webhooks (--compiled-policies=false):
+// the tests here are about the webhooks' judgement and what it leaves
+// (Events, metrics), which the API server's own policies do not. The
+// default, hybrid, is tested with clusters of their own
+// (TestOutageBlocksOnlyProtectedObjects) and by the other packages.
 func TestMain(m *testing.M) {
-	clustertest.Main(m, localcluster.Options{ManagerArgs: []string{"--replicas-exempt-users=autoscaler-bot", "--budget-disruption-timeout=5s"}})
+	clustertest.Main(m, localcluster.Options{ManagerArgs: []string{"--replicas-exempt-users=autoscaler-bot", "--budget-disruption-timeout=5s", "--compiled-policies=false"}})
 }
 
 const protectionLabel = "rampart.io/protection"
@@ -365,27 +371,67 @@ func waitDeniedEvent(t *testing.T, env *clustertest.Env, ns, name string, want i
 }
 
 // Outage: with the manager stopped, nothing unprotected is blocked; what is
-// protected fails closed.
+// protected fails closed, or, for the label rules the API server enforces
+// itself (compiled policies), is judged as Rampart would judge it: Always
+// and unconfirmed replica changes refused with Rampart's message, a
+// confirmed replica change made.
 func TestOutageBlocksOnlyProtectedObjects(t *testing.T) {
 	env := clustertest.Start(t, localcluster.Options{Nodes: 1})
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	cm := objects[1]
-	if err := cm.create(ctx, env, ns, "guarded", map[string]string{protectionLabel: "Always"}); err != nil {
+	always := map[string]string{protectionLabel: "Always"}
+	if err := cm.create(ctx, env, ns, "guarded", always); err != nil {
 		t.Fatal(err)
 	}
+	if err := objects[0].create(ctx, env, "", "guarded-"+ns, always); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.CoreV1().Namespaces().Delete(context.Background(), "guarded-"+ns, metav1.DeleteOptions{})
+	})
 	// With an explicit-replicas workload, the scale webhook is registered.
-	for name, labels := range map[string]map[string]string{"key": explicit, "plain": nil} {
+	keyLabels := map[string]string{protectionLabel: "Always", "rampart.io/explicit-replicas": "true"}
+	for name, labels := range map[string]map[string]string{"key": keyLabels, "plain": nil} {
 		if _, err := env.Client.AppsV1().Deployments(ns).Create(ctx, newDeployment(name, 1, labels), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the scale webhook registered", func(ctx context.Context) (bool, error) {
+	start := time.Now()
+	eventually(t, "the scale webhook registered and the label webhooks narrowed to what compiled policies cannot judge", func(ctx context.Context) (bool, error) {
 		cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, rampartadmission.ValidatingConfigName, metav1.GetOptions{})
-		return err == nil && webhookNamed(cfg, "scale.rampart.io") != nil, err
+		if err != nil || webhookNamed(cfg, "scale.rampart.io") == nil {
+			return false, err
+		}
+		del := webhookNamed(cfg, "deletion.rampart.io")
+		return del != nil && len(del.ObjectSelector.MatchExpressions) == 1 &&
+			slices.Equal(del.ObjectSelector.MatchExpressions[0].Values, []string{"Cascading"}), nil
 	})
+	t.Logf("label webhooks narrowed %v after the test's objects were made", time.Since(start).Round(time.Millisecond))
 	if err := env.StopComponent("rampart-manager"); err != nil {
 		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what string
+		del  func() error
+	}{
+		{"ConfigMap", func() error { return cm.delete(ctx, env, ns, "guarded", metav1.DeleteOptions{}) }},
+		{"Namespace", func() error { return objects[0].delete(ctx, env, "", "guarded-"+ns, metav1.DeleteOptions{}) }},
+		{"Deployment", func() error { return env.Client.AppsV1().Deployments(ns).Delete(ctx, "key", metav1.DeleteOptions{}) }},
+	} {
+		err := c.del()
+		if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'deletion.rampart.io'") ||
+			!strings.Contains(err.Error(), "is protected by label rampart.io/protection") {
+			t.Errorf("with Rampart down, deleting an Always-labelled %s: %v; want it refused by the compiled policy with Rampart's message", c.what, err)
+		}
+	}
+	out, err := env.Kubectl(t, "patch", "-n", ns, "deployment/key", "--type=merge", "-p", `{"spec":{"replicas":0}}`)
+	if err == nil || !strings.Contains(out, "ValidatingAdmissionPolicy 'replicas.rampart.io'") || !strings.Contains(out, "needs confirmation") {
+		t.Errorf("with Rampart down, an unconfirmed replica change: %v\n%s; want it refused by the compiled policy", err, out)
+	}
+	if out, err := env.Kubectl(t, "patch", "-n", ns, "deployment/key", "--type=merge", "-p",
+		`{"metadata":{"annotations":{"rampart.io/confirm-replicas":"2"}},"spec":{"replicas":2}}`); err != nil {
+		t.Errorf("with Rampart down, a confirmed replica change was refused: %v\n%s", err, out)
 	}
 	if out, err := env.Kubectl(t, "scale", "-n", ns, "deployment/plain", "--replicas=3"); err != nil {
 		t.Errorf("with Rampart down, scaling an unguarded deployment failed: %v\n%s", err, out)
@@ -410,7 +456,7 @@ func TestOutageBlocksOnlyProtectedObjects(t *testing.T) {
 	if _, err := env.Client.CoreV1().ConfigMaps("kube-system").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "outage-probe"}}, metav1.CreateOptions{}); err != nil {
 		t.Errorf("kube-system write with Rampart down: %v", err)
 	}
-	err := cm.delete(ctx, env, ns, "guarded", metav1.DeleteOptions{})
+	err = cm.delete(ctx, env, ns, "guarded", metav1.DeleteOptions{})
 	if err == nil {
 		t.Fatal("with Rampart down, a protected ConfigMap was deleted: the webhook must fail closed")
 	}
@@ -422,7 +468,9 @@ func TestOutageBlocksOnlyProtectedObjects(t *testing.T) {
 // The generated serving certificate is renewed before it expires, and the
 // API server keeps reaching the webhook across renewals.
 func TestServingCertificateIsRenewedWhileServing(t *testing.T) {
-	env := clustertest.Start(t, localcluster.Options{Nodes: 1, ManagerArgs: []string{"--cert-validity=6s"}})
+	// Always stays in the webhook: the API server's own policy would
+	// answer the deletes without calling it.
+	env := clustertest.Start(t, localcluster.Options{Nodes: 1, ManagerArgs: []string{"--cert-validity=6s", "--compiled-policies=false"}})
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	cm := objects[1]
@@ -454,7 +502,9 @@ func TestServingCertificateIsRenewedWhileServing(t *testing.T) {
 // With several manager replicas, the API server spreads admission requests
 // over all of them, and every one judges the same way.
 func TestSeveralReplicasShareTheWork(t *testing.T) {
-	env := clustertest.Start(t, localcluster.Options{Nodes: 1, Managers: 3})
+	// The label rules stay in the webhooks: this is about the webhook's
+	// calls, which the API server's own policies would take over.
+	env := clustertest.Start(t, localcluster.Options{Nodes: 1, Managers: 3, ManagerArgs: []string{"--compiled-policies=false"}})
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	cm := objects[1]

@@ -30,6 +30,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
+	"github.com/rampart-io/rampart/internal/protection/compiled"
 	"github.com/rampart-io/rampart/internal/registrar"
 	"github.com/rampart-io/rampart/internal/tlsprofile"
 )
@@ -108,6 +109,10 @@ type Options struct {
 	// ReplicasExempt are requesters the explicit-replicas label never
 	// denies, e.g. the horizontal-pod-autoscaler's service account.
 	ReplicasExempt v1alpha1.Subjects
+	// CompiledPolicies has the API server enforce the label rules itself,
+	// as ValidatingAdmissionPolicies the manager keeps applied, and
+	// narrows the label webhooks once every API server does (registrar.Compiled).
+	CompiledPolicies bool
 	// BudgetDisruptionTimeout is how long a disruption a budget admitted
 	// may stay unobserved before the budget gets it back (the request
 	// failed after admission).
@@ -193,8 +198,14 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	policies := cachedPolicies{reader: mgr.GetCache(), live: direct}
+	compiledOpts := compiled.Options{OwnNamespace: o.Namespace, ReplicasExempt: o.ReplicasExempt}
+	var compiledLabels string
+	if o.CompiledPolicies {
+		compiledLabels = registrar.Hash(compiled.LabelRules(compiledOpts))
+	}
 	reg := registrar.New(registrar.Config{
-		Client: direct, Reader: mgr.GetCache(), Targets: views.ScaleTargets, Budgets: views.Budgets, Policies: policies,
+		CompiledLabels: compiledLabels,
+		Client:         direct, Reader: mgr.GetCache(), Targets: views.ScaleTargets, Budgets: views.Budgets, Policies: policies,
 		Barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace},
 		Base:    rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true},
 		Log:     o.Log.WithName("registration"),
@@ -228,6 +239,11 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		}
 	}
 	if err := mgr.Add(reg); err != nil {
+		return err
+	}
+	keeper := &registrar.Compiled{Client: direct, Servers: servers, Namespace: o.Namespace, Options: compiledOpts,
+		Enabled: o.CompiledPolicies, Registrar: reg, Owner: func() *metav1.OwnerReference { return owner }, Log: o.Log.WithName("compiled")}
+	if err := mgr.Add(keeper); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)

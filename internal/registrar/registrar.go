@@ -40,7 +40,11 @@ type Config struct {
 	Barrier rampartadmission.Barrier
 	// Base is the endpoint and CA part of what is registered.
 	Base rampartadmission.Registration
-	Log  logr.Logger
+	// CompiledLabels is the version (Hash) of the compiled label rules
+	// the manager applies; the label webhooks narrow once the probe's
+	// record says every API server enforces it. Empty: never.
+	CompiledLabels string
+	Log            logr.Logger
 }
 
 // New is a Registrar; add it to the manager (it runs on every replica).
@@ -49,7 +53,7 @@ func New(c Config) *Registrar {
 		c.Barrier.Current = liveToken(c.Client)
 	}
 	return &Registrar{client: c.Client, reader: c.Reader, targets: c.Targets, budgets: c.Budgets, policies: c.Policies,
-		barrier: c.Barrier, base: c.Base, log: c.Log, done: make(chan struct{}), kick: make(chan struct{}, 1),
+		barrier: c.Barrier, base: c.Base, compiledLabels: c.CompiledLabels, log: c.Log, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		writing: make(chan struct{}, 1)}
 }
 
@@ -85,6 +89,8 @@ type Registrar struct {
 	// background write gives up at its own deadline (and answers "not in
 	// force yet") instead of outliving the API server's webhook timeout.
 	writing chan struct{}
+	// compiledLabels: see Config.CompiledLabels.
+	compiledLabels string
 
 	mu   sync.Mutex
 	base rampartadmission.Registration
@@ -136,6 +142,15 @@ func (r *Registrar) fromCaches(ctx context.Context) rampartadmission.Registratio
 	slices.SortFunc(fcs.Items, func(a, b v1alpha1.DeletionFlowControl) int { return strings.Compare(a.Name, b.Name) })
 	reg.FlowControls = fcs.Items
 	reg.BudgetNamespaces = r.budgets.Index().Namespaces()
+	if r.compiledLabels != "" {
+		// Read live, after the live configuration (writeOnce): a record
+		// withdrawn before a widening write is seen by every later write.
+		record, err := readInForce(ctx, r.client)
+		if err != nil {
+			r.log.Error(err, "reading which compiled policies are in force")
+		}
+		reg.CompiledLabels = record[sourceLabels] == r.compiledLabels
+	}
 	return reg
 }
 

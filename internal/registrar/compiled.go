@@ -1,0 +1,407 @@
+package registrar
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/protection/compiled"
+)
+
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;list;create;patch;delete
+
+// What the manager applies of the compiled policies is labelled so, apart
+// from what a user applied from `rampart export policies`, which it never
+// touches.
+const (
+	labelAppliedBy = "rampart.io/applied-by"
+	appliedBy      = "manager"
+	// probeName is the compiled probe: a policy and a binding that deny
+	// only the dry-run creation of one ConfigMap in Rampart's namespace.
+	probeName = "probe.compiled.rampart.io"
+	// ProbeDenial is its message.
+	ProbeDenial = "rampart probe: this API server has loaded Rampart's compiled policies"
+	// inForceAnnotation, on the probe policy, records the versions (by
+	// hash, per source) that every API server was seen to enforce.
+	inForceAnnotation = "rampart.io/in-force"
+	// sourceLabels is the key of the label rules in inForceAnnotation.
+	sourceLabels = compiled.SourceLabels
+)
+
+// Compiled keeps the label rules compiled to ValidatingAdmissionPolicies
+// applied, and records when every API server enforces them, so that the
+// Registrar narrows the label webhooks to what still needs Rampart: the API
+// server then judges Always and the replicas of labelled built-in
+// workloads itself, with no webhook call and while Rampart is down.
+//
+// The API server loads policies from a watch, asynchronously, as it does
+// webhook configurations: a policy written is not yet one enforced. So the
+// webhooks stay wide until the probe proves the policies loaded: after the
+// policies, the probe policy and binding are written with fresh tokens,
+// and the dry-run creation of the probe's ConfigMap is refused by an API
+// server only once its policy and binding watches have delivered both, and
+// so everything written before them. ProtectionPolicies keep their
+// webhooks for now.
+type Compiled struct {
+	Client  client.Client
+	Servers func(ctx context.Context) ([]kubernetes.Interface, error)
+	// Namespace is Rampart's, where the probe's ConfigMap would be.
+	Namespace string
+	Options   compiled.Options
+	// Enabled false removes what the manager applied, after widening the
+	// webhooks again.
+	Enabled bool
+	// Registrar is told when the record changes, and widens the webhooks
+	// (and waits for every API server) before anything is removed.
+	Registrar *Registrar
+	Owner     func() *metav1.OwnerReference
+	Log       logr.Logger
+}
+
+// NeedLeaderElection: one replica applies.
+func (c *Compiled) NeedLeaderElection() bool { return true }
+
+// Start keeps the compiled policies in step until ctx ends.
+func (c *Compiled) Start(ctx context.Context) error {
+	for {
+		if err := c.sync(ctx); err != nil && ctx.Err() == nil {
+			c.Log.Error(err, "keeping the compiled policies; retrying")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(10 * time.Second):
+		}
+	}
+}
+
+func (c *Compiled) sync(ctx context.Context) error {
+	var want []compiled.Policy
+	if c.Enabled {
+		want = compiled.LabelRules(c.Options)
+	}
+	hash := Hash(want)
+	record, err := readInForce(ctx, c.Client)
+	if err != nil {
+		return err
+	}
+	drifted, err := c.drifted(ctx, want)
+	if err != nil {
+		return err
+	}
+	if record[sourceLabels] == hash && !drifted {
+		return nil
+	}
+	if record[sourceLabels] != "" {
+		// Widen the webhooks first, on every API server, before the
+		// policies they stand in for change.
+		if err := c.record(ctx, map[string]string{}); err != nil {
+			return err
+		}
+		if err := c.Registrar.Sync(ctx); err != nil {
+			return fmt.Errorf("widening the label webhooks: %w", err)
+		}
+	}
+	if err := c.apply(ctx, want); err != nil {
+		return err
+	}
+	if !c.Enabled {
+		return nil
+	}
+	ptoken, btoken := rampartadmission.NewToken(), rampartadmission.NewToken()
+	for _, obj := range probe(c.Namespace, ptoken, btoken) {
+		if err := c.applyOne(ctx, obj); err != nil {
+			return err
+		}
+	}
+	if err := c.prove(ctx, ptoken, btoken); err != nil {
+		return err
+	}
+	if err := c.record(ctx, map[string]string{sourceLabels: hash}); err != nil {
+		return err
+	}
+	c.Log.Info("compiled label rules in force on every API server; label webhooks narrowed", "hash", hash)
+	c.Registrar.Poke()
+	return nil
+}
+
+// Hash names one version of a set of compiled policies.
+func Hash(ps []compiled.Policy) string {
+	if len(ps) == 0 {
+		return ""
+	}
+	h := sha256.New()
+	for _, p := range ps {
+		_ = json.NewEncoder(h).Encode([]any{p.Policy.Name, p.Policy.Spec, p.Binding.Spec})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// drifted says whether what the manager applied differs from want (a
+// policy deleted or edited by hand, or one no longer wanted).
+func (c *Compiled) drifted(ctx context.Context, want []compiled.Policy) (bool, error) {
+	var have admissionregistrationv1.ValidatingAdmissionPolicyList
+	if err := c.Client.List(ctx, &have, client.MatchingLabels{labelAppliedBy: appliedBy}); err != nil {
+		return false, err
+	}
+	var bindings admissionregistrationv1.ValidatingAdmissionPolicyBindingList
+	if err := c.Client.List(ctx, &bindings, client.MatchingLabels{labelAppliedBy: appliedBy}); err != nil {
+		return false, err
+	}
+	specs := map[string]string{}
+	for _, p := range have.Items {
+		if p.Name != probeName {
+			specs["p/"+p.Name] = specJSON(p.Spec)
+		}
+	}
+	for _, b := range bindings.Items {
+		if b.Name != probeName {
+			specs["b/"+b.Name] = specJSON(b.Spec)
+		}
+	}
+	if len(specs) != 2*len(want) {
+		return true, nil
+	}
+	for _, p := range want {
+		// The API server defaults some fields: compare what was asked for
+		// field by field through a round trip of the live object.
+		if !covers(specs["p/"+p.Policy.Name], p.Policy.Spec) || !covers(specs["b/"+p.Binding.Name], p.Binding.Spec) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func specJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// covers says whether the live spec (JSON) holds every field of want.
+func covers(live string, want any) bool {
+	if live == "" {
+		return false
+	}
+	var l, w map[string]any
+	if json.Unmarshal([]byte(live), &l) != nil || json.Unmarshal([]byte(specJSON(want)), &w) != nil {
+		return false
+	}
+	return subset(w, l)
+}
+
+func subset(want, have any) bool {
+	switch w := want.(type) {
+	case map[string]any:
+		h, ok := have.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k, v := range w {
+			if !subset(v, h[k]) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		h, ok := have.([]any)
+		if !ok || len(h) != len(w) {
+			return false
+		}
+		for i := range w {
+			if !subset(w[i], h[i]) {
+				return false
+			}
+		}
+		return true
+	default:
+		return specJSON(want) == specJSON(have)
+	}
+}
+
+// apply makes what the manager applied exactly want (server-side apply,
+// owned like the webhook configuration); the probe goes with the rest when
+// nothing is wanted.
+func (c *Compiled) apply(ctx context.Context, want []compiled.Policy) error {
+	keep := map[string]bool{}
+	for _, p := range want {
+		for _, obj := range []client.Object{p.Policy, p.Binding} {
+			if err := c.applyOne(ctx, obj); err != nil {
+				return err
+			}
+		}
+		keep[p.Policy.Name] = true
+	}
+	if len(want) > 0 {
+		keep[probeName] = true
+	}
+	var policies admissionregistrationv1.ValidatingAdmissionPolicyList
+	if err := c.Client.List(ctx, &policies, client.MatchingLabels{labelAppliedBy: appliedBy}); err != nil {
+		return err
+	}
+	var bindings admissionregistrationv1.ValidatingAdmissionPolicyBindingList
+	if err := c.Client.List(ctx, &bindings, client.MatchingLabels{labelAppliedBy: appliedBy}); err != nil {
+		return err
+	}
+	var stale []client.Object
+	for i := range bindings.Items {
+		if !keep[bindings.Items[i].Name] {
+			stale = append(stale, &bindings.Items[i])
+		}
+	}
+	for i := range policies.Items {
+		if !keep[policies.Items[i].Name] {
+			stale = append(stale, &policies.Items[i])
+		}
+	}
+	for _, obj := range stale {
+		if err := c.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Compiled) applyOne(ctx context.Context, obj client.Object) error {
+	obj = obj.DeepCopyObject().(client.Object)
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[labelAppliedBy] = appliedBy
+	obj.SetLabels(labels)
+	if c.Owner != nil {
+		if owner := c.Owner(); owner != nil {
+			obj.SetOwnerReferences([]metav1.OwnerReference{*owner})
+		}
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	un := &unstructured.Unstructured{Object: u}
+	unstructured.RemoveNestedField(un.Object, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(un.Object, "status")
+	return c.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(un), client.FieldOwner("rampart-manager"), client.ForceOwnership)
+}
+
+// probe is the probe policy and binding for the tokens: the policy's
+// expression holds one, the binding's selector the other.
+func probe(namespace, ptoken, btoken string) []client.Object {
+	meta := metav1.ObjectMeta{Name: probeName, Labels: map[string]string{compiled.LabelManagedBy: compiled.ManagedBy}}
+	typeMeta := func(kind string) metav1.TypeMeta {
+		return metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: kind}
+	}
+	p := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		TypeMeta: typeMeta("ValidatingAdmissionPolicy"), ObjectMeta: meta,
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Ignore),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: namespace}},
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"},
+						Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+				}}},
+			},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "dry-run", Expression: "request.dryRun == true"}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: fmt.Sprintf("object.metadata.name != %q", probeObject(ptoken)),
+				Message:    ProbeDenial,
+			}},
+		},
+	}
+	b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		TypeMeta: typeMeta("ValidatingAdmissionPolicyBinding"), ObjectMeta: *meta.DeepCopy(),
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        probeName,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{
+				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"rampart.io/probe": btoken}},
+			},
+		},
+	}
+	return []client.Object{p, b}
+}
+
+func probeObject(ptoken string) string { return "rampart-probe-compiled-" + ptoken }
+
+// prove waits until every API server refuses the probe's dry run.
+func (c *Compiled) prove(ctx context.Context, ptoken, btoken string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	servers, err := c.Servers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, cs := range servers {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: probeObject(ptoken), Namespace: c.Namespace,
+			Labels: map[string]string{"rampart.io/probe": btoken}}}
+		for delay := 5 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+			_, err := cs.CoreV1().ConfigMaps(c.Namespace).Create(ctx, cm, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil && strings.Contains(err.Error(), ProbeDenial) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return errors.New("an API server has not loaded the compiled policies within a minute")
+			case <-time.After(delay):
+			}
+		}
+	}
+	return nil
+}
+
+// record writes what is in force on the probe policy.
+func (c *Compiled) record(ctx context.Context, inForce map[string]string) error {
+	raw, _ := json.Marshal(inForce)
+	p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	err := c.Client.Get(ctx, client.ObjectKey{Name: probeName}, p)
+	if apierrors.IsNotFound(err) {
+		return nil // nothing recorded, nothing narrowed
+	}
+	if err != nil {
+		return err
+	}
+	patch := client.MergeFrom(p.DeepCopy())
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[inForceAnnotation] = string(raw)
+	return c.Client.Patch(ctx, p, patch)
+}
+
+// readInForce reads the record; none means nothing is in force.
+func readInForce(ctx context.Context, c client.Client) (map[string]string, error) {
+	p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	err := c.Get(ctx, client.ObjectKey{Name: probeName}, p)
+	if apierrors.IsNotFound(err) {
+		return map[string]string{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	if raw := p.Annotations[inForceAnnotation]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &out); err != nil {
+			return map[string]string{}, nil // unreadable: nothing in force
+		}
+	}
+	return out, nil
+}
