@@ -494,8 +494,17 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 	metrics, stopManager := startManager(t, env, containerArgs(t, objs, "rampart-manager"), ip, port)
 
 	ns := env.Namespace(t)
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "ledger", Namespace: ns, Labels: map[string]string{"rampart.io/protection": "Always"}}}
-	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+	// Cascading, with a dependent: a rule only the webhook judges (the
+	// manager has the API server enforce Always itself), so the denial
+	// shows the API server calling the manager through the Service.
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "ledger", Namespace: ns, Labels: map[string]string{"rampart.io/protection": "Cascading"}}}
+	cm, err = env.Client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "ledger-entry", Namespace: ns,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID}}}}
+	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, entry, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Run("the API server calls the manager through the chart's Service and honours its denial", func(t *testing.T) {
@@ -509,10 +518,8 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 		})
 		var out string
 		poll(t, "the protected ConfigMap's delete to be judged", time.Minute, func(context.Context) (bool, error) {
-			// By the webhook, or, once the manager has them in force, by
-			// the compiled policies it applied: the same message.
 			out, _ = env.Kubectl(t, "delete", "configmap", "-n", ns, "ledger")
-			return strings.Contains(out, "denied the request") || strings.Contains(out, "ValidatingAdmissionPolicy 'deletion.rampart.io'"), nil
+			return strings.Contains(out, "denied the request"), nil
 		})
 		if want := "kubectl label -n " + ns + " configmap/ledger rampart.io/protection-"; !strings.Contains(out, want) {
 			t.Errorf("the denial does not say how to proceed (%q):\n%s", want, out)
@@ -574,10 +581,34 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 		checkGatewayAsPod(t, env, containerArgs(t, objs, "rampart-gateway"))
 	})
 
-	// With the manager gone, the protected delete fails closed ...
+	t.Run("the manager has the API server enforce the label rules itself", func(t *testing.T) {
+		poll(t, "the compiled label rules applied and in force", time.Minute, func(ctx context.Context) (bool, error) {
+			list, err := env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{LabelSelector: "rampart.io/applied-by=manager"})
+			if err != nil {
+				return false, nil
+			}
+			var names []string
+			for _, p := range list.Items {
+				names = append(names, p.Name)
+			}
+			slices.Sort(names)
+			return slices.Equal(names, []string{"deletion.rampart.io", "probe.compiled.rampart.io", "replicas.rampart.io"}), nil
+		})
+	})
+	always := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "charter", Namespace: ns, Labels: map[string]string{"rampart.io/protection": "Always"}}}
+	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, always, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// With the manager gone, the protected delete fails closed, and an
+	// Always-labelled object is still refused, by the API server itself ...
 	stopManager()
 	if out, err := env.Kubectl(t, "delete", "configmap", "-n", ns, "ledger", "--dry-run=server"); err == nil {
 		t.Fatalf("a protected delete passed while the manager was down:\n%s", out)
+	}
+	if out, err := env.Kubectl(t, "delete", "configmap", "-n", ns, "charter", "--dry-run=server"); err == nil ||
+		!strings.Contains(out, "ValidatingAdmissionPolicy 'deletion.rampart.io'") || !strings.Contains(out, "kubectl label -n "+ns+" configmap/charter rampart.io/protection-") {
+		t.Errorf("with the manager down, deleting an Always-labelled ConfigMap: %v\n%s; want the compiled policy's refusal", err, out)
 	}
 	// ... until helm uninstall removes Rampart, its webhooks with it.
 	if out, err := helm(t, "uninstall", "rampart", kc, "-n", releaseNamespace, "--wait"); err != nil {
@@ -593,6 +624,12 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 		if out, err := env.Kubectl(t, "delete", "configmap", "-n", ns, "ledger"); err != nil {
 			t.Errorf("delete after helm uninstall: %v\n%s", err, out)
 		}
+		// The API server drops a deleted policy from its own cache a
+		// moment later.
+		poll(t, "the Always-labelled ConfigMap deletable once the compiled policies are gone", 30*time.Second, func(context.Context) (bool, error) {
+			_, err := env.Kubectl(t, "delete", "configmap", "-n", ns, "charter")
+			return err == nil, nil
+		})
 	})
 	t.Run("helm uninstall keeps the CRDs and so every policy", func(t *testing.T) {
 		if out, err := env.Kubectl(t, "get", "crd", "trafficpolicies.rampart.io", "protectionpolicies.rampart.io"); err != nil {

@@ -25,7 +25,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	validatingmetrics "k8s.io/apiserver/pkg/admission/plugin/policy/validating/metrics"
 	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
@@ -95,6 +97,30 @@ func exportedCatalog() (catalog, error) {
 		}
 		c.addTypes(families)
 	}
+	// The dashboard adds the API server's own count of the compiled
+	// policies' decisions: its metric as k8s.io/apiserver defines it.
+	validatingmetrics.Metrics.ObserveRejection(context.Background(), 0, "p", "b", validatingmetrics.ValidationNoError)
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return nil, err
+	}
+	var vap []*dto.MetricFamily
+	for _, f := range families {
+		if strings.HasPrefix(f.GetName(), "apiserver_validating_admission_policy_") {
+			labels := set()
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = true
+				}
+			}
+			c[f.GetName()] = labels
+			vap = append(vap, f)
+		}
+	}
+	if _, ok := c["apiserver_validating_admission_policy_check_total"]; !ok {
+		return nil, fmt.Errorf("k8s.io/apiserver no longer defines apiserver_validating_admission_policy_check_total")
+	}
+	c.addTypes(vap)
 	return c, nil
 }
 
