@@ -8,15 +8,11 @@ import (
 	"slices"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/yaml"
@@ -122,38 +118,6 @@ func selectedNamespaces(ctx context.Context, cs kubernetes.Interface, flags *gen
 	return out, nil
 }
 
-// counted maps the quota's object counts to the resources listed for them.
-var counted = map[corev1.ResourceName]schema.GroupVersionResource{
-	"count/configmaps":             {Version: "v1", Resource: "configmaps"},
-	"count/secrets":                {Version: "v1", Resource: "secrets"},
-	"count/services":               {Version: "v1", Resource: "services"},
-	"count/persistentvolumeclaims": {Version: "v1", Resource: "persistentvolumeclaims"},
-	"count/deployments.apps":       {Group: "apps", Version: "v1", Resource: "deployments"},
-	"count/jobs.batch":             {Group: "batch", Version: "v1", Resource: "jobs"},
-}
-
-// observe is a namespace's use now: its pods' and its objects' counts.
-func observe(ctx context.Context, cs kubernetes.Interface, md metadata.Interface, ns string) (quota.Observed, error) {
-	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return quota.Observed{}, err
-	}
-	ps := make([]quota.Pod, len(pods.Items))
-	for i := range pods.Items {
-		ps[i] = quota.Summarize(&pods.Items[i])
-	}
-	d := quota.LimitDefaults(ps)
-	cur := quota.PodUse(ps, d)
-	for _, name := range quota.Counted {
-		list, err := md.Resource(counted[name]).Namespace(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return quota.Observed{}, fmt.Errorf("counting %s in %s: %w", counted[name].Resource, ns, err)
-		}
-		cur[name] = *resource.NewQuantity(int64(len(list.Items)), resource.DecimalSI)
-	}
-	return quota.Observed{Namespace: ns, Current: cur, Defaults: d}, nil
-}
-
 // storedPeaks are the manager's peaks; none when it has written none or
 // this user may not read them.
 func storedPeaks(ctx context.Context, cs kubernetes.Interface, ns string) (*quota.Peaks, string) {
@@ -177,7 +141,7 @@ func planQuotas(ctx context.Context, out io.Writer, cs kubernetes.Interface, md 
 		fmt.Fprintf(out, "# %s: sizes come from the use now\n", note)
 	}
 	for _, ns := range namespaces {
-		obs, err := observe(ctx, cs, md, ns)
+		obs, err := quota.Observe(ctx, cs, md, ns)
 		if err != nil {
 			return err
 		}
@@ -202,7 +166,7 @@ func planQuotas(ctx context.Context, out io.Writer, cs kubernetes.Interface, md 
 				fmt.Fprintln(out, "  "+l)
 			}
 		case o.apply:
-			if err := applyPlan(ctx, cs, plan); err != nil {
+			if err := quota.Apply(ctx, cs, plan); err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "namespace %s: resourcequota/%s and limitrange/%s applied (from %s, +%.0f%%)\n", ns, quota.Name, quota.Name, from, o.margin*100)
@@ -216,25 +180,6 @@ func planQuotas(ctx context.Context, out io.Writer, cs kubernetes.Interface, md 
 				fmt.Fprintf(out, "---\n%s", b)
 			}
 		}
-	}
-	return nil
-}
-
-// applyPlan applies the LimitRange first: once the quota caps requests,
-// pods without them are admitted only with the LimitRange's defaults.
-func applyPlan(ctx context.Context, cs kubernetes.Interface, p quota.Plan) error {
-	opts := metav1.ApplyOptions{FieldManager: "rampart", Force: true}
-	item := p.LimitRange.Spec.Limits[0]
-	lr := corev1ac.LimitRange(quota.Name, p.Namespace).WithLabels(p.LimitRange.Labels).
-		WithSpec(corev1ac.LimitRangeSpec().WithLimits(corev1ac.LimitRangeItem().
-			WithType(item.Type).WithDefault(item.Default).WithDefaultRequest(item.DefaultRequest)))
-	if _, err := cs.CoreV1().LimitRanges(p.Namespace).Apply(ctx, lr, opts); err != nil {
-		return fmt.Errorf("applying limitrange/%s in %s: %w", quota.Name, p.Namespace, err)
-	}
-	rq := corev1ac.ResourceQuota(quota.Name, p.Namespace).WithLabels(p.Quota.Labels).
-		WithSpec(corev1ac.ResourceQuotaSpec().WithHard(p.Quota.Spec.Hard))
-	if _, err := cs.CoreV1().ResourceQuotas(p.Namespace).Apply(ctx, rq, opts); err != nil {
-		return fmt.Errorf("applying resourcequota/%s in %s: %w", quota.Name, p.Namespace, err)
 	}
 	return nil
 }

@@ -1,8 +1,8 @@
 // Package quota sizes ResourceQuotas and LimitRanges from what namespaces
 // really use: the peak the manager has seen over a window, or the current
-// use where it has seen nothing, plus a margin. Everything here is pure;
-// the CLI (`rampart quota plan`) and the manager's quotawatch controller do
-// the I/O.
+// use where it has seen nothing, plus a margin. The sizing is pure; the
+// reads and writes of a plan are in cluster.go (Observe, Apply), the
+// manager's quotawatch controller keeps the peaks.
 package quota
 
 import (
