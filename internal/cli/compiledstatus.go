@@ -45,7 +45,12 @@ func printCompiled(ctx context.Context, w io.Writer, cs kubernetes.Interface) er
 	}
 	counts, countErr := compiledCounts(ctx, cs)
 	fmt.Fprintln(w, "NAME\tFROM\tACTION\tDENIED\tWARNED")
+	shown := 0
 	for _, p := range policies.Items {
+		if p.Labels[compiled.LabelSource] == "" {
+			continue // the manager's probe, which holds no rule
+		}
+		shown++
 		denied, warned := "?", "?"
 		if countErr == nil {
 			denied, warned = fmt.Sprint(counts[p.Name]["deny"]), fmt.Sprint(counts[p.Name]["warn"])
@@ -53,12 +58,12 @@ func printCompiled(ctx context.Context, w io.Writer, cs kubernetes.Interface) er
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", p.Name, p.Labels[compiled.LabelSource], dash(actions[p.Name]), denied, warned)
 	}
 	switch {
-	case len(policies.Items) == 0:
+	case shown == 0:
 		fmt.Fprintln(w, "(none: rampart export policies | kubectl apply -f - compiles the static rules)")
 	case countErr != nil:
 		fmt.Fprintf(w, "(counts unknown: cannot read the API server's %s: %v)\n", vapChecks, countErr)
 	default:
-		fmt.Fprintln(w, "(counts: the API server this client reached, since it started)")
+		fmt.Fprintln(w, "(counts: the API server this client reached, since it started; these denials make no Event)")
 	}
 	return nil
 }
