@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 	"k8s.io/utils/ptr"
 
@@ -118,6 +119,18 @@ func runSurge(ctx context.Context, t Target) (Loss, error) {
 		}
 	})
 
+	// The pods before the surge, to tell the surge's own from them.
+	before, err := t.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		stopWatching()
+		wg.Wait()
+		return loss, err
+	}
+	usualPods := map[types.UID]bool{}
+	for _, p := range before.Items {
+		usualPods[p.UID] = true
+	}
+
 	// The surge: the Deployment to twice its size, and as many Jobs (one
 	// pod each) as its usual pods, at once.
 	began := time.Now()
@@ -133,7 +146,7 @@ func runSurge(ctx context.Context, t Target) (Loss, error) {
 	}
 	var refused atomic.Int32
 	var refusal atomic.Value
-	err := parallel(ctx, names, func(ctx context.Context, name string) error {
+	err = parallel(ctx, names, func(ctx context.Context, name string) error {
 		_, err := t.Client.BatchV1().Jobs(ns).Create(ctx, surgeJob(name), metav1.CreateOptions{})
 		if apierrors.IsForbidden(err) {
 			refused.Add(1)
@@ -147,37 +160,31 @@ func runSurge(ctx context.Context, t Target) (Loss, error) {
 		wg.Wait()
 		return loss, err
 	}
-	// The controllers have caught up when the pods made since the surge
-	// stay the same and none of them waits to be scheduled or started.
-	created, err := steady(ctx, func(ctx context.Context) (int, error) {
-		pods, err := t.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	// The controllers have caught up once no pod of the namespace waits to
+	// be scheduled or started and the pods made since the surge stay the
+	// same for two seconds; they were behind until the first such moment.
+	created, pending := -1, 0
+	var caughtUp time.Time
+	err = poll(ctx, settle, func(ctx context.Context) (bool, error) {
+		n, p, err := t.surgePods(ctx, ns, usualPods)
 		if err != nil {
-			return 0, err
+			return false, err
 		}
-		n := 0
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodPending {
-				n = -1 // not caught up: never the same count twice
-				break
-			}
-			if !p.CreationTimestamp.Time.Before(began.Truncate(time.Second)) {
-				n++
-			}
+		if p > 0 || n != created {
+			created, pending, caughtUp = n, p, time.Time{}
+			return false, nil
 		}
-		if n < 0 {
-			return -int(time.Since(began)), nil
+		if caughtUp.IsZero() {
+			caughtUp = time.Now()
 		}
-		return n, nil
+		return time.Since(caughtUp) >= 2*time.Second, nil
 	})
-	behind := time.Since(began) - 2*time.Second // steady waits ten polls of 200ms
 	stopWatching()
 	wg.Wait()
 	if err != nil {
-		return loss, err
+		return loss, fmt.Errorf("the controllers had not caught up %s after the surge (%d pods pending): %w", settle, pending, err)
 	}
-	if created < 0 {
-		return loss, fmt.Errorf("pods still pending %s after the surge", settle)
-	}
+	behind := caughtUp.Sub(began)
 	if n, err := t.livePods(ctx, ns); err == nil {
 		peakPods.Store(max(peakPods.Load(), int64(n)))
 	}
@@ -243,4 +250,22 @@ func (t Target) livePods(ctx context.Context, ns string) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// surgePods counts the pods of ns the surge made (not in usual), and the
+// pods of ns still pending.
+func (t Target) surgePods(ctx context.Context, ns string, usual map[types.UID]bool) (created, pending int, err error) {
+	pods, err := t.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodPending {
+			pending++
+		}
+		if !usual[p.UID] {
+			created++
+		}
+	}
+	return created, pending, nil
 }
