@@ -111,8 +111,17 @@ func Suggest(r Report, o SuggestOptions) []v1alpha1.TrafficPolicy {
 		policy(o.Prefix+"-others", fmt.Sprintf("each client not profiled: the largest peak of the profiled ones, %d requests/s", maxPeak), others))
 }
 
+// rateLimit is a limit of qps, at least a peak per calendar second,
+// with a burst of twice that. Peaks are counted per calendar second, and
+// a client's busiest second of wall time can straddle two of them: any
+// stretch of T seconds holds at most peak×(T+2) requests, and a bucket of
+// rate qps ≥ peak and burst 2×qps admits 2×qps + qps×T of them. With a
+// burst of qps alone, a client that sent its peak at the end of one
+// second and again at the start of the next was refused in the replay of
+// the very calm its limit was sized from (TestTrafficProfileOfListStorm,
+// once in three make test runs).
 func rateLimit(qps int32) *v1alpha1.TrafficLimit {
-	return &v1alpha1.TrafficLimit{QPS: ptr.To(qps), Burst: ptr.To(qps), Key: v1alpha1.KeyPolicy, FairShare: v1alpha1.FairShareNone}
+	return &v1alpha1.TrafficLimit{QPS: ptr.To(qps), Burst: ptr.To(min(2*qps, 1e6)), Key: v1alpha1.KeyPolicy, FairShare: v1alpha1.FairShareNone}
 }
 
 func policy(name, why string, spec v1alpha1.TrafficPolicySpec) v1alpha1.TrafficPolicy {

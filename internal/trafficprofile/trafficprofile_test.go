@@ -200,6 +200,50 @@ func TestSuggestedPoliciesRoundTrip(t *testing.T) {
 	}
 }
 
+// A client's busiest stretch of wall time can straddle two calendar
+// seconds, which is how peaks are counted: its peak sent at the end of one
+// second and again at the start of the next. Policies suggested from that
+// very traffic must not refuse it.
+func TestSuggestedLimitsHoldAPeakAcrossASecondBoundary(t *testing.T) {
+	start := time.Date(2026, 11, 25, 6, 0, 0, 0, time.UTC)
+	var entries []Entry
+	for pair := range 4 {
+		// Twenty at the end of an even second, twenty at the start of
+		// the next: each calendar second holds 20 at most, a tenth of a
+		// second of wall time holds 40.
+		for _, at := range []time.Duration{time.Duration(2*pair)*time.Second + 950*time.Millisecond, time.Duration(2*pair+1) * time.Second} {
+			for i := range 20 {
+				entries = append(entries, Entry{Time: start.Add(at + time.Duration(i)*2*time.Millisecond), Latency: time.Millisecond,
+					User: "bursty", UserAgent: "batch/1", Verb: "get", Resource: "configmaps", APIVersion: "v1",
+					URI: "/api/v1/namespaces/a/configmaps/x", Code: 200, Objects: -1, Bytes: -1, Weight: 1})
+			}
+		}
+	}
+	p := NewProfiler()
+	for i := range entries {
+		p.Add(&entries[i])
+	}
+	r, err := p.Report("requests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := WritePolicies(&b, Suggest(r, SuggestOptions{Margin: 0.2})); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := ReadPolicies(b.Bytes(), "suggested.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := NewReplay(ps)
+	for i := range entries {
+		rp.Add(&entries[i])
+	}
+	if res := rp.Result(); res.Refused != 0 {
+		t.Errorf("policies sized from a client's own traffic refused %d of its %d requests: %+v", res.Refused, res.Requests, res.Clients)
+	}
+}
+
 // TestHTMLReportDrawsItsChartsInChromium opens the report in a real
 // headless browser: the charts exist only once its script has run.
 func TestHTMLReportDrawsItsChartsInChromium(t *testing.T) {
