@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -110,7 +111,14 @@ spec:
 
 func waitPolicyReady(t *testing.T, env *clustertest.Env, name string) {
 	t.Helper()
-	eventually(t, "policy "+name+" Ready", func(ctx context.Context) (bool, error) {
+	waitPolicyReadySaying(t, env, name, "")
+}
+
+// waitPolicyReadySaying waits until the policy is Ready with a message
+// that holds want.
+func waitPolicyReadySaying(t *testing.T, env *clustertest.Env, name, want string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("policy %s Ready, saying %q", name, want), func(ctx context.Context) (bool, error) {
 		u, err := env.Dynamic.Resource(policies).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -119,7 +127,8 @@ func waitPolicyReady(t *testing.T, env *clustertest.Env, name string) {
 		for _, c := range conds {
 			m := c.(map[string]any)
 			if m["type"] == "Ready" && m["status"] == "True" {
-				return true, nil
+				msg, _ := m["message"].(string)
+				return strings.Contains(msg, want), nil
 			}
 		}
 		return false, nil

@@ -408,6 +408,25 @@ func TestOutageBlocksOnlyProtectedObjects(t *testing.T) {
 			slices.Equal(del.ObjectSelector.MatchExpressions[0].Values, []string{"Cascading"}), nil
 	})
 	t.Logf("label webhooks narrowed %v after the test's objects were made", time.Since(start).Round(time.Millisecond))
+	// A ProtectionPolicy's static rules are compiled too: its Ready
+	// condition says when every API server enforces them.
+	policyName := "outage-" + ns
+	if err := applyPolicy(t, env, fmt.Sprintf(`
+apiVersion: rampart.io/v1alpha1
+kind: ProtectionPolicy
+metadata: {name: %s}
+spec:
+  protection: Always
+  resources: [{apiGroups: [""], resources: [configmaps]}]
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
+  objectSelector: {matchLabels: {tier: ledger}}`, policyName, ns)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cm.create(ctx, env, ns, "ledger", map[string]string{"tier": "ledger"}); err != nil {
+		t.Fatal(err)
+	}
+	compiledName := policyName + ".deletion.policy.rampart.io"
+	waitPolicyReadySaying(t, env, policyName, "also enforced by the API server itself, without Rampart (ValidatingAdmissionPolicy "+compiledName+")")
 	if err := env.StopComponent("rampart-manager"); err != nil {
 		t.Fatal(err)
 	}
@@ -424,6 +443,12 @@ func TestOutageBlocksOnlyProtectedObjects(t *testing.T) {
 			!strings.Contains(err.Error(), "is protected by label rampart.io/protection") {
 			t.Errorf("with Rampart down, deleting an Always-labelled %s: %v; want it refused by the compiled policy with Rampart's message", c.what, err)
 		}
+	}
+	// The policy's webhook fails closed, its compiled policy answers
+	// first, with Rampart's message.
+	if err := cm.delete(ctx, env, ns, "ledger", metav1.DeleteOptions{}); err == nil || !apierrors.IsForbidden(err) ||
+		!strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+compiledName+"'") || !strings.Contains(err.Error(), "kubectl edit protectionpolicy "+policyName) {
+		t.Errorf("with Rampart down, deleting a ConfigMap of ProtectionPolicy %s (Always): %v; want it refused by its compiled policy", policyName, err)
 	}
 	out, err := env.Kubectl(t, "patch", "-n", ns, "deployment/key", "--type=merge", "-p", `{"spec":{"replicas":0}}`)
 	if err == nil || !strings.Contains(out, "ValidatingAdmissionPolicy 'replicas.rampart.io'") || !strings.Contains(out, "needs confirmation") {

@@ -109,7 +109,7 @@ type Options struct {
 	// ReplicasExempt are requesters the explicit-replicas label never
 	// denies, e.g. the horizontal-pod-autoscaler's service account.
 	ReplicasExempt v1alpha1.Subjects
-	// CompiledPolicies has the API server enforce the label rules itself,
+	// CompiledPolicies has the API server enforce the static rules itself,
 	// as ValidatingAdmissionPolicies the manager keeps applied, and
 	// narrows the label webhooks once every API server does (registrar.Compiled).
 	CompiledPolicies bool
@@ -226,10 +226,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	reg.SetOwner(owner)
-	if err := watchProtections(ctx, mgr, reg, views, policies, o.Log); err != nil {
+	keeper := &registrar.Compiled{Client: direct, Servers: servers, Namespace: o.Namespace, Options: compiledOpts,
+		Enabled: o.CompiledPolicies, Registrar: reg, Owner: func() *metav1.OwnerReference { return owner }, Log: o.Log.WithName("compiled")}
+	if err := watchProtections(ctx, mgr, reg, keeper, views, policies, o.Log); err != nil {
 		return err
 	}
-	if err := controllers(ctx, mgr, o, reg, views, scales, recorder); err != nil {
+	if err := controllers(ctx, mgr, o, reg, keeper, views, scales, recorder); err != nil {
 		return err
 	}
 	if rotator != nil {
@@ -241,8 +243,6 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := mgr.Add(reg); err != nil {
 		return err
 	}
-	keeper := &registrar.Compiled{Client: direct, Servers: servers, Namespace: o.Namespace, Options: compiledOpts,
-		Enabled: o.CompiledPolicies, Registrar: reg, Owner: func() *metav1.OwnerReference { return owner }, Log: o.Log.WithName("compiled")}
 	if err := mgr.Add(keeper); err != nil {
 		return err
 	}

@@ -116,7 +116,7 @@ func checks(mgr ctrl.Manager, views *clusterview.Views, server webhookRegistrar,
 
 // watchProtections re-registers the webhooks when what they are made
 // from changes, and keeps the deletion view's policy counts current.
-func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Registrar, views *clusterview.Views, policies cachedPolicies, log logr.Logger) error {
+func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Registrar, keeper *registrar.Compiled, views *clusterview.Views, policies cachedPolicies, log logr.Logger) error {
 	// Policy changes re-register at once.
 	policyInformer, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.ProtectionPolicy{})
 	if err != nil {
@@ -132,6 +132,7 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Regi
 	})
 	policyChanged := func() {
 		reg.Poke()
+		keeper.Poke()
 		views.Deletion.Resync()
 	}
 	if _, err := policyInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -169,9 +170,9 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Regi
 // controllers are the controllers the leader runs: the Ready condition of
 // every kind whose webhooks Rampart registers, budget status and
 // generated budgets.
-func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registrar.Registrar, views *clusterview.Views, scales rampartadmission.Scales, recorder events.EventRecorder) error {
+func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registrar.Registrar, keeper *registrar.Compiled, views *clusterview.Views, scales rampartadmission.Scales, recorder events.EventRecorder) error {
 	for _, c := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		&policystatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
+		&policystatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration, Compiled: keeper},
 		&windowstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
 		&flowcontrolstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
 	} {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -21,8 +22,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
+	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;list;create;patch;delete
@@ -45,11 +48,14 @@ const (
 	sourceLabels = compiled.SourceLabels
 )
 
-// Compiled keeps the label rules compiled to ValidatingAdmissionPolicies
-// applied, and records when every API server enforces them, so that the
-// Registrar narrows the label webhooks to what still needs Rampart: the API
-// server then judges Always and the replicas of labelled built-in
-// workloads itself, with no webhook call and while Rampart is down.
+// Compiled keeps Rampart's static rules compiled to
+// ValidatingAdmissionPolicies applied: those of the labels and those of
+// every enforced ProtectionPolicy. It records when every API server
+// enforces them, so that the Registrar narrows the label webhooks to what
+// still needs Rampart (the API server then judges Always and the replicas
+// of labelled built-in workloads itself, with no webhook call) and each
+// policy's Ready condition says which engine enforces it. Whatever is in
+// force holds while Rampart is down.
 //
 // The API server loads policies from a watch, asynchronously, as it does
 // webhook configurations: a policy written is not yet one enforced. So the
@@ -57,8 +63,13 @@ const (
 // policies, the probe policy and binding are written with fresh tokens,
 // and the dry-run creation of the probe's ConfigMap is refused by an API
 // server only once its policy and binding watches have delivered both, and
-// so everything written before them. ProtectionPolicies keep their
-// webhooks for now.
+// so everything written before them.
+//
+// A ProtectionPolicy's webhooks stay wide: the webhook holds the policy
+// from the moment the API accepts it (the compiled policy only once every
+// API server has loaded it), counts its denials and records Events. Its
+// compiled policies are owned by it, so that the garbage collector removes
+// them with it.
 type Compiled struct {
 	Client  client.Client
 	Servers func(ctx context.Context) ([]kubernetes.Interface, error)
@@ -73,13 +84,32 @@ type Compiled struct {
 	Registrar *Registrar
 	Owner     func() *metav1.OwnerReference
 	Log       logr.Logger
+
+	kick chan struct{}
 }
 
 // NeedLeaderElection: one replica applies.
 func (c *Compiled) NeedLeaderElection() bool { return true }
 
+// Poke has the keeper look again now (a ProtectionPolicy changed) rather
+// than at its next round.
+func (c *Compiled) Poke() {
+	select {
+	case c.kicks() <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Compiled) kicks() chan struct{} {
+	if c.kick == nil {
+		c.kick = make(chan struct{}, 1)
+	}
+	return c.kick
+}
+
 // Start keeps the compiled policies in step until ctx ends.
 func (c *Compiled) Start(ctx context.Context) error {
+	kick := c.kicks()
 	for {
 		if err := c.sync(ctx); err != nil && ctx.Err() == nil {
 			c.Log.Error(err, "keeping the compiled policies; retrying")
@@ -87,32 +117,106 @@ func (c *Compiled) Start(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-kick:
 		case <-time.After(10 * time.Second):
 		}
 	}
 }
 
-func (c *Compiled) sync(ctx context.Context) error {
-	var want []compiled.Policy
-	if c.Enabled {
-		want = compiled.LabelRules(c.Options)
+// PolicyKey is a ProtectionPolicy's key in the in-force record.
+func PolicyKey(name string) string { return "policy/" + name }
+
+// wanted is what should be applied, and the record that says it is in
+// force: each source's version (Hash).
+func (c *Compiled) wanted(ctx context.Context) (labels []compiled.Policy, all []compiled.Policy, record map[string]string, err error) {
+	record = map[string]string{}
+	if !c.Enabled {
+		return nil, nil, record, nil
 	}
-	hash := Hash(want)
+	labels = compiled.LabelRules(c.Options)
+	all = append(all, labels...)
+	record[sourceLabels] = Hash(labels)
+	var policies v1alpha1.ProtectionPolicyList
+	if err := c.Client.List(ctx, &policies); err != nil {
+		return nil, nil, nil, err
+	}
+	for i := range policies.Items {
+		p := &policies.Items[i]
+		ps := PolicyRules(p, c.Options)
+		if len(ps) == 0 {
+			continue
+		}
+		owner := metav1.NewControllerRef(p, v1alpha1.GroupVersion.WithKind("ProtectionPolicy"))
+		owner.BlockOwnerDeletion = ptr.To(false)
+		for _, cp := range ps {
+			for _, obj := range []client.Object{cp.Policy, cp.Binding} {
+				obj.SetOwnerReferences([]metav1.OwnerReference{*owner})
+			}
+		}
+		all = append(all, ps...)
+		record[PolicyKey(p.Name)] = Hash(ps)
+	}
+	return labels, all, record, nil
+}
+
+// PolicyRules is what the manager compiles of a ProtectionPolicy: its
+// static rules when it is enforced. A Warn-mode policy is left to its
+// webhook, which warns already (with both, every warning would show
+// twice).
+func PolicyRules(p *v1alpha1.ProtectionPolicy, o compiled.Options) []compiled.Policy {
+	if !policy.Enforced(p) || p.DeletionTimestamp != nil {
+		return nil
+	}
+	return compiled.FromPolicy(p, o)
+}
+
+// PolicyState says how a ProtectionPolicy's static rules stand: the names
+// of the compiled policies the manager keeps for it (none when compiling
+// is off or the policy has no static rule) and whether every API server
+// enforces them as they are now.
+func (c *Compiled) PolicyState(ctx context.Context, p *v1alpha1.ProtectionPolicy) ([]string, bool, error) {
+	if !c.Enabled {
+		return nil, false, nil
+	}
+	ps := PolicyRules(p, c.Options)
+	if len(ps) == 0 {
+		return nil, false, nil
+	}
+	names := make([]string, len(ps))
+	for i, cp := range ps {
+		names[i] = cp.Policy.Name
+	}
+	record, err := readInForce(ctx, c.Client)
+	if err != nil {
+		return nil, false, err
+	}
+	return names, record[PolicyKey(p.Name)] == Hash(ps), nil
+}
+
+func (c *Compiled) sync(ctx context.Context) error {
+	labels, want, wantRecord, err := c.wanted(ctx)
+	if err != nil {
+		return err
+	}
+	hash := wantRecord[sourceLabels]
 	record, err := readInForce(ctx, c.Client)
 	if err != nil {
 		return err
 	}
-	drifted, err := c.drifted(ctx, want)
+	drifted, labelsDrifted, err := c.drifted(ctx, want)
 	if err != nil {
 		return err
 	}
-	if record[sourceLabels] == hash && !drifted {
+	if maps.Equal(record, wantRecord) && !drifted {
 		return nil
 	}
-	if record[sourceLabels] != "" {
-		// Widen the webhooks first, on every API server, before the
-		// policies they stand in for change.
-		if err := c.record(ctx, map[string]string{}); err != nil {
+	// The label webhooks are narrow while record[sourceLabels] is set:
+	// widen them first, on every API server, before the policies they
+	// stand in for change (a ProtectionPolicy's compiled policies change
+	// behind its webhooks, which stay wide).
+	if record[sourceLabels] != "" && (record[sourceLabels] != hash || labelsDrifted) {
+		delete(record, sourceLabels)
+		if err := c.record(ctx, record); err != nil {
 			return err
 		}
 		if err := c.Registrar.Sync(ctx); err != nil {
@@ -134,10 +238,10 @@ func (c *Compiled) sync(ctx context.Context) error {
 	if err := c.prove(ctx, ptoken, btoken); err != nil {
 		return err
 	}
-	if err := c.record(ctx, map[string]string{sourceLabels: hash}); err != nil {
+	if err := c.record(ctx, wantRecord); err != nil {
 		return err
 	}
-	c.Log.Info("compiled label rules in force on every API server; label webhooks narrowed", "hash", hash)
+	c.Log.Info("compiled policies in force on every API server", "labels", hash, "protectionPolicies", len(wantRecord)-1, "policies", len(want), "labelRules", len(labels))
 	c.Registrar.Poke()
 	return nil
 }
@@ -155,38 +259,48 @@ func Hash(ps []compiled.Policy) string {
 }
 
 // drifted says whether what the manager applied differs from want (a
-// policy deleted or edited by hand, or one no longer wanted).
-func (c *Compiled) drifted(ctx context.Context, want []compiled.Policy) (bool, error) {
+// policy deleted or edited by hand, one not applied yet, or one no longer
+// wanted), and whether the label rules' policies are among those that
+// differ: only those are behind the narrowed label webhooks.
+func (c *Compiled) drifted(ctx context.Context, want []compiled.Policy) (anything, labels bool, err error) {
 	var have admissionregistrationv1.ValidatingAdmissionPolicyList
 	if err := c.Client.List(ctx, &have, client.MatchingLabels{labelAppliedBy: appliedBy}); err != nil {
-		return false, err
+		return false, false, err
 	}
 	var bindings admissionregistrationv1.ValidatingAdmissionPolicyBindingList
 	if err := c.Client.List(ctx, &bindings, client.MatchingLabels{labelAppliedBy: appliedBy}); err != nil {
-		return false, err
+		return false, false, err
 	}
-	specs := map[string]string{}
+	type live struct{ spec, source string }
+	specs := map[string]live{}
 	for _, p := range have.Items {
 		if p.Name != probeName {
-			specs["p/"+p.Name] = specJSON(p.Spec)
+			specs["p/"+p.Name] = live{specJSON(p.Spec), p.Labels[compiled.LabelSource]}
 		}
 	}
 	for _, b := range bindings.Items {
 		if b.Name != probeName {
-			specs["b/"+b.Name] = specJSON(b.Spec)
+			specs["b/"+b.Name] = live{specJSON(b.Spec), b.Labels[compiled.LabelSource]}
 		}
 	}
-	if len(specs) != 2*len(want) {
-		return true, nil
+	differs := func(source string) {
+		anything = true
+		labels = labels || source == sourceLabels
 	}
 	for _, p := range want {
+		source := p.Policy.Labels[compiled.LabelSource]
 		// The API server defaults some fields: compare what was asked for
 		// field by field through a round trip of the live object.
-		if !covers(specs["p/"+p.Policy.Name], p.Policy.Spec) || !covers(specs["b/"+p.Binding.Name], p.Binding.Spec) {
-			return true, nil
+		if !covers(specs["p/"+p.Policy.Name].spec, p.Policy.Spec) || !covers(specs["b/"+p.Binding.Name].spec, p.Binding.Spec) {
+			differs(source)
 		}
+		delete(specs, "p/"+p.Policy.Name)
+		delete(specs, "b/"+p.Binding.Name)
 	}
-	return false, nil
+	for _, l := range specs {
+		differs(l.source)
+	}
+	return anything, labels, nil
 }
 
 func specJSON(v any) string {
@@ -286,7 +400,7 @@ func (c *Compiled) applyOne(ctx context.Context, obj client.Object) error {
 	}
 	labels[labelAppliedBy] = appliedBy
 	obj.SetLabels(labels)
-	if c.Owner != nil {
+	if c.Owner != nil && len(obj.GetOwnerReferences()) == 0 {
 		if owner := c.Owner(); owner != nil {
 			obj.SetOwnerReferences([]metav1.OwnerReference{*owner})
 		}
@@ -388,7 +502,7 @@ func (c *Compiled) record(ctx context.Context, inForce map[string]string) error 
 }
 
 // readInForce reads the record; none means nothing is in force.
-func readInForce(ctx context.Context, c client.Client) (map[string]string, error) {
+func readInForce(ctx context.Context, c client.Reader) (map[string]string, error) {
 	p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	err := c.Get(ctx, client.ObjectKey{Name: probeName}, p)
 	if apierrors.IsNotFound(err) {

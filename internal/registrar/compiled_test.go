@@ -1,10 +1,17 @@
 package registrar
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
@@ -59,5 +66,106 @@ func TestHashFollowsTheRules(t *testing.T) {
 	}
 	if Hash(nil) != "" {
 		t.Error("no rules have a version")
+	}
+}
+
+// What the manager compiles of a ProtectionPolicy, and how its Ready
+// condition learns whether every API server enforces it: the record on
+// the probe policy, by the policy's version.
+func TestPolicyStateFollowsTheRecord(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(s), v1alpha1.AddToScheme(s)); err != nil {
+		t.Fatal(err)
+	}
+	always := &v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ledger"}, Spec: v1alpha1.ProtectionPolicySpec{
+		Resources:  []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
+		Protection: v1alpha1.ProtectionAlways}}
+	cascading := always.DeepCopy()
+	cascading.Spec.Protection = v1alpha1.ProtectionCascading
+	warn := always.DeepCopy()
+	warn.Spec.Mode = v1alpha1.ModeWarn
+	opts := compiled.Options{OwnNamespace: "rampart-system"}
+	if n := len(PolicyRules(always, opts)); n != 1 {
+		t.Errorf("an Always policy compiles to %d policies, want 1", n)
+	}
+	if n := len(PolicyRules(cascading, opts)) + len(PolicyRules(warn, opts)); n != 0 {
+		t.Errorf("Cascading and Warn-mode policies compile to %d policies, want none (the webhook judges them alone)", n)
+	}
+
+	record := func(r map[string]string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+		raw, _ := json.Marshal(r)
+		return &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: probeName, Annotations: map[string]string{inForceAnnotation: string(raw)}}}
+	}
+	for _, tt := range []struct {
+		name    string
+		enabled bool
+		policy  *v1alpha1.ProtectionPolicy
+		probe   *admissionregistrationv1.ValidatingAdmissionPolicy
+		names   int
+		inForce bool
+	}{
+		{"compiling off", false, always, record(map[string]string{PolicyKey("ledger"): Hash(PolicyRules(always, opts))}), 0, false},
+		{"nothing static", true, cascading, nil, 0, false},
+		{"not proved yet", true, always, nil, 1, false},
+		{"an older version proved", true, always, record(map[string]string{PolicyKey("ledger"): "0123456789abcdef"}), 1, false},
+		{"in force", true, always, record(map[string]string{PolicyKey("ledger"): Hash(PolicyRules(always, opts))}), 1, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := fake.NewClientBuilder().WithScheme(s)
+			if tt.probe != nil {
+				b = b.WithObjects(tt.probe)
+			}
+			c := &Compiled{Client: b.Build(), Options: opts, Enabled: tt.enabled}
+			names, inForce, err := c.PolicyState(context.Background(), tt.policy)
+			if err != nil || len(names) != tt.names || inForce != tt.inForce {
+				t.Errorf("PolicyState = %v, %v, %v; want %d names, in force %v", names, inForce, err, tt.names, tt.inForce)
+			}
+			if tt.names == 1 && names[0] != "ledger.deletion.policy.rampart.io" {
+				t.Errorf("compiled policy %q, want the webhook's name", names[0])
+			}
+		})
+	}
+}
+
+// A ProtectionPolicy's compiled policy missing (just created) or stale
+// (its policy deleted) is drift to repair, but not a reason to widen the
+// label webhooks; a label rule's policy or binding missing is.
+func TestDriftOfAPolicyLeavesTheLabelWebhooksNarrow(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(s), v1alpha1.AddToScheme(s)); err != nil {
+		t.Fatal(err)
+	}
+	opts := compiled.Options{OwnNamespace: "rampart-system"}
+	labels := compiled.LabelRules(opts)
+	ledger := PolicyRules(&v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ledger"}, Spec: v1alpha1.ProtectionPolicySpec{
+		Resources:  []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
+		Protection: v1alpha1.ProtectionAlways}}, opts)
+	applied := func(ps []compiled.Policy) *Compiled {
+		b := fake.NewClientBuilder().WithScheme(s)
+		for _, p := range ps {
+			for _, obj := range []client.Object{p.Policy.DeepCopy(), p.Binding.DeepCopy()} {
+				obj.GetLabels()[labelAppliedBy] = appliedBy
+				b = b.WithObjects(obj)
+			}
+		}
+		return &Compiled{Client: b.Build(), Options: opts, Enabled: true}
+	}
+	both := append(append([]compiled.Policy{}, labels...), ledger...)
+	for _, tt := range []struct {
+		name           string
+		have, want     []compiled.Policy
+		anything, lbls bool
+	}{
+		{"in step", both, both, false, false},
+		{"a new policy's not applied yet", labels, both, true, false},
+		{"a deleted policy's still there", both, labels, true, false},
+		{"a label rule's missing", append(append([]compiled.Policy{}, labels[1:]...), ledger...), both, true, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			anything, lbls, err := applied(tt.have).drifted(context.Background(), tt.want)
+			if err != nil || anything != tt.anything || lbls != tt.lbls {
+				t.Errorf("drifted = %v, labels %v, %v; want %v, labels %v", anything, lbls, err, tt.anything, tt.lbls)
+			}
+		})
 	}
 }

@@ -1,10 +1,13 @@
 // Package policystatus keeps each ProtectionPolicy's Ready condition:
 // True once the registered webhook configuration holds the policy's
-// webhooks as its current spec makes them.
+// webhooks as its current spec makes them. Its message also says whether
+// the policy's static rules are compiled to ValidatingAdmissionPolicies
+// and whether every API server enforces them yet.
 package policystatus
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,7 +25,17 @@ type Reconciler struct {
 	Client client.Client
 	// Registration is the endpoint and CA part of what is registered.
 	Registration func() rampartadmission.Registration
+	// Compiled says whether the policy's static rules are also compiled
+	// to ValidatingAdmissionPolicies, and in force (registrar.Compiled);
+	// nil: they are not compiled.
+	Compiled interface {
+		PolicyState(context.Context, *v1alpha1.ProtectionPolicy) (names []string, inForce bool, err error)
+	}
 }
+
+// compiledWait is how soon the condition is looked at again while the
+// API servers load a policy's compiled rules.
+const compiledWait = 2 * time.Second
 
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	p := &v1alpha1.ProtectionPolicy{}
@@ -35,6 +48,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !policy.Enforced(p) {
 		mode = "; warning only"
 	}
+	var compiledNames []string
+	var compiledInForce bool
+	if r.Compiled != nil {
+		var err error
+		if compiledNames, compiledInForce, err = r.Compiled.PolicyState(ctx, p); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if len(compiledNames) > 0 {
+		// Which engine enforces what: the webhooks judge everything from
+		// the start; the API server judges the static rules itself once
+		// it has loaded them, also while Rampart is down.
+		list := strings.Join(compiledNames, ", ")
+		if compiledInForce {
+			mode += "; its static rules also enforced by the API server itself, without Rampart (ValidatingAdmissionPolicy " + list + ")"
+		} else {
+			mode += "; compiling its static rules to ValidatingAdmissionPolicy " + list + " (not loaded by every API server yet)"
+		}
+	}
 	cond, err := ready.Condition(ctx, r.Client, reg, rampartadmission.PolicyOwner(p.Name), p.Generation, "Enforced", mode)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -45,6 +77,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if cond.Reason == ready.Registering {
 		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	if len(compiledNames) > 0 && !compiledInForce {
+		return reconcile.Result{RequeueAfter: compiledWait}, nil
 	}
 	return reconcile.Result{}, nil
 }

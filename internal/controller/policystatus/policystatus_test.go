@@ -65,3 +65,65 @@ func TestReadyFollowsTheRegisteredConfiguration(t *testing.T) {
 		t.Errorf("after registration: %+v", c)
 	}
 }
+
+type compiledState struct {
+	names   []string
+	inForce bool
+}
+
+func (c *compiledState) PolicyState(context.Context, *v1alpha1.ProtectionPolicy) ([]string, bool, error) {
+	return c.names, c.inForce, nil
+}
+
+// The Ready condition says which engine enforces the policy: its webhook
+// from the start, and the API server itself once every API server has
+// loaded the compiled static rules; until then it is looked at again.
+func TestReadySaysWhichEngineEnforces(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(s), v1alpha1.AddToScheme(s)); err != nil {
+		t.Fatal(err)
+	}
+	base := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
+	p := &v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ledger", Generation: 1}, Spec: v1alpha1.ProtectionPolicySpec{
+		Resources:  []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
+		Protection: v1alpha1.ProtectionAlways}}
+	reg := base
+	reg.Policies = []v1alpha1.ProtectionPolicy{*p}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(p, rampartadmission.ValidatingConfig(reg)).WithStatusSubresource(p).Build()
+	state := &compiledState{names: []string{"ledger.deletion.policy.rampart.io"}}
+	r := &Reconciler{Client: c, Registration: func() rampartadmission.Registration { return base }, Compiled: state}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "ledger"}}
+	message := func() string {
+		t.Helper()
+		got := &v1alpha1.ProtectionPolicy{}
+		if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+			t.Fatal(err)
+		}
+		cond := meta.FindStatusCondition(got.Status.Conditions, "Ready")
+		if cond == nil || cond.Status != metav1.ConditionTrue {
+			t.Fatalf("Ready = %+v, want True: the webhook enforces the policy whatever the compiled policy's state", cond)
+		}
+		return cond.Message
+	}
+
+	if res, err := r.Reconcile(context.Background(), req); err != nil || res.RequeueAfter != compiledWait {
+		t.Fatalf("reconcile while loading = %v, %v; want a look again in %v", res, err, compiledWait)
+	}
+	if m := message(); m != "webhook ledger.deletion.policy.rampart.io registered; enforced; compiling its static rules to ValidatingAdmissionPolicy ledger.deletion.policy.rampart.io (not loaded by every API server yet)" {
+		t.Errorf("while the API servers load it: %q", m)
+	}
+	state.inForce = true
+	if res, err := r.Reconcile(context.Background(), req); err != nil || res.RequeueAfter != 0 {
+		t.Fatalf("reconcile in force = %v, %v", res, err)
+	}
+	if m := message(); m != "webhook ledger.deletion.policy.rampart.io registered; enforced; its static rules also enforced by the API server itself, without Rampart (ValidatingAdmissionPolicy ledger.deletion.policy.rampart.io)" {
+		t.Errorf("in force: %q", m)
+	}
+	state.names = nil
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if m := message(); m != "webhook ledger.deletion.policy.rampart.io registered; enforced" {
+		t.Errorf("nothing compiled: %q", m)
+	}
+}
