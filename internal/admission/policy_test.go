@@ -313,3 +313,58 @@ spec:
 		t.Fatal(err)
 	}
 }
+
+// A cleanup across all namespaces (`kubectl delete configmaps -A -l ...`)
+// reaches a policy's webhook with every item, whatever the policy's
+// namespaceSelector: the items' request has no namespace for the API
+// server to match. Items outside the namespaces the policy selects go;
+// those inside are refused. Acted on right after the policy is accepted.
+func TestAllNamespaceCleanupSparesOnlyWhatAPolicySelects(t *testing.T) {
+	env := clustertest.Get(t)
+	selected, other := env.Namespace(t), env.Namespace(t)
+	if err := applyPolicy(t, env, allNamespaceSweepPolicy(selected)); err != nil {
+		t.Fatal(err)
+	}
+	sweepAcrossNamespaces(t, env, selected, other)
+}
+
+// allNamespaceSweepPolicy protects the ConfigMaps of namespace selected
+// (and no other) with protection Always.
+func allNamespaceSweepPolicy(selected string) string {
+	return fmt.Sprintf(`
+apiVersion: rampart.io/v1alpha1
+kind: ProtectionPolicy
+metadata: {name: sweep-%s}
+spec:
+  protection: Always
+  resources: [{apiGroups: [""], resources: [configmaps]}]
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}`, selected, selected)
+}
+
+// sweepAcrossNamespaces deletes, across all namespaces, first a ConfigMap
+// of namespace other (it goes), then one of namespace selected (refused
+// by policy sweep-SELECTED).
+func sweepAcrossNamespaces(t *testing.T, env *clustertest.Env, selected, other string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, ns := range []string{selected, other} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "swept", Labels: map[string]string{"sweep": selected, "in": ns}}}
+		if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweep := func(ns string) error {
+		return env.Client.CoreV1().ConfigMaps(metav1.NamespaceAll).DeleteCollection(ctx, metav1.DeleteOptions{},
+			metav1.ListOptions{LabelSelector: "sweep=" + selected + ",in=" + ns})
+	}
+	if err := sweep(other); err != nil {
+		t.Errorf("deleting, across all namespaces, a ConfigMap in namespace %s, which policy sweep-%s does not select: %v", other, selected, err)
+	}
+	if _, err := env.Client.CoreV1().ConfigMaps(other).Get(ctx, "swept", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the unselected ConfigMap after the sweep: %v, want it gone", err)
+	}
+	mustForbid(t, sweep(selected), "sweep-"+selected)
+	if _, err := env.Client.CoreV1().ConfigMaps(selected).Get(ctx, "swept", metav1.GetOptions{}); err != nil {
+		t.Errorf("the selected ConfigMap after the refused sweep: %v", err)
+	}
+}
