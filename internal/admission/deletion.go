@@ -42,9 +42,6 @@ type ReplicasPaths interface {
 type DeletionView interface {
 	deletion.View
 	ReplicasPaths
-	// NamespaceLabels are a namespace's labels; ok is false if it is
-	// unknown.
-	NamespaceLabels(ns string) (map[string]string, bool)
 	// HasSynced is false until the caches hold the whole cluster.
 	HasSynced() bool
 }
@@ -111,7 +108,7 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 		Level: v1alpha1.ProtectionLevel(old.GetLabels()[v1alpha1.LabelProtection]),
 	}
 	r.Singular = protection.Singular(h.Mapper, r.Resource)
-	pol, resp := findPolicy(ctx, h.Policies, h.View.NamespaceLabels, req, &old)
+	pol, resp := findPolicy(ctx, h.Policies, req, &old)
 	if resp != nil {
 		return *resp
 	}
@@ -148,15 +145,7 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 // through. It returns a response when the request is settled without a
 // decision: the policy is gone, no longer selects the object (the API
 // server may still hold an older configuration), or exempts the requester.
-//
-// The API server matched the policy's namespaceSelector itself, except for
-// the items of a DeleteCollection across all namespaces: their request has
-// no namespace, so every namespace matches (as for a cluster-scoped
-// object), and the selector is matched here against the object's own
-// namespace, lest a cleanup such as `kubectl delete pods -A
-// --field-selector status.phase=Failed` be refused wherever a policy
-// protects pods in one namespace.
-func findPolicy(ctx context.Context, policies Policies, nsLabels func(string) (map[string]string, bool), req admission.Request, obj *unstructured.Unstructured) (*v1alpha1.ProtectionPolicy, *admission.Response) {
+func findPolicy(ctx context.Context, policies Policies, req admission.Request, obj *unstructured.Unstructured) (*v1alpha1.ProtectionPolicy, *admission.Response) {
 	name, ok := policyName(ctx)
 	if !ok {
 		return nil, nil
@@ -171,12 +160,7 @@ func findPolicy(ctx context.Context, policies Policies, nsLabels func(string) (m
 		return nil, &errored
 	}
 	gr := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
-	var inNamespace map[string]string
-	if ns := obj.GetNamespace(); req.Namespace == "" && ns != "" {
-		l, known := nsLabels(ns)
-		inNamespace = policy.NamespaceLabels(ns, l, known)
-	}
-	if !found || !policy.Covers(pol, gr, inNamespace, obj.GetLabels()) || protection.Names(pol.Spec.Exempt, req.UserInfo) {
+	if !found || !policy.Covers(pol, gr, nil, obj.GetLabels()) || protection.Names(pol.Spec.Exempt, req.UserInfo) {
 		return nil, &allowed
 	}
 	return pol, nil

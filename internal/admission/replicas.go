@@ -159,7 +159,7 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 		uid = old.GetUID()
 		base.Old, base.New = replicasAt(&old, path, 1), replicasAt(&cur, path, 1)
 		base.Confirm = cur.GetAnnotations()[v1alpha1.AnnotationConfirmReplicas]
-		pol, resp := findPolicy(ctx, h.Policies, h.View.NamespaceLabels, req, &old)
+		pol, resp := findPolicy(ctx, h.Policies, req, &old)
 		switch {
 		case resp != nil:
 			return *resp

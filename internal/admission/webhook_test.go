@@ -427,15 +427,6 @@ spec:
 	}
 	compiledName := policyName + ".deletion.policy.rampart.io"
 	waitPolicyReadySaying(t, env, policyName, "also enforced by the API server itself, without Rampart (ValidatingAdmissionPolicy "+compiledName+")")
-	// With both engines in force, a cleanup across all namespaces still
-	// reaches only what the policy selects (the compiled policy leaves
-	// those items to the webhook).
-	selected, other := env.Namespace(t), env.Namespace(t)
-	if err := applyPolicy(t, env, allNamespaceSweepPolicy(selected)); err != nil {
-		t.Fatal(err)
-	}
-	waitPolicyReadySaying(t, env, "sweep-"+selected, "also enforced by the API server itself")
-	sweepAcrossNamespaces(t, env, selected, other)
 	if err := env.StopComponent("rampart-manager"); err != nil {
 		t.Fatal(err)
 	}

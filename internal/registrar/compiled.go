@@ -167,7 +167,6 @@ func PolicyRules(p *v1alpha1.ProtectionPolicy, o compiled.Options) []compiled.Po
 	if !policy.Enforced(p) || p.DeletionTimestamp != nil {
 		return nil
 	}
-	o.WithWebhooks = true
 	return compiled.FromPolicy(p, o)
 }
 

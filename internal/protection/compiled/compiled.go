@@ -59,15 +59,6 @@ type Options struct {
 	// ReplicasExempt are requesters the explicit-replicas label never
 	// denies (the manager's --replicas-exempt-* flags).
 	ReplicasExempt v1alpha1.Subjects
-	// WithWebhooks says the policies' webhooks are registered beside the
-	// compiled policies (the manager's hybrid). A policy's compiled
-	// deletion rule then leaves to its webhook the items of a
-	// DeleteCollection across all namespaces, which the API server
-	// matches to every namespaceSelector (their request has no namespace)
-	// and which only the webhook can match to the object's namespace.
-	// Without webhooks (`rampart export policies`), those items are
-	// refused: failing closed, as a webhook that cannot be reached does.
-	WithWebhooks bool
 }
 
 // Policy is one compiled ValidatingAdmissionPolicy with its binding (of
@@ -129,12 +120,6 @@ func FromPolicy(p *v1alpha1.ProtectionPolicy, o Options) []Policy {
 		del := newPolicy(DeletionName(p.Name), p.Name, deleteRules(p.Spec.Resources), o.notOwn(p.Spec.NamespaceSelector))
 		del.Policy.Spec.MatchConstraints.ObjectSelector = orEverything(p.Spec.ObjectSelector)
 		del.Policy.Spec.MatchConditions = exemptCondition(p.Spec.Exempt)
-		if o.WithWebhooks && p.Spec.NamespaceSelector != nil {
-			del.Policy.Spec.MatchConditions = append(del.Policy.Spec.MatchConditions, admissionregistrationv1.MatchCondition{
-				Name:       "namespace-matched-by-the-api-server",
-				Expression: `(has(request.namespace) && request.namespace != "") || oldObject == null || !has(oldObject.metadata.namespace) || oldObject.metadata.namespace == ""`,
-			})
-		}
 		del.Policy.Spec.Validations = []admissionregistrationv1.Validation{deletionValidation(src)}
 		out = append(out, del.mode(p))
 	}

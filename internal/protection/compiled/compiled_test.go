@@ -112,14 +112,8 @@ func webhooks(t *testing.T, r request, policies []v1alpha1.ProtectionPolicy, o O
 	gr := r.gvr.GroupResource()
 	old := &unstructured.Unstructured{Object: r.old}
 	var nsLabels map[string]string
-	switch {
-	case r.namespace != "":
+	if r.namespace != "" {
 		nsLabels = nsByName[r.namespace].Labels
-	case old.GetNamespace() != "":
-		// An item of a DeleteCollection across all namespaces: the
-		// webhook matches the policy's namespaceSelector to the object's
-		// namespace (findPolicy).
-		nsLabels = nsByName[old.GetNamespace()].Labels
 	}
 	// The webhook names a deleted object from the old object: an item of
 	// a DeleteCollection comes with the collection's request, no name.
@@ -314,43 +308,6 @@ func TestBothEnginesAgree(t *testing.T) {
 				if got.warnings[i] != want.warnings[i] {
 					t.Fatalf("warnings differ:\n  Go decision:   %q\n  compiled CEL:  %q", want.warnings[i], got.warnings[i])
 				}
-			}
-		})
-	}
-}
-
-// Items of a DeleteCollection across all namespaces reach every policy
-// whatever its namespaceSelector (their request has no namespace, so the
-// API server matches them as it matches cluster-scoped objects). Beside
-// the webhooks, a compiled policy leaves them to the webhook, which
-// matches the selector to the object's namespace; alone (`rampart export
-// policies`), it refuses them all, failing closed.
-func TestAllNamespaceCollectionItems(t *testing.T) {
-	api := newAPIServer(t, cluster...)
-	hybridOptions := tableOptions
-	hybridOptions.WithWebhooks = true
-	hybrid, alone := Compile(tablePolicies, hybridOptions), Compile(tablePolicies, tableOptions)
-	for _, tt := range []struct {
-		name                  string
-		req                   request
-		webhook, compiledOnly bool // denied by
-	}{
-		{"in a namespace the policy selects", collectionItem(del(configMaps, "shop", "prices", nil, admin), true), true, true},
-		{"in a namespace it does not select", collectionItem(del(configMaps, "lab", "prices", nil, admin), true), false, true},
-		{"Always-labelled, in any namespace (the label rule's own)", collectionItem(del(configMaps, "lab", "settings", always, admin), true), true, true},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := webhooks(t, tt.req, tablePolicies, tableOptions, api.namespaces); got.denied != tt.webhook {
-				t.Errorf("the webhook: %s, want denied=%v", got, tt.webhook)
-			}
-			// Beside the webhook the compiled policies deny only what the
-			// label rule denies (it has no namespaceSelector).
-			labelRule := tt.req.old["metadata"].(map[string]any)["labels"] != nil
-			if got := api.admit(t, hybrid, tt.req.attributes()); got.denied != labelRule {
-				t.Errorf("compiled beside the webhooks: %s, want denied=%v (the webhook judges the rest)", got, labelRule)
-			}
-			if got := api.admit(t, alone, tt.req.attributes()); got.denied != tt.compiledOnly {
-				t.Errorf("compiled alone: %s, want denied=%v (fail closed)", got, tt.compiledOnly)
 			}
 		})
 	}
