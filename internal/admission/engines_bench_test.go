@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
@@ -18,12 +20,15 @@ import (
 )
 
 // BenchmarkDeleteLatencyByEngine measures, in one interleaved run through
-// the real API server, the latency of a dry-run DELETE of three ConfigMaps:
+// the real API server, the latency of a dry-run DELETE of four ConfigMaps:
 // one no rule reaches, one a compiled policy (ValidatingAdmissionPolicy)
-// denies, one Rampart's webhook denies (rampart.io/protection=Always).
-// Each iteration sends the three in a random order, so the machine's noise
-// falls on all three alike. It reports each one's p50 and p99 and the
-// ratios to no rule. Run:
+// denies, one Rampart's webhook denies (rampart.io/protection=Always), and
+// one a bare ValidatingAdmissionPolicy denies with a fixed message and no
+// selector: the floor of any denial by the API server's policies, against
+// which the compiled policy's own cost (its selectors and message) shows.
+// Each iteration sends the four in a random order, so the machine's noise
+// falls on all alike. It reports each one's p50 and p99 and the ratios to
+// no rule. Run:
 //
 //	go test -run '^$' -bench DeleteLatencyByEngine -benchtime 500x ./internal/admission/
 func BenchmarkDeleteLatencyByEngine(b *testing.B) {
@@ -34,6 +39,7 @@ func BenchmarkDeleteLatencyByEngine(b *testing.B) {
 		"norule":   nil,
 		"compiled": {"bench-engine": "compiled"},
 		"webhook":  {v1alpha1.LabelProtection: string(v1alpha1.ProtectionAlways)},
+		"floor":    {"bench-engine": "floor"},
 	}
 	for name, labels := range objects {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
@@ -47,8 +53,15 @@ func BenchmarkDeleteLatencyByEngine(b *testing.B) {
 		ObjectSelector: &metav1.LabelSelector{MatchLabels: objects["compiled"]},
 		Protection:     v1alpha1.ProtectionAlways,
 	}}
+	cs := compiled.FromPolicy(&p, compiled.Options{OwnNamespace: "rampart-system"})
+	floor := compiled.FromPolicy(&p, compiled.Options{})[0]
+	floor.Policy.Name = "floor-" + ns
+	floor.Binding.Name, floor.Binding.Spec.PolicyName = floor.Policy.Name, floor.Policy.Name
+	floor.Policy.Spec.Variables, floor.Policy.Spec.MatchConstraints.NamespaceSelector = nil, nil
+	floor.Policy.Spec.MatchConstraints.ObjectSelector = &metav1.LabelSelector{MatchLabels: objects["floor"]}
+	floor.Policy.Spec.Validations = []admissionregistrationv1.Validation{{Expression: "false", Message: "denied", Reason: ptr.To(metav1.StatusReasonForbidden)}}
 	vaps := env.Client.AdmissionregistrationV1()
-	for _, c := range compiled.FromPolicy(&p, compiled.Options{OwnNamespace: "rampart-system"}) {
+	for _, c := range append(cs, floor) {
 		if _, err := vaps.ValidatingAdmissionPolicies().Create(ctx, c.Policy, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
@@ -63,14 +76,16 @@ func BenchmarkDeleteLatencyByEngine(b *testing.B) {
 	dryDelete := func(name string) error {
 		return env.Client.CoreV1().ConfigMaps(ns).Delete(ctx, name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return apierrors.IsForbidden(dryDelete("compiled")), nil
-	}); err != nil {
-		b.Fatal("the compiled policy was never enforced")
+	for _, name := range []string{"compiled", "floor"} {
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return apierrors.IsForbidden(dryDelete(name)), nil
+		}); err != nil {
+			b.Fatalf("the %s policy was never enforced", name)
+		}
 	}
-	want := map[string]bool{"norule": false, "compiled": true, "webhook": true} // denied
+	want := map[string]bool{"norule": false, "compiled": true, "webhook": true, "floor": true} // denied
 	took := map[string][]time.Duration{}
-	names := []string{"norule", "compiled", "webhook"}
+	names := []string{"norule", "compiled", "webhook", "floor"}
 	b.ResetTimer()
 	for range b.N {
 		rand.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
@@ -89,11 +104,12 @@ func BenchmarkDeleteLatencyByEngine(b *testing.B) {
 		slices.Sort(d)
 		return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000
 	}
-	for _, name := range []string{"norule", "compiled", "webhook"} {
+	for _, name := range names {
 		b.ReportMetric(pct(name, 0.5), name+"-p50-ms")
 		b.ReportMetric(pct(name, 0.99), name+"-p99-ms")
 	}
 	b.ReportMetric(pct("compiled", 0.5)/pct("norule", 0.5), "compiled/norule-p50")
 	b.ReportMetric(pct("webhook", 0.5)/pct("norule", 0.5), "webhook/norule-p50")
+	b.ReportMetric(pct("floor", 0.5)/pct("norule", 0.5), "floor/norule-p50")
 	b.ReportMetric(0, "ns/op")
 }
