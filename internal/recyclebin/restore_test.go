@@ -1,0 +1,255 @@
+package recyclebin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// fakeCluster is the API server for the restore's decisions: which
+// objects are live, and what is created (a UID each).
+type fakeCluster struct {
+	live    map[string]types.UID // "resource/namespace/name", and "Kind/namespace/name" for owners
+	created []*unstructured.Unstructured
+	dryRuns int
+}
+
+func (f *fakeCluster) Exists(_ context.Context, gvr schema.GroupVersionResource, ns, name string) (types.UID, bool, error) {
+	uid, ok := f.live[gvr.Resource+"/"+ns+"/"+name]
+	return uid, ok, nil
+}
+
+func (f *fakeCluster) Owner(_ context.Context, ref metav1.OwnerReference, ns string) (types.UID, bool, error) {
+	uid, ok := f.live[ref.Kind+"/"+ns+"/"+ref.Name]
+	return uid, ok, nil
+}
+
+func (f *fakeCluster) Create(_ context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, dryRun bool) (*unstructured.Unstructured, error) {
+	if dryRun {
+		f.dryRuns++
+		return obj, nil
+	}
+	obj = obj.DeepCopy()
+	obj.SetUID(types.UID(fmt.Sprintf("new-%d", len(f.created)+1)))
+	f.created = append(f.created, obj)
+	f.live[gvr.Resource+"/"+obj.GetNamespace()+"/"+obj.GetName()] = obj.GetUID()
+	f.live[obj.GetKind()+"/"+obj.GetNamespace()+"/"+obj.GetName()] = obj.GetUID()
+	return obj, nil
+}
+
+func kept(gvr schema.GroupVersionResource, kind, ns, name, uid string, owners ...metav1.OwnerReference) Entry {
+	meta := map[string]any{"name": name, "uid": uid, "resourceVersion": "42", "creationTimestamp": "2026-11-20T10:00:00Z",
+		"managedFields": []any{map[string]any{"manager": "kubectl"}}, "labels": map[string]any{"app": "web"}}
+	if ns != "" {
+		meta["namespace"] = ns
+	}
+	if len(owners) > 0 {
+		var refs []any
+		for _, o := range owners {
+			refs = append(refs, map[string]any{"apiVersion": o.APIVersion, "kind": o.Kind, "name": o.Name, "uid": string(o.UID), "controller": true})
+		}
+		meta["ownerReferences"] = refs
+	}
+	obj := map[string]any{"apiVersion": gvr.GroupVersion().String(), "kind": kind, "metadata": meta, "status": map[string]any{"phase": "Running"}}
+	if kind == "Pod" {
+		obj["spec"] = map[string]any{"nodeName": "node-3", "containers": []any{map[string]any{"name": "app", "image": "app:1"}}}
+	}
+	raw, _ := json.Marshal(obj)
+	return Entry{Resource: gvr, Kind: kind, Namespace: ns, Name: name, UID: types.UID(uid), DeletedAt: time.Now(), How: HowAPI, State: StateDeleted, Object: raw}
+}
+
+func ref(kind, name, uid string) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: "apps/v1", Kind: kind, Name: name, UID: types.UID(uid)}
+}
+
+var (
+	namespaces  = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	deployments = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	replicaSets = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"}
+	pods        = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+)
+
+// A namespace deleted with its contents comes back namespace first, then
+// each owner before what it owns, every ownerReference pointing at the
+// restored owner's new UID (or the garbage collector would delete the
+// restored objects again), and nothing the API server sets carried over.
+func TestRestoreOrdersAndRelinksOwners(t *testing.T) {
+	entries := []Entry{ // in the order a bin lists them: no help
+		kept(pods, "Pod", "shop", "web-1", "old-pod", ref("ReplicaSet", "web-7d", "old-rs")),
+		kept(replicaSets, "ReplicaSet", "shop", "web-7d", "old-rs", ref("Deployment", "web", "old-deploy")),
+		kept(configMaps, "ConfigMap", "shop", "prices", "old-cm"),
+		kept(deployments, "Deployment", "shop", "web", "old-deploy"),
+		kept(namespaces, "Namespace", "", "shop", "old-ns"),
+	}
+	plan, err := PlanRestore(entries, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, s := range plan.Steps {
+		order = append(order, s.Object.GetName())
+	}
+	if got := strings.Join(order, " "); got != "shop prices web web-7d web-1" {
+		t.Fatalf("restore order %q, want the namespace, then owners before what they own", got)
+	}
+	c := &fakeCluster{live: map[string]types.UID{}}
+	outcomes, err := plan.Run(context.Background(), c, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uids := map[string]types.UID{}
+	for _, o := range outcomes {
+		if !o.Created || o.UID == "" {
+			t.Fatalf("%s not created: %+v", o.Step.Entry.Described(), o)
+		}
+		uids[o.Step.Object.GetName()] = o.UID
+	}
+	for _, obj := range c.created {
+		if obj.GetResourceVersion() != "" || !obj.GetCreationTimestamp().Time.IsZero() || obj.GetManagedFields() != nil {
+			t.Errorf("%s created with server-set fields: %v", obj.GetName(), obj.Object["metadata"])
+		}
+		if _, ok := obj.Object["status"]; ok {
+			t.Errorf("%s created with its old status", obj.GetName())
+		}
+		if obj.GetLabels()["app"] != "web" {
+			t.Errorf("%s lost its labels", obj.GetName())
+		}
+		switch obj.GetName() {
+		case "web-7d":
+			if refs := obj.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != uids["web"] {
+				t.Errorf("the ReplicaSet's owner: %+v, want the restored Deployment's uid %s", refs, uids["web"])
+			}
+		case "web-1":
+			if refs := obj.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != uids["web-7d"] {
+				t.Errorf("the Pod's owner: %+v, want the restored ReplicaSet's uid %s", refs, uids["web-7d"])
+			}
+			if n, _, _ := unstructured.NestedString(obj.Object, "spec", "nodeName"); n != "" {
+				t.Errorf("the Pod is bound to its old node %s", n)
+			}
+		}
+	}
+}
+
+// A live object of the same name is never overwritten; what it owned
+// points at it. An owner that is gone and not restored is dropped from the
+// references; a live owner recreated since (another UID) is pointed at.
+func TestRestoreNeverOverwritesAndDropsDanglingOwners(t *testing.T) {
+	entries := []Entry{
+		kept(deployments, "Deployment", "shop", "web", "old-deploy"),
+		kept(replicaSets, "ReplicaSet", "shop", "web-7d", "old-rs", ref("Deployment", "web", "old-deploy")),
+		kept(replicaSets, "ReplicaSet", "shop", "api-5c", "old-api-rs", ref("Deployment", "api", "old-api")),
+		kept(replicaSets, "ReplicaSet", "shop", "db-9f", "old-db-rs", ref("Deployment", "db", "old-db")),
+	}
+	plan, err := PlanRestore(entries, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &fakeCluster{live: map[string]types.UID{
+		"deployments/shop/web": "live-web", "Deployment/shop/web": "live-web", // recreated by hand since
+		"Deployment/shop/db": "old-db", // never deleted
+	}}
+	outcomes, err := plan.Run(context.Background(), c, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]Outcome{}
+	for _, o := range outcomes {
+		byName[o.Step.Object.GetName()] = o
+	}
+	if o := byName["web"]; o.Created || !strings.Contains(o.Refused, "exists (uid live-web): not overwritten") {
+		t.Errorf("the live Deployment: %+v, want it left alone", o)
+	}
+	owner := func(name string) []metav1.OwnerReference {
+		for _, obj := range c.created {
+			if obj.GetName() == name {
+				return obj.GetOwnerReferences()
+			}
+		}
+		t.Fatalf("%s not created", name)
+		return nil
+	}
+	if refs := owner("web-7d"); len(refs) != 1 || refs[0].UID != "live-web" {
+		t.Errorf("web-7d's owner %+v, want the live Deployment", refs)
+	}
+	if refs := owner("api-5c"); len(refs) != 0 || !strings.Contains(strings.Join(byName["api-5c"].Notes, ";"), "gone and not restored: reference dropped") {
+		t.Errorf("api-5c's owners %+v (notes %q), want the dangling reference dropped", refs, byName["api-5c"].Notes)
+	}
+	if refs := owner("db-9f"); len(refs) != 1 || refs[0].UID != "old-db" || len(byName["db-9f"].Notes) != 0 {
+		t.Errorf("db-9f's owner %+v, want the live owner kept as it was", refs)
+	}
+}
+
+// A dry run creates nothing for real but asks the API server to validate
+// every object (server-side dry run), owners standing in by their old UID.
+func TestRestoreDryRunCreatesNothing(t *testing.T) {
+	plan, err := PlanRestore([]Entry{
+		kept(deployments, "Deployment", "shop", "web", "old-deploy"),
+		kept(replicaSets, "ReplicaSet", "shop", "web-7d", "old-rs", ref("Deployment", "web", "old-deploy")),
+	}, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &fakeCluster{live: map[string]types.UID{}}
+	outcomes, err := plan.Run(context.Background(), c, true)
+	if err != nil || len(c.created) != 0 || c.dryRuns != 2 || !outcomes[1].Created {
+		t.Fatalf("dry run: created %d, dry runs %d, outcomes %+v, %v", len(c.created), c.dryRuns, outcomes, err)
+	}
+}
+
+func TestPlanRefusals(t *testing.T) {
+	cm := kept(configMaps, "ConfigMap", "shop", "prices", "old-cm")
+	if _, err := PlanRestore([]Entry{cm, cm}, PlanOptions{}); err == nil || !strings.Contains(err.Error(), "two copies") {
+		t.Errorf("two copies of one object: %v", err)
+	}
+	if _, err := PlanRestore([]Entry{cm, kept(configMaps, "ConfigMap", "shop", "other", "o")}, PlanOptions{AsNewName: "x"}); err == nil {
+		t.Error("a new name for two objects was planned")
+	}
+	p, err := PlanRestore([]Entry{cm}, PlanOptions{AsNewName: "prices-restored"})
+	if err != nil || p.Steps[0].Object.GetName() != "prices-restored" {
+		t.Errorf("as a new name: %v", err)
+	}
+	a := kept(replicaSets, "ReplicaSet", "shop", "a", "uid-a", ref("ReplicaSet", "b", "uid-b"))
+	b := kept(replicaSets, "ReplicaSet", "shop", "b", "uid-b", ref("ReplicaSet", "a", "uid-a"))
+	if _, err := PlanRestore([]Entry{a, b}, PlanOptions{}); err == nil || !strings.Contains(err.Error(), "cycle") {
+		t.Errorf("an ownership cycle: %v", err)
+	}
+	sealed := Entry{Resource: secrets, Namespace: "shop", Name: "db", Encrypted: []byte{1}}
+	if _, err := PlanRestore([]Entry{sealed}, PlanOptions{}); err == nil || !strings.Contains(err.Error(), "holds no object") {
+		t.Errorf("a sealed copy: %v", err)
+	}
+}
+
+// A Service gets a new cluster IP (the old one may be taken), unless it is
+// headless.
+func TestRestoredServicesGetNewClusterIPs(t *testing.T) {
+	services := schema.GroupVersionResource{Version: "v1", Resource: "services"}
+	svc := func(name, ip string) Entry {
+		e := kept(services, "Service", "shop", name, "uid-"+name)
+		var m map[string]any
+		_ = json.Unmarshal(e.Object, &m)
+		m["spec"] = map[string]any{"clusterIP": ip, "clusterIPs": []any{ip}, "ports": []any{map[string]any{"port": int64(80)}}}
+		e.Object, _ = json.Marshal(m)
+		return e
+	}
+	p, err := PlanRestore([]Entry{svc("web", "10.96.0.17"), svc("db", "None")}, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range p.Steps {
+		ip, _, _ := unstructured.NestedString(s.Object.Object, "spec", "clusterIP")
+		if want := map[string]string{"web": "", "db": "None"}[s.Object.GetName()]; ip != want {
+			t.Errorf("%s: clusterIP %q, want %q", s.Object.GetName(), ip, want)
+		}
+		if _, _, err := unstructured.NestedSlice(s.Object.Object, "spec", "ports"); err != nil {
+			t.Errorf("%s: ports lost: %v", s.Object.GetName(), err)
+		}
+	}
+}
