@@ -89,11 +89,26 @@ func (d Dir) Put(ctx context.Context, name string, r io.Reader) (Object, error) 
 	if err := os.Rename(tmp.Name(), p); err != nil {
 		return Object{}, err
 	}
+	// The rename is durable only once the directory is synced: the
+	// recycle bin admits a delete after Put returns, and a crash must not
+	// take the copy back.
+	if err := syncDir(filepath.Dir(p)); err != nil {
+		return Object{}, fmt.Errorf("store %s: %w", name, err)
+	}
 	st, err := os.Stat(p)
 	if err != nil {
 		return Object{}, err
 	}
 	return Object{Name: name, Size: n, SHA256: sum, Modified: st.ModTime()}, nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 func (d Dir) sum(p string) (string, error) {
