@@ -83,7 +83,7 @@ func (d Dir) Put(ctx context.Context, name string, r io.Reader) (Object, error) 
 		return Object{}, fmt.Errorf("store %s: %w", name, err)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
-	if err := os.WriteFile(p+sumSuffix, []byte(sum+"  "+filepath.Base(p)+"\n"), 0o600); err != nil {
+	if err := writeSynced(p+sumSuffix, []byte(sum+"  "+filepath.Base(p)+"\n")); err != nil {
 		return Object{}, err
 	}
 	if err := os.Rename(tmp.Name(), p); err != nil {
@@ -100,6 +100,22 @@ func (d Dir) Put(ctx context.Context, name string, r io.Reader) (Object, error) 
 		return Object{}, err
 	}
 	return Object{Name: name, Size: n, SHA256: sum, Modified: st.ModTime()}, nil
+}
+
+func writeSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func syncDir(dir string) error {
