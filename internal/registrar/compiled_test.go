@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -167,5 +168,30 @@ func TestDriftOfAPolicyLeavesTheLabelWebhooksNarrow(t *testing.T) {
 				t.Errorf("drifted = %v, labels %v, %v; want %v, labels %v", anything, lbls, err, tt.anything, tt.lbls)
 			}
 		})
+	}
+}
+
+// A replica whose cluster view is still loading writes no webhook
+// configuration: written from half-filled views, it would narrow the scale
+// and budget webhooks of every replica (a rolling upgrade's new replica).
+func TestNoConfigurationFromViewsStillLoading(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(s), v1alpha1.AddToScheme(s)); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).Build()
+	r := New(Config{Client: c, Reader: c})
+	r.viewsSynced = func() bool { return false }
+	if _, err := r.writeOnce(context.Background(), true); !errors.Is(err, errNotSynced) {
+		t.Fatalf("write from loading views: %v, want errNotSynced", err)
+	}
+	var cfgs admissionregistrationv1.ValidatingWebhookConfigurationList
+	if err := c.List(context.Background(), &cfgs); err != nil || len(cfgs.Items) != 0 {
+		t.Fatalf("configurations written: %d, %v", len(cfgs.Items), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := r.waitSynced(ctx); err == nil {
+		t.Error("waitSynced returned before the views synced")
 	}
 }

@@ -297,6 +297,9 @@ func (r *Registrar) write(ctx context.Context, force bool) (string, error) {
 }
 
 func (r *Registrar) writeOnce(ctx context.Context, force bool) (string, error) {
+	if !r.synced() {
+		return "", errNotSynced
+	}
 	now := time.Now()
 	live := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := r.client.Get(ctx, client.ObjectKey{Name: rampartadmission.ValidatingConfigName}, live); apierrors.IsNotFound(err) {

@@ -6,6 +6,7 @@ package registrar
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -91,6 +92,8 @@ type Registrar struct {
 	writing chan struct{}
 	// compiledLabels: see Config.CompiledLabels.
 	compiledLabels string
+	// viewsSynced, when set, stands for the views' HasSynced (tests).
+	viewsSynced func() bool
 
 	mu   sync.Mutex
 	base rampartadmission.Registration
@@ -154,7 +157,37 @@ func (r *Registrar) fromCaches(ctx context.Context) rampartadmission.Registratio
 	return reg
 }
 
+// synced says whether the views the configuration is made from (the
+// workloads guarding their scale, the namespaces holding budgets) hold the
+// whole cluster. A replica writing from views still filling would narrow
+// the scale and budget webhooks for every replica until another one wrote:
+// a starting replica (a rolling upgrade, a restart) must wait.
+func (r *Registrar) synced() bool {
+	if r.viewsSynced != nil {
+		return r.viewsSynced()
+	}
+	return (r.targets == nil || r.targets.HasSynced()) && (r.budgets == nil || r.budgets.HasSynced())
+}
+
+// errNotSynced refuses a write from half-filled views.
+var errNotSynced = errors.New("this replica's cluster view is still loading: it writes no webhook configuration until it holds the whole cluster")
+
+// waitSynced waits until the views hold the whole cluster.
+func (r *Registrar) waitSynced(ctx context.Context) error {
+	for !r.synced() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 func (r *Registrar) Start(ctx context.Context) error {
+	if r.waitSynced(ctx) != nil {
+		return nil
+	}
 	delay := 100 * time.Millisecond
 	registered := false
 	// Marks of pending coverage expire: look again now and then.
