@@ -1,0 +1,69 @@
+package recyclebin
+
+import (
+	"context"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+)
+
+// APICluster is the Cluster of a restore through the API server: the
+// dynamic client, and a RESTMapper to find an owner's resource from the
+// kind its reference names.
+type APICluster struct {
+	Dynamic dynamic.Interface
+	Mapper  meta.RESTMapper
+}
+
+func (c APICluster) resource(gvr schema.GroupVersionResource, namespace string) dynamic.ResourceInterface {
+	if namespace == "" {
+		return c.Dynamic.Resource(gvr)
+	}
+	return c.Dynamic.Resource(gvr).Namespace(namespace)
+}
+
+// Exists implements Cluster.
+func (c APICluster) Exists(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (types.UID, bool, error) {
+	obj, err := c.resource(gvr, namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return obj.GetUID(), true, nil
+}
+
+// Owner implements Cluster. An owner of a kind the API server no longer
+// serves is gone.
+func (c APICluster) Owner(ctx context.Context, ref metav1.OwnerReference, namespace string) (types.UID, bool, error) {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return "", false, nil
+	}
+	m, err := c.Mapper.RESTMapping(gv.WithKind(ref.Kind).GroupKind(), gv.Version)
+	if meta.IsNoMatchError(err) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	if m.Scope.Name() != meta.RESTScopeNameNamespace {
+		namespace = ""
+	}
+	return c.Exists(ctx, m.Resource, namespace, ref.Name)
+}
+
+// Create implements Cluster.
+func (c APICluster) Create(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, dryRun bool) (*unstructured.Unstructured, error) {
+	opts := metav1.CreateOptions{FieldManager: "rampart-restore"}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	return c.resource(gvr, obj.GetNamespace()).Create(ctx, obj, opts)
+}
