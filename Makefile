@@ -33,6 +33,7 @@ unit: ## tests that need no cluster
 test: lint build assets ## everything: lint, unit and integration tests against real control planes
 	rm -rf $(BIN)/test-logs
 	RAMPART_TEST_LOGS=$(CURDIR)/$(BIN)/test-logs RAMPART_ASSETS=$(CURDIR)/$(BIN)/k8s RAMPART_BIN=$(CURDIR)/$(BIN)/rampart $(GO) test -count=1 -timeout 40m ./...
+	@if [ -f $(BIN)/test-logs/drills.txt ]; then echo "drills at test scale (TestDrills; full scale: rampart drill):"; cat $(BIN)/test-logs/drills.txt; fi
 	$(MAKE) fuzz-smoke
 	bash hack/secret-scan.sh $(BIN)/test-logs
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,6 +94,16 @@ func TestDrills(t *testing.T) {
 	var table, report bytes.Buffer
 	if err := drill.WriteTable(&table, results); err != nil {
 		t.Fatal(err)
+	}
+	// `make test` prints the figures after the tests (its test logs
+	// directory).
+	if dir := os.Getenv("RAMPART_TEST_LOGS"); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "drills.txt"), table.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// A line per drill under the header, then the figures of the drills
 	// that measure more than a loss.
