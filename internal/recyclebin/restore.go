@@ -209,6 +209,9 @@ func (p *Plan) Run(ctx context.Context, c Cluster, dryRun bool) ([]Outcome, erro
 	// newUIDs maps a restored owner's old UID to its UID now; in a dry run
 	// the old one stands in.
 	newUIDs := map[types.UID]types.UID{}
+	// dryNamespaces are the namespaces a dry run "created": the API server
+	// cannot validate what goes in them (they do not exist).
+	dryNamespaces := map[string]bool{}
 	var out []Outcome
 	for _, s := range p.Steps {
 		o := Outcome{Step: s}
@@ -228,6 +231,13 @@ func (p *Plan) Run(ctx context.Context, c Cluster, dryRun bool) ([]Outcome, erro
 		obj := s.Object.DeepCopy()
 		obj.SetOwnerReferences(refs)
 		o.Notes = notes
+		if dryRun && dryNamespaces[obj.GetNamespace()] {
+			o.Created = true
+			o.Notes = append(o.Notes, "not validated by the API server: its namespace is created by this restore")
+			newUIDs[s.Entry.UID] = s.Entry.UID
+			out = append(out, o)
+			continue
+		}
 		created, err := c.Create(ctx, gvr, obj, dryRun)
 		if err != nil {
 			return out, fmt.Errorf("creating %s: %w", describe(gvr, obj), err)
@@ -235,6 +245,9 @@ func (p *Plan) Run(ctx context.Context, c Cluster, dryRun bool) ([]Outcome, erro
 		o.Created = true
 		if dryRun {
 			newUIDs[s.Entry.UID] = s.Entry.UID
+			if gvr.GroupResource() == (schema.GroupResource{Resource: "namespaces"}) {
+				dryNamespaces[obj.GetName()] = true
+			}
 		} else {
 			o.UID = created.GetUID()
 			newUIDs[s.Entry.UID] = o.UID

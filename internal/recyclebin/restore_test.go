@@ -187,6 +187,24 @@ func TestRestoreNeverOverwritesAndDropsDanglingOwners(t *testing.T) {
 	}
 }
 
+// A namespace's contents in a dry run: the namespace does not exist, so
+// the API server is not asked about them, and the outcome says so.
+func TestRestoreDryRunOfANamespace(t *testing.T) {
+	plan, err := PlanRestore([]Entry{
+		kept(configMaps, "ConfigMap", "shop", "prices", "old-cm"),
+		kept(namespaces, "Namespace", "", "shop", "old-ns"),
+	}, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &fakeCluster{live: map[string]types.UID{}}
+	outcomes, err := plan.Run(context.Background(), c, true)
+	if err != nil || c.dryRuns != 1 || len(outcomes) != 2 || !outcomes[1].Created ||
+		!strings.Contains(strings.Join(outcomes[1].Notes, ";"), "not validated by the API server") {
+		t.Fatalf("dry run of a namespace: %d dry runs, %+v, %v", c.dryRuns, outcomes, err)
+	}
+}
+
 // A dry run creates nothing for real but asks the API server to validate
 // every object (server-side dry run), owners standing in by their old UID.
 func TestRestoreDryRunCreatesNothing(t *testing.T) {

@@ -1,0 +1,366 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/rampart-io/rampart/internal/recyclebin"
+	"github.com/rampart-io/rampart/internal/storage"
+)
+
+// trashOptions are the flags of `rampart trash`.
+type trashOptions struct {
+	flags          *genericclioptions.ConfigFlags
+	dir, keyFile   string
+	all            bool
+	uid            string
+	dryRun         bool
+	asNewName      string
+	withDependents bool
+}
+
+func newTrashCommand() *cobra.Command {
+	o := &trashOptions{flags: genericclioptions.NewConfigFlags(true)}
+	cmd := &cobra.Command{
+		Use:   "trash",
+		Short: "What the recycle bin kept of deleted objects, and their restore",
+		Long: `trash reads the recycle bin's store: every kept copy of a deleted object,
+with who deleted it, when and how, and restores copies in dependency order
+(a namespace before its contents, an owner before what it owns), pointing
+each ownerReference at the owner as it is now so that the garbage
+collector does not delete the restored objects again. A live object is
+never overwritten.
+
+The bin's store is a directory (--dir). Secrets are kept encrypted and are
+shown or restored only with the key they were sealed with (--key-file).`,
+	}
+	o.flags.AddFlags(cmd.PersistentFlags())
+	cmd.PersistentFlags().StringVar(&o.dir, "dir", "", "the recycle bin's directory")
+	cmd.PersistentFlags().StringVar(&o.keyFile, "key-file", "", "the key Secrets were sealed with (32 bytes)")
+	cmd.AddCommand(o.listCommand(), o.showCommand(), o.restoreCommand())
+	return cmd
+}
+
+func (o *trashOptions) bin() (*recyclebin.Bin, error) {
+	if o.dir == "" {
+		return nil, errors.New("--dir: name the recycle bin's directory")
+	}
+	b := &recyclebin.Bin{Store: storage.Dir{Root: o.dir}}
+	if o.keyFile != "" {
+		k, err := recyclebin.LoadKey(o.keyFile)
+		if err != nil {
+			return nil, err
+		}
+		b.Key = k
+	}
+	return b, nil
+}
+
+// namespace is -n, or the kubeconfig's namespace; "" with -A.
+func (o *trashOptions) namespace() string {
+	if o.all {
+		return ""
+	}
+	if ns, _, err := o.flags.ToRawKubeConfigLoader().Namespace(); err == nil && ns != "" {
+		return ns
+	}
+	return "default"
+}
+
+func (o *trashOptions) listCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "list",
+		Short:   "List the kept copies, newest first",
+		Example: "  rampart trash list --dir /var/lib/rampart/recycle-bin -n shop\n  rampart trash list --dir ./bin -A",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := o.bin()
+			if err != nil {
+				return err
+			}
+			return listTrash(cmd.Context(), cmd.OutOrStdout(), b, o.namespace(), time.Now())
+		},
+	}
+	cmd.Flags().BoolVarP(&o.all, "all-namespaces", "A", false, "every namespace, and cluster-scoped objects")
+	return cmd
+}
+
+func listTrash(ctx context.Context, w io.Writer, b *recyclebin.Bin, namespace string, now time.Time) error {
+	listed, err := b.List(ctx, namespace)
+	if err != nil {
+		return err
+	}
+	if len(listed) == 0 {
+		fmt.Fprintln(w, "the recycle bin holds nothing here")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DELETED\tNAMESPACE\tOBJECT\tBY\tHOW\tSTATE\tUID")
+	for _, l := range listed {
+		by, how, state := "?", "?", "?"
+		if e, err := b.Get(ctx, l.StoreName); err == nil {
+			by, how, state = orDash(e.DeletedBy), e.How, e.State
+		}
+		fmt.Fprintf(tw, "%s ago\t%s\t%s/%s\t%s\t%s\t%s\t%s\n", now.Sub(l.DeletedAt).Round(time.Second), orDash(l.Namespace), l.Resource, l.Name, by, how, state, l.UID)
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func (o *trashOptions) showCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "show RESOURCE/NAME",
+		Short:   "Print a kept copy (the newest, or --uid's) as YAML",
+		Example: "  rampart trash show --dir ./bin -n shop configmap/prices",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := o.bin()
+			if err != nil {
+				return err
+			}
+			e, err := o.find(cmd.Context(), b, args[0])
+			if err != nil {
+				return err
+			}
+			out, err := yaml.JSONToYAML(e.Object)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "# %s, uid %s, deleted %s by %s (%s, %s)\n", e.Described(), e.UID, e.DeletedAt.UTC().Format(time.RFC3339), orDash(e.DeletedBy), e.How, e.State)
+			_, err = w.Write(out)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&o.uid, "uid", "", "the copy of the object that had this UID (default: the newest)")
+	return cmd
+}
+
+// resolve turns what a user types (configmap, cm, deployments.apps) into
+// the resource the bin files entries under, through the API server's
+// discovery when it can be reached.
+func (o *trashOptions) resolve(typed string) schema.GroupResource {
+	gr := schema.ParseGroupResource(typed)
+	mapper, err := o.flags.ToRESTMapper()
+	if err != nil {
+		return gr
+	}
+	gvr, err := mapper.ResourceFor(gr.WithVersion(""))
+	if err != nil {
+		return gr
+	}
+	return gvr.GroupResource()
+}
+
+// find is the newest kept copy of RESOURCE/NAME in the namespace (or the
+// one with --uid).
+func (o *trashOptions) find(ctx context.Context, b *recyclebin.Bin, arg string) (recyclebin.Entry, error) {
+	typed, name, ok := strings.Cut(arg, "/")
+	if !ok || name == "" {
+		return recyclebin.Entry{}, fmt.Errorf("%q: name an object as RESOURCE/NAME, e.g. configmap/prices", arg)
+	}
+	gr := o.resolve(typed)
+	namespace := o.namespace()
+	listed, err := b.List(ctx, "")
+	if err != nil {
+		return recyclebin.Entry{}, err
+	}
+	// Cluster-scoped objects are kept with no namespace, whatever -n says.
+	for _, l := range listed {
+		if l.Resource == gr && l.Name == name && (namespace == "" || l.Namespace == namespace || l.Namespace == "") &&
+			(o.uid == "" || string(l.UID) == o.uid) {
+			return b.Get(ctx, l.StoreName)
+		}
+	}
+	return recyclebin.Entry{}, fmt.Errorf("the recycle bin holds no copy of %s/%s in namespace %s (nor cluster-scoped); see rampart trash list", gr, name, namespace)
+}
+
+func (o *trashOptions) restoreCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "restore RESOURCE/NAME...",
+		Short: "Create kept objects again, owners first, never over a live object",
+		Long: `restore creates the newest kept copy of each object named (or --uid's)
+with what the API server sets stripped, in dependency order, each
+ownerReference pointed at the owner restored in the same run or at the
+live owner of that name (dropped when the owner is gone and not restored,
+or the garbage collector would delete the object again). An object that
+exists is left alone and reported.
+
+--with-dependents also restores, for a namespace, every object kept from it
+since its deletion, and for another object, the objects that it owned.
+--dry-run sends every create as a server-side dry run: the API server
+validates them and nothing is created (objects in a namespace the restore
+would create cannot be validated, and say so).`,
+		Example: `  rampart trash restore --dir ./bin namespace/shop --with-dependents --dry-run
+  rampart trash restore --dir ./bin -n shop configmap/prices --as-new-name prices-restored`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := o.bin()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			var entries []recyclebin.Entry
+			for _, a := range args {
+				e, err := o.find(ctx, b, a)
+				if err != nil {
+					return err
+				}
+				entries = append(entries, e)
+				if o.withDependents {
+					deps, err := dependents(ctx, b, e)
+					if err != nil {
+						return err
+					}
+					entries = append(entries, deps...)
+				}
+			}
+			plan, err := recyclebin.PlanRestore(entries, recyclebin.PlanOptions{AsNewName: o.asNewName})
+			if err != nil {
+				return err
+			}
+			cfg, err := o.flags.ToRESTConfig()
+			if err != nil {
+				return err
+			}
+			dyn, err := dynamic.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			mapper, err := o.flags.ToRESTMapper()
+			if err != nil {
+				return err
+			}
+			outcomes, runErr := plan.Run(ctx, recyclebin.APICluster{Dynamic: dyn, Mapper: mapper}, o.dryRun)
+			printOutcomes(cmd.OutOrStdout(), outcomes, o.dryRun)
+			return runErr
+		},
+	}
+	cmd.Flags().StringVar(&o.uid, "uid", "", "the copy of the object that had this UID (default: the newest)")
+	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "have the API server validate every create, and create nothing")
+	cmd.Flags().StringVar(&o.asNewName, "as-new-name", "", "restore the one object named under this name")
+	cmd.Flags().BoolVar(&o.withDependents, "with-dependents", false, "also restore a namespace's contents, or what the object owned")
+	return cmd
+}
+
+// dependents are the newest kept copies of what went with e: for a
+// namespace, every object kept from it since it was deleted; for another
+// object, what it owned, directly or not.
+func dependents(ctx context.Context, b *recyclebin.Bin, e recyclebin.Entry) ([]recyclebin.Entry, error) {
+	isNamespace := e.Resource.GroupResource() == schema.GroupResource{Resource: "namespaces"}
+	scope := e.Namespace
+	if isNamespace {
+		scope = e.Name
+	}
+	if scope == "" {
+		return nil, nil // a cluster-scoped owner: its dependents may be anywhere; name them
+	}
+	listed, err := b.List(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var kept []recyclebin.Entry
+	for _, l := range listed { // newest first: the first copy of each object wins
+		key := l.Resource.String() + "/" + l.Name
+		if seen[key] || l.UID == e.UID || l.DeletedAt.Before(e.DeletedAt.Add(-time.Second)) {
+			continue
+		}
+		seen[key] = true
+		c, err := b.Get(ctx, l.StoreName)
+		if err != nil {
+			return nil, err
+		}
+		kept = append(kept, c)
+	}
+	if isNamespace {
+		return kept, nil
+	}
+	// What e owned, transitively.
+	owned := map[types.UID]bool{e.UID: true}
+	var out []recyclebin.Entry
+	for grew := true; grew; {
+		grew = false
+		for _, c := range kept {
+			if owned[c.UID] {
+				continue
+			}
+			for _, ref := range ownerUIDs(c) {
+				if owned[ref] {
+					owned[c.UID], grew = true, true
+					out = append(out, c)
+					break
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func ownerUIDs(e recyclebin.Entry) []types.UID {
+	var m struct {
+		Metadata struct {
+			OwnerReferences []struct {
+				UID types.UID `json:"uid"`
+			} `json:"ownerReferences"`
+		} `json:"metadata"`
+	}
+	if yaml.Unmarshal(e.Object, &m) != nil {
+		return nil
+	}
+	var out []types.UID
+	for _, r := range m.Metadata.OwnerReferences {
+		out = append(out, r.UID)
+	}
+	return out
+}
+
+// restored names a step's object as created (its new name, if any).
+func restored(s recyclebin.Step) string {
+	d := s.Entry.Resource.GroupResource().String() + "/" + s.Object.GetName()
+	if ns := s.Object.GetNamespace(); ns != "" {
+		d += " in namespace " + ns
+	}
+	return d
+}
+
+func printOutcomes(w io.Writer, outcomes []recyclebin.Outcome, dryRun bool) {
+	verb := "created"
+	if dryRun {
+		verb = "would create"
+	}
+	for _, o := range outcomes {
+		switch {
+		case o.Refused != "":
+			fmt.Fprintf(w, "left alone: %s\n", o.Refused)
+		case o.UID != "":
+			fmt.Fprintf(w, "%s %s (uid %s)\n", verb, restored(o.Step), o.UID)
+		default:
+			fmt.Fprintf(w, "%s %s\n", verb, restored(o.Step))
+		}
+		for _, n := range o.Notes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
+	if dryRun {
+		fmt.Fprintln(w, "dry run: nothing was created; the API server validated each object but those noted")
+	}
+}

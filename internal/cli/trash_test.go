@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/rampart-io/rampart/internal/localcluster"
+	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
+	"github.com/rampart-io/rampart/internal/recyclebin"
+	"github.com/rampart-io/rampart/internal/storage"
+)
+
+// A namespace deleted by mistake, with a ConfigMap, one it owns and a
+// Secret, kept in a recycle bin directory (written here as the capture
+// will write it): `rampart trash` lists the copies, shows the Secret only
+// with its key, dry-runs the restore (nothing created) and restores the
+// namespace with its contents, the owned ConfigMap pointing at its owner's
+// new UID.
+func TestTrashRestoresANamespaceWithItsContents(t *testing.T) {
+	env := clustertest.Start(t, localcluster.Options{Unprotected: true})
+	_, rampart, err := clustertest.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns := "trash-" + strings.TrimPrefix(env.Namespace(t), "t-")
+	core := env.Client.CoreV1()
+	if _, err := core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	settings, err := core.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"mode": "live"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "derived",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "settings", UID: settings.UID}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, StringData: map[string]string{"password": "canary-trash-7f3a"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "key")
+	if err := os.WriteFile(keyFile, bytes.Repeat([]byte{7}, recyclebin.KeySize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key, err := recyclebin.LoadKey(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := &recyclebin.Bin{Store: storage.Dir{Root: filepath.Join(dir, "bin")}, Key: key}
+	deletedAt := time.Now()
+	keep := func(gvr schema.GroupVersionResource, namespace, name string, at time.Time) {
+		t.Helper()
+		r := env.Dynamic.Resource(gvr)
+		get := r.Get
+		if namespace != "" {
+			get = r.Namespace(namespace).Get
+		}
+		u, err := get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := u.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bin.Put(ctx, recyclebin.Entry{Resource: gvr, Kind: u.GetKind(), Namespace: namespace, Name: name, UID: u.GetUID(),
+			DeletedAt: at, DeletedBy: "alice", How: recyclebin.HowAPI, State: recyclebin.StateDeleted, Object: raw}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The namespace first, its contents as the namespace controller
+	// deletes them, a moment later.
+	keep(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "", ns, deletedAt)
+	keep(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, ns, "settings", deletedAt.Add(time.Second))
+	keep(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, ns, "derived", deletedAt.Add(time.Second))
+	keep(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, ns, "db", deletedAt.Add(time.Second))
+
+	if err := core.Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := core.Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal("the namespace was never deleted")
+	}
+
+	run := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, rampart, append(append([]string{"trash"}, args...), "--dir", filepath.Join(dir, "bin"), "--kubeconfig", env.Kubeconfig)...).CombinedOutput()
+		return string(out), err
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, err := run(args...)
+		if err != nil {
+			t.Fatalf("rampart trash %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	list := must("list", "-A", "--key-file", keyFile)
+	for _, want := range []string{"namespaces/" + ns, "configmaps/settings", "configmaps/derived", "secrets/db", "alice"} {
+		if !strings.Contains(list, want) {
+			t.Errorf("trash list lacks %q:\n%s", want, list)
+		}
+	}
+	if out := must("show", "-n", ns, "secret/db", "--key-file", keyFile); !strings.Contains(out, "password:") {
+		t.Errorf("trash show with the key:\n%s", out)
+	}
+	if out, err := run("show", "-n", ns, "secret/db"); err == nil || !strings.Contains(out, "sealed with key "+key.ID()) {
+		t.Errorf("trash show of a Secret without the key: %v\n%s", err, out)
+	}
+	dry := must("restore", "namespace/"+ns, "--with-dependents", "--dry-run", "--key-file", keyFile)
+	if !strings.Contains(dry, "would create namespaces/"+ns) || !strings.Contains(dry, "would create configmaps/derived in namespace "+ns) || !strings.Contains(dry, "nothing was created") || !strings.Contains(dry, "not validated by the API server") {
+		t.Errorf("dry run:\n%s", dry)
+	}
+	if _, err := core.Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("after the dry run the namespace: %v; want nothing created", err)
+	}
+	t.Log(must("restore", "namespace/"+ns, "--with-dependents", "--key-file", keyFile))
+	restored, err := core.ConfigMaps(ns).Get(ctx, "settings", metav1.GetOptions{})
+	if err != nil || restored.Data["mode"] != "live" || restored.UID == settings.UID {
+		t.Fatalf("settings after the restore: %+v, %v", restored, err)
+	}
+	derived, err := core.ConfigMaps(ns).Get(ctx, "derived", metav1.GetOptions{})
+	if err != nil || len(derived.OwnerReferences) != 1 || derived.OwnerReferences[0].UID != restored.UID {
+		t.Fatalf("derived after the restore: %+v, %v; want it owned by the restored settings (uid %s)", derived, err, restored.UID)
+	}
+	secret, err := core.Secrets(ns).Get(ctx, "db", metav1.GetOptions{})
+	if err != nil || string(secret.Data["password"]) != "canary-trash-7f3a" {
+		t.Fatalf("the Secret after the restore: %v", err)
+	}
+	if out, err := run("restore", "-n", ns, "configmap/settings"); err != nil || !strings.Contains(out, "left alone: configmaps/settings in namespace "+ns+" exists") {
+		t.Errorf("restoring over a live object: %v\n%s", err, out)
+	}
+}
