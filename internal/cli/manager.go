@@ -62,7 +62,7 @@ func newManagerCommand() *cobra.Command {
 		"how long a disruption a PodUnavailableBudget admitted may go unobserved before the budget gets it back")
 	addReplicasExemptFlags(f, &o.ReplicasExempt, &exemptSAs)
 	f.BoolVar(&o.CompiledPolicies, "compiled-policies", true,
-		"have the API server enforce the label rules itself as ValidatingAdmissionPolicies (kept applied by the leader), and narrow the label webhooks once every API server does: Always and labelled built-in workloads' replicas then hold while Rampart is down")
+		"have the API server enforce the static rules itself as ValidatingAdmissionPolicies kept applied by the leader (the label rules, and each enforced ProtectionPolicy's Always and built-in workloads' replicas), and narrow the label webhooks once every API server does: those rules then hold while Rampart is down")
 	return cmd
 }
 
