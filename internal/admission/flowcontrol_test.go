@@ -80,6 +80,10 @@ spec:
 	})
 
 	var admitted, denied, refused atomic.Int32
+	// Which deletes went through, to tell on a failure which replica's
+	// share they were in (a flaky over-admission was seen once: 26).
+	var admittedMu sync.Mutex
+	var admittedNames []string
 	var wg sync.WaitGroup
 	work := make(chan string)
 	for range 24 {
@@ -89,6 +93,9 @@ spec:
 				switch {
 				case err == nil:
 					admitted.Add(1)
+					admittedMu.Lock()
+					admittedNames = append(admittedNames, name)
+					admittedMu.Unlock()
 				case apierrors.IsForbidden(err) && strings.Contains(err.Error(), `DeletionFlowControl "storm"`):
 					denied.Add(1)
 				case strings.Contains(err.Error(), `failed calling webhook "r2.storm.flowcontrol.rampart.io"`),
@@ -116,6 +123,24 @@ spec:
 	wg.Wait()
 	t.Logf("admitted %d, denied %d, refused by the stopped replica %d", admitted.Load(), denied.Load(), refused.Load())
 	if got := admitted.Load(); got != 25 {
+		// What the next person needs to find the cause: each admitted
+		// delete's replica (by the partition of the webhook
+		// configuration), the counts in the status, and the storm's
+		// webhooks as registered now.
+		for _, name := range admittedNames {
+			t.Logf("admitted %s (replica %d's share)", name, strings.IndexByte("0123456789abcdefghijklmnopqrstuvwxyz", name[len(name)-1])%3)
+		}
+		if dfc, err := env.Dynamic.Resource(flowControls).Get(ctx, "storm", metav1.GetOptions{}); err == nil {
+			st, _, _ := unstructured.NestedMap(dfc.Object, "status")
+			t.Logf("status: %v", st)
+		}
+		if cfg, err := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "rampart-validating", metav1.GetOptions{}); err == nil {
+			for _, w := range cfg.Webhooks {
+				if strings.HasSuffix(w.Name, "storm.flowcontrol.rampart.io") {
+					t.Logf("webhook %s: %s", w.Name, *w.ClientConfig.URL)
+				}
+			}
+		}
 		t.Fatalf("%d deletes admitted with a limit of 25 (denied %d, refused %d)", got, denied.Load(), refused.Load())
 	}
 	dfc, err := env.Dynamic.Resource(flowControls).Get(ctx, "storm", metav1.GetOptions{})
