@@ -425,6 +425,10 @@ spec:
 	if err := cm.create(ctx, env, ns, "ledger", map[string]string{"tier": "ledger"}); err != nil {
 		t.Fatal(err)
 	}
+	// At once, before any wait: the policy's webhook holds it.
+	if err := cm.delete(ctx, env, ns, "ledger", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsForbidden(err) {
+		t.Fatalf("deleting a ConfigMap of ProtectionPolicy %s right after it was created: %v; want it refused", policyName, err)
+	}
 	compiledName := policyName + ".deletion.policy.rampart.io"
 	waitPolicyReadySaying(t, env, policyName, "also enforced by the API server itself, without Rampart (ValidatingAdmissionPolicy "+compiledName+")")
 	if err := env.StopComponent("rampart-manager"); err != nil {

@@ -303,8 +303,8 @@ func dependents(ctx context.Context, b *recyclebin.Bin, e recyclebin.Entry) ([]r
 			if owned[c.UID] {
 				continue
 			}
-			for _, ref := range ownerUIDs(c) {
-				if owned[ref] {
+			for _, ref := range c.Owners() {
+				if owned[ref.UID] {
 					owned[c.UID], grew = true, true
 					out = append(out, c)
 					break
@@ -313,33 +313,6 @@ func dependents(ctx context.Context, b *recyclebin.Bin, e recyclebin.Entry) ([]r
 		}
 	}
 	return out, nil
-}
-
-func ownerUIDs(e recyclebin.Entry) []types.UID {
-	var m struct {
-		Metadata struct {
-			OwnerReferences []struct {
-				UID types.UID `json:"uid"`
-			} `json:"ownerReferences"`
-		} `json:"metadata"`
-	}
-	if yaml.Unmarshal(e.Object, &m) != nil {
-		return nil
-	}
-	var out []types.UID
-	for _, r := range m.Metadata.OwnerReferences {
-		out = append(out, r.UID)
-	}
-	return out
-}
-
-// restored names a step's object as created (its new name, if any).
-func restored(s recyclebin.Step) string {
-	d := s.Entry.Resource.GroupResource().String() + "/" + s.Object.GetName()
-	if ns := s.Object.GetNamespace(); ns != "" {
-		d += " in namespace " + ns
-	}
-	return d
 }
 
 func printOutcomes(w io.Writer, outcomes []recyclebin.Outcome, dryRun bool) {
@@ -352,9 +325,9 @@ func printOutcomes(w io.Writer, outcomes []recyclebin.Outcome, dryRun bool) {
 		case o.Refused != "":
 			fmt.Fprintf(w, "left alone: %s\n", o.Refused)
 		case o.UID != "":
-			fmt.Fprintf(w, "%s %s (uid %s)\n", verb, restored(o.Step), o.UID)
+			fmt.Fprintf(w, "%s %s (uid %s)\n", verb, o.Step.Described(), o.UID)
 		default:
-			fmt.Fprintf(w, "%s %s\n", verb, restored(o.Step))
+			fmt.Fprintf(w, "%s %s\n", verb, o.Step.Described())
 		}
 		for _, n := range o.Notes {
 			fmt.Fprintf(w, "  %s\n", n)

@@ -28,6 +28,10 @@ type Step struct {
 	Object *unstructured.Unstructured
 }
 
+// Described names the object as it is created (under its new name, if
+// any).
+func (s Step) Described() string { return describe(s.Entry.Resource, s.Object) }
+
 // Plan is a restore's steps, in the order they run.
 type Plan struct {
 	Steps []Step
@@ -94,7 +98,7 @@ func order(steps []Step) ([]Step, error) {
 	waiting := make([]int, len(steps))
 	dependents := make([][]int, len(steps))
 	for i, s := range steps {
-		for _, ref := range s.Entry.owners() {
+		for _, ref := range s.Entry.Owners() {
 			if j, ok := byUID[ref.UID]; ok && j != i {
 				waiting[i]++
 				dependents[j] = append(dependents[j], i)
@@ -131,8 +135,8 @@ func order(steps []Step) ([]Step, error) {
 	return out, nil
 }
 
-// owners are the ownerReferences of the kept object.
-func (e *Entry) owners() []metav1.OwnerReference {
+// Owners are the ownerReferences of the kept object.
+func (e *Entry) Owners() []metav1.OwnerReference {
 	var m struct {
 		Metadata struct {
 			OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -85,7 +86,8 @@ type Compiled struct {
 	Owner     func() *metav1.OwnerReference
 	Log       logr.Logger
 
-	kick chan struct{}
+	kickOnce sync.Once
+	kick     chan struct{}
 }
 
 // NeedLeaderElection: one replica applies.
@@ -100,10 +102,10 @@ func (c *Compiled) Poke() {
 	}
 }
 
+// kicks is made once: Poke (from the policy informer) and Start may call
+// it first, concurrently.
 func (c *Compiled) kicks() chan struct{} {
-	if c.kick == nil {
-		c.kick = make(chan struct{}, 1)
-	}
+	c.kickOnce.Do(func() { c.kick = make(chan struct{}, 1) })
 	return c.kick
 }
 
@@ -128,17 +130,17 @@ func PolicyKey(name string) string { return "policy/" + name }
 
 // wanted is what should be applied, and the record that says it is in
 // force: each source's version (Hash).
-func (c *Compiled) wanted(ctx context.Context) (labels []compiled.Policy, all []compiled.Policy, record map[string]string, err error) {
+func (c *Compiled) wanted(ctx context.Context) (all []compiled.Policy, record map[string]string, err error) {
 	record = map[string]string{}
 	if !c.Enabled {
-		return nil, nil, record, nil
+		return nil, record, nil
 	}
-	labels = compiled.LabelRules(c.Options)
+	labels := compiled.LabelRules(c.Options)
 	all = append(all, labels...)
 	record[sourceLabels] = Hash(labels)
 	var policies v1alpha1.ProtectionPolicyList
 	if err := c.Client.List(ctx, &policies); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	for i := range policies.Items {
 		p := &policies.Items[i]
@@ -156,7 +158,7 @@ func (c *Compiled) wanted(ctx context.Context) (labels []compiled.Policy, all []
 		all = append(all, ps...)
 		record[PolicyKey(p.Name)] = Hash(ps)
 	}
-	return labels, all, record, nil
+	return all, record, nil
 }
 
 // PolicyRules is what the manager compiles of a ProtectionPolicy: its
@@ -194,7 +196,7 @@ func (c *Compiled) PolicyState(ctx context.Context, p *v1alpha1.ProtectionPolicy
 }
 
 func (c *Compiled) sync(ctx context.Context) error {
-	labels, want, wantRecord, err := c.wanted(ctx)
+	want, wantRecord, err := c.wanted(ctx)
 	if err != nil {
 		return err
 	}
@@ -241,7 +243,7 @@ func (c *Compiled) sync(ctx context.Context) error {
 	if err := c.record(ctx, wantRecord); err != nil {
 		return err
 	}
-	c.Log.Info("compiled policies in force on every API server", "labels", hash, "protectionPolicies", len(wantRecord)-1, "policies", len(want), "labelRules", len(labels))
+	c.Log.Info("compiled policies in force on every API server", "labels", hash, "protectionPolicies", len(wantRecord)-1, "policies", len(want))
 	c.Registrar.Poke()
 	return nil
 }
