@@ -592,7 +592,17 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 				names = append(names, p.Name)
 			}
 			slices.Sort(names)
-			return slices.Equal(names, []string{"deletion.rampart.io", "probe.compiled.rampart.io", "replicas.rampart.io"}), nil
+			if !slices.Equal(names, []string{"deletion.rampart.io", "probe.compiled.rampart.io", "replicas.rampart.io"}) {
+				return false, nil
+			}
+			// Applied is not enforced: the manager records the label
+			// rules on the probe once every API server has loaded them.
+			for _, p := range list.Items {
+				if p.Name == "probe.compiled.rampart.io" {
+					return strings.Contains(p.Annotations["rampart.io/in-force"], `"labels":`), nil
+				}
+			}
+			return false, nil
 		})
 	})
 	always := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "charter", Namespace: ns, Labels: map[string]string{"rampart.io/protection": "Always"}}}
