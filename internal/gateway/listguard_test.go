@@ -132,9 +132,20 @@ func TestListGuardResourceVersion0IgnoresLimit(t *testing.T) {
 		cfg := *env.Config
 		cfg.Host = url
 		client := clientFor(t, &cfg)
-		rv0, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0", Limit: 10})
-		if err != nil {
-			t.Fatal(err)
+		// The watch cache of an API server that did not take the creates
+		// may lag them by a moment (it once served 297 of 301): ask again
+		// until it holds them all, or say what it served.
+		var rv0 *corev1.ConfigMapList
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var err error
+			if rv0, err = client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0", Limit: 10}); err != nil {
+				t.Fatal(err)
+			}
+			if len(rv0.Items) >= 301 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 		paged, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{Limit: 10})
 		if err != nil {
