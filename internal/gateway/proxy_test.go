@@ -90,10 +90,10 @@ func fakeAPIServer(t testing.TB, ca *pki.KeyPair) *httptest.Server {
 		}
 	}))
 	// HTTP/2, as kube-apiserver offers it: the direct GETs of
-	// BenchmarkProxyOverhead and the gateway's upstream leg then speak
-	// what they speak in a cluster (without it both fell back to
-	// HTTP/1.1, and direct looked cheaper than a client of the real API
-	// server pays).
+	// BenchmarkProxyOverhead then speak what client-go speaks in a
+	// cluster (without it they fell back to HTTP/1.1, and direct looked
+	// cheaper than a client of the real API server pays); the gateway's
+	// upstream leg chooses HTTP/1.1 for short requests itself.
 	s.EnableHTTP2 = true
 	s.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
 	s.StartTLS()
@@ -267,8 +267,8 @@ var benchObject = []byte(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"nam
 
 // BenchmarkProxyOverhead measures what the gateway itself costs a GET,
 // free of any API server's noise: the same small object from a stand-in
-// API server, directly and through the gateway (TLS and HTTP/2 on both
-// sides, as deployed), and through a gateway writing its traffic log.
+// API server, directly and through the gateway (TLS on both sides, HTTP/2
+// from the client, as deployed), and through a gateway writing its traffic log.
 // Compare the ns/op: the gateway's own machine time per GET is
 // gateway/parallel minus direct/parallel.
 func BenchmarkProxyOverhead(b *testing.B) {
