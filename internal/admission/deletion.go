@@ -25,6 +25,7 @@ import (
 	"github.com/rampart-io/rampart/internal/protection"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
 	"github.com/rampart-io/rampart/internal/protection/policy"
+	"github.com/rampart-io/rampart/internal/recyclebin"
 )
 
 // DeletionPath is where the deletion-protection webhook is served.
@@ -56,6 +57,15 @@ type Deletion struct {
 	Recorder events.EventRecorder
 	// Mapper names resources as discovery does in denials; nil guesses.
 	Mapper meta.RESTMapper
+	// Bin, when set, keeps a copy of every protected object before its
+	// delete is admitted (the recycle bin); nil keeps none.
+	Bin Capturer
+}
+
+// Capturer stores a copy of an object durably and returns its name in the
+// store (recyclebin.Keeper).
+type Capturer interface {
+	Capture(ctx context.Context, e recyclebin.Entry) (string, error)
 }
 
 var _ admission.Handler = (*Deletion)(nil)
@@ -83,14 +93,9 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 	if req.Operation != admissionv1.Delete {
 		return admission.Allowed("")
 	}
-	// A DELETE carries the object being deleted as oldObject.
-	if len(req.OldObject.Raw) == 0 {
-		return admission.Errored(http.StatusBadRequest, errors.New("DELETE admission request carries no oldObject"))
-	}
-	// Unstructured's own decoding keeps integers as int64.
-	var old unstructured.Unstructured
-	if err := old.UnmarshalJSON(req.OldObject.Raw); err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
+	old, bad := deletedObject(req)
+	if bad != nil {
+		return *bad
 	}
 	// GetLabels reads labels it cannot parse as none: a protected object
 	// would be let go. Such a review is refused instead.
@@ -108,7 +113,7 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 		Level: v1alpha1.ProtectionLevel(old.GetLabels()[v1alpha1.LabelProtection]),
 	}
 	r.Singular = protection.Singular(h.Mapper, r.Resource)
-	pol, resp := findPolicy(ctx, h.Policies, req, &old)
+	pol, resp := findPolicy(ctx, h.Policies, req, old)
 	if resp != nil {
 		return *resp
 	}
@@ -129,7 +134,7 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 			r.Propagation = metav1.DeletePropagationOrphan
 		}
 	}
-	r.Workload, r.Replicas = h.replicas(r.Resource, &old)
+	r.Workload, r.Replicas = h.replicas(r.Resource, old)
 	if r.Level == v1alpha1.ProtectionCascading && !h.View.HasSynced() {
 		// Fail closed, and say so: better a delayed delete than a lost
 		// business.
@@ -138,7 +143,56 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 	}
 	v := deletion.Decide(r, h.View)
 	v.Warn = pol != nil && !policy.Enforced(pol)
+	if h.Bin != nil && !dryRun(req) && (v.Allowed || v.Warn) {
+		v = h.capture(ctx, req, r, v)
+	}
 	return respond(h.Recorder, req, about{Kind: schema.GroupVersionKind(req.Kind), Object: r.Object, UID: r.UID, Action: "Delete"}, v)
+}
+
+// capture keeps a copy of the object the admitted delete ends, and
+// refuses the delete when it cannot: a Warn-mode policy only warns.
+func (h *Deletion) capture(ctx context.Context, req admission.Request, r deletion.Request, v protection.Verdict) protection.Verdict {
+	_, err := h.Bin.Capture(ctx, recyclebin.Entry{
+		Resource:  schema.GroupVersionResource(req.Resource),
+		Kind:      req.Kind.Kind,
+		Namespace: r.Namespace,
+		Name:      r.Name,
+		UID:       r.UID,
+		DeletedBy: req.UserInfo.Username,
+		Object:    req.OldObject.Raw,
+	})
+	if err == nil {
+		return v
+	}
+	src := r.Source
+	if src.Policy == "" {
+		src.Label = v1alpha1.LabelProtection
+	}
+	refused := recyclebin.CaptureRefused(r.Object, src.String(), src.Lift(r.Object)+", and the delete goes through without a copy.", err)
+	if v.Warn {
+		refused.Warn = true
+		if !v.Allowed {
+			refused.Message = v.Message + "; and " + refused.Message
+		}
+	}
+	return refused
+}
+
+// deletedObject is the object a DELETE ends: the API server sends it as
+// oldObject. A review without one, or one that does not decode, is
+// answered with an error.
+func deletedObject(req admission.Request) (*unstructured.Unstructured, *admission.Response) {
+	if len(req.OldObject.Raw) == 0 {
+		bad := admission.Errored(http.StatusBadRequest, errors.New("DELETE admission request carries no oldObject"))
+		return nil, &bad
+	}
+	// Unstructured's own decoding keeps integers as int64.
+	old := &unstructured.Unstructured{}
+	if err := old.UnmarshalJSON(req.OldObject.Raw); err != nil {
+		bad := admission.Errored(http.StatusBadRequest, err)
+		return nil, &bad
+	}
+	return old, nil
 }
 
 // findPolicy finds the ProtectionPolicy whose webhook the request came

@@ -5,6 +5,8 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
 )
 
 // flowControlPlugin is the protection DeletionFlowControls give: a
@@ -24,9 +26,7 @@ func (flowControlPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 		var rules []admissionregistrationv1.RuleWithOperations
 		evictions := f.Spec.CountEvictions == nil || *f.Spec.CountEvictions
 		for _, r := range f.Spec.Resources {
-			rl := rule(admissionregistrationv1.Delete, "", "")
-			rl.APIGroups, rl.Resources = r.APIGroups, r.Resources
-			rules = append(rules, rl)
+			rules = append(rules, deleteRule(r))
 			if evictions && (slices.Contains(r.APIGroups, "") || slices.Contains(r.APIGroups, "*")) &&
 				(slices.Contains(r.Resources, "pods") || slices.Contains(r.Resources, "*")) {
 				rules = append(rules, rule(admissionregistrationv1.Create, "", "pods/eviction"))
@@ -42,4 +42,11 @@ func (flowControlPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 		out = append(out, own(FlowControlOwner(f.Name), h)...)
 	}
 	return out
+}
+
+// deleteRule reaches the DELETEs of the resources r names.
+func deleteRule(r v1alpha1.ResourceRule) admissionregistrationv1.RuleWithOperations {
+	rl := rule(admissionregistrationv1.Delete, "", "")
+	rl.APIGroups, rl.Resources = r.APIGroups, r.Resources
+	return rl
 }

@@ -28,6 +28,7 @@ import (
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/budget"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
+	"github.com/rampart-io/rampart/internal/recyclebin"
 )
 
 // The fuzz targets here need no cluster: run them with -short so that
@@ -119,11 +120,16 @@ spec:
 	pub := mustYAML(&v1alpha1.PodUnavailableBudget{}, `
 metadata: {name: web, namespace: default}
 spec: {selector: {matchLabels: {app: web}}, maxUnavailable: "50%"}`).(*v1alpha1.PodUnavailableBudget)
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(window, fc, pub).
+	rc := mustYAML(&v1alpha1.RecyclePolicy{}, `
+metadata: {name: rc}
+spec:
+  resources: [{apiGroups: ["*"], resources: ["*"]}]
+  objectSelector: {matchExpressions: [{key: tier, operator: NotIn, values: [scratch]}]}`).(*v1alpha1.RecyclePolicy)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(window, fc, pub, rc).
 		WithStatusSubresource(&v1alpha1.DeletionFlowControl{}, &v1alpha1.PodUnavailableBudget{}).Build()
 	index := budget.NewIndex()
 	view := fuzzView{}
-	del := &rampartadmission.Deletion{View: view, Policies: fuzzPolicies{}}
+	del := &rampartadmission.Deletion{View: view, Policies: fuzzPolicies{}, Bin: fuzzBin{}}
 	rep := &rampartadmission.Replicas{View: view, Policies: fuzzPolicies{}, InForce: fuzzInForce{},
 		LiveLabels: func(context.Context, schema.GroupVersionResource, string, string) (map[string]string, bool, error) {
 			return map[string]string{v1alpha1.LabelExplicitReplicas: "true"}, true, nil
@@ -151,7 +157,19 @@ spec: {selector: {matchLabels: {app: web}}, maxUnavailable: "50%"}`).(*v1alpha1.
 	reg(rampartadmission.FlowControlPrefix, &rampartadmission.FlowControl{Client: c, Pods: view}, rampartadmission.FlowControlFromPath)
 	reg(rampartadmission.BudgetPath, &rampartadmission.Budgets{Client: c, Cache: c, Index: index, Pods: view, Namespaces: view}, nil)
 	reg(rampartadmission.ProbePath, rampartadmission.Probe{}, nil)
+	reg(rampartadmission.RecyclePrefix, &rampartadmission.Recycle{Reader: c, Bin: fuzzBin{}}, rampartadmission.PolicyFromPath(rampartadmission.RecyclePrefix))
 	return mux
+}
+
+// fuzzBin keeps nothing and fails the copies of odd-length names, so both
+// answers of a capture are fuzzed.
+type fuzzBin struct{}
+
+func (fuzzBin) Capture(_ context.Context, e recyclebin.Entry) (string, error) {
+	if len(e.Name)%2 == 1 {
+		return "", recyclebin.ErrStore
+	}
+	return "entries/x", nil
 }
 
 // fuzzPaths are the URLs the API server calls, one per registered handler.
@@ -167,6 +185,7 @@ var fuzzPaths = []string{
 	rampartadmission.FlowControlPrefix + "fc",
 	rampartadmission.BudgetPath,
 	rampartadmission.ProbePath,
+	rampartadmission.RecyclePrefix + "rc",
 }
 
 // TestFuzzReachesEveryRoute: a protection added to admission.Plugins is

@@ -38,7 +38,7 @@ type Protection interface {
 // configuration.
 var Plugins = []Protection{
 	labelsPlugin{}, policyPlugin{}, windowPlugin{}, flowControlPlugin{}, budgetPlugin{},
-	objectsPlugin{}, scalePlugin{}, generatedBudgetPlugin{}, probePlugin{},
+	objectsPlugin{}, scalePlugin{}, generatedBudgetPlugin{}, probePlugin{}, recyclePlugin{},
 }
 
 // Route is one handler a protection serves at Path (a prefix when it ends
@@ -66,6 +66,9 @@ func WindowOwner(ns, name string) Owner {
 
 // FlowControlOwner is the owner of a DeletionFlowControl's webhook.
 func FlowControlOwner(name string) Owner { return Owner{Kind: "DeletionFlowControl", Name: name} }
+
+// RecycleOwner is the owner of a RecyclePolicy's webhook.
+func RecycleOwner(name string) Owner { return Owner{Kind: "RecyclePolicy", Name: name} }
 
 // Webhook is a validating webhook with its owner.
 type Webhook struct {
@@ -136,10 +139,13 @@ type Deps struct {
 	// ReplicasExempt and LiveLabels: see Replicas.
 	ReplicasExempt v1alpha1.Subjects
 	LiveLabels     func(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (map[string]string, bool, error)
+	// Bin keeps a copy of each protected object before its delete is
+	// admitted; nil when the recycle bin is off.
+	Bin Capturer
 }
 
 func (d Deps) deletion() *Deletion {
-	return &Deletion{View: d.Deletion, Policies: d.Policies, Recorder: d.Recorder, Mapper: d.Mapper}
+	return &Deletion{View: d.Deletion, Policies: d.Policies, Recorder: d.Recorder, Mapper: d.Mapper, Bin: d.Bin}
 }
 
 func (d Deps) replicas() *Replicas {

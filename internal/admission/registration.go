@@ -71,6 +71,10 @@ type Registration struct {
 	// FlowControls get webhooks of their own, scoped by their resources
 	// and selectors.
 	FlowControls []v1alpha1.DeletionFlowControl
+	// RecycleBin is on (the manager keeps copies); RecyclePolicies then
+	// get webhooks of their own, scoped by their resources and selectors.
+	RecycleBin      bool
+	RecyclePolicies []v1alpha1.RecyclePolicy
 	// BudgetNamespaces hold PodUnavailableBudgets: evictions and
 	// disruptions of every pod there are judged (an Eviction carries no pod
 	// labels to select on).

@@ -40,7 +40,9 @@ import (
 // default, hybrid, is tested with clusters of their own
 // (TestOutageBlocksOnlyProtectedObjects) and by the other packages.
 func TestMain(m *testing.M) {
-	clustertest.Main(m, localcluster.Options{ManagerArgs: []string{"--replicas-exempt-users=autoscaler-bot", "--budget-disruption-timeout=5s", "--compiled-policies=false"}})
+	clustertest.Main(m, localcluster.Options{ManagerArgs: []string{"--replicas-exempt-users=autoscaler-bot", "--budget-disruption-timeout=5s", "--compiled-policies=false",
+		// Settle the recycle bin's captures of refused deletes quickly.
+		"--recycle-bin-not-deleted-after=3s"}})
 }
 
 const protectionLabel = "rampart.io/protection"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/manager"
+	"github.com/rampart-io/rampart/internal/recyclebin"
 )
 
 func newManagerCommand() *cobra.Command {
@@ -63,6 +64,12 @@ func newManagerCommand() *cobra.Command {
 	addReplicasExemptFlags(f, &o.ReplicasExempt, &exemptSAs)
 	f.BoolVar(&o.CompiledPolicies, "compiled-policies", true,
 		"have the API server enforce the static rules itself as ValidatingAdmissionPolicies kept applied by the leader (the label rules, and each enforced ProtectionPolicy's Always and built-in workloads' replicas), and narrow the label webhooks once every API server does: those rules then hold while Rampart is down")
+	f.StringVar(&o.RecycleBinDir, "recycle-bin-dir", "",
+		"turn the recycle bin on: keep a copy of every protected object (rampart.io/protection label or ProtectionPolicy) in this directory before its delete is admitted; a delete whose copy cannot be stored is refused (off the cluster's etcd: a local directory, or a volume in a cluster)")
+	f.StringVar(&o.RecycleBinKeyFile, "recycle-bin-key-file", "",
+		"32-byte key that seals Secrets in the recycle bin (AES-256-GCM); without it, deletes of protected Secrets are refused")
+	f.DurationVar(&o.RecycleBinNotDeletedAfter, "recycle-bin-not-deleted-after", recyclebin.DefaultNotDeletedAfter,
+		"how long after its copy was stored an object still alive counts as not deleted (its delete was refused after the copy, e.g. by another webhook); longer than any admission of a delete can take")
 	return cmd
 }
 

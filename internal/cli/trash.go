@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	"github.com/rampart-io/rampart/internal/localcluster"
 	"github.com/rampart-io/rampart/internal/recyclebin"
 	"github.com/rampart-io/rampart/internal/storage"
 )
@@ -47,15 +50,25 @@ The bin's store is a directory (--dir). Secrets are kept encrypted and are
 shown or restored only with the key they were sealed with (--key-file).`,
 	}
 	o.flags.AddFlags(cmd.PersistentFlags())
-	cmd.PersistentFlags().StringVar(&o.dir, "dir", "", "the recycle bin's directory")
-	cmd.PersistentFlags().StringVar(&o.keyFile, "key-file", "", "the key Secrets were sealed with (32 bytes)")
+	cmd.PersistentFlags().StringVar(&o.dir, "dir", "", "the recycle bin's directory (default: .rampart/recycle-bin, where rampart up keeps it)")
+	cmd.PersistentFlags().StringVar(&o.keyFile, "key-file", "", "the key Secrets were sealed with (32 bytes; default with the default --dir: .rampart/pki/recycle-bin.key)")
 	cmd.AddCommand(o.listCommand(), o.showCommand(), o.restoreCommand())
 	return cmd
 }
 
 func (o *trashOptions) bin() (*recyclebin.Bin, error) {
 	if o.dir == "" {
-		return nil, errors.New("--dir: name the recycle bin's directory")
+		// The bin of the cluster `rampart up` started here, if any.
+		local := filepath.Join(".rampart", localcluster.RecycleBinDir)
+		if _, err := os.Stat(local); err != nil {
+			return nil, errors.New("--dir: name the recycle bin's directory (the default, .rampart/recycle-bin of rampart up, does not exist here)")
+		}
+		o.dir = local
+		if key := filepath.Join(".rampart", "pki", localcluster.RecycleBinKey); o.keyFile == "" {
+			if _, err := os.Stat(key); err == nil {
+				o.keyFile = key
+			}
+		}
 	}
 	b := &recyclebin.Bin{Store: storage.Dir{Root: o.dir}}
 	if o.keyFile != "" {
@@ -187,7 +200,15 @@ func (o *trashOptions) find(ctx context.Context, b *recyclebin.Bin, arg string) 
 	for _, l := range listed {
 		if l.Resource == gr && l.Name == name && (namespace == "" || l.Namespace == namespace || l.Namespace == "") &&
 			(o.uid == "" || string(l.UID) == o.uid) {
-			return b.Get(ctx, l.StoreName)
+			e, err := b.Get(ctx, l.StoreName)
+			if err != nil || e.State != recyclebin.StateNotDeleted {
+				return e, err
+			}
+			if o.uid != "" {
+				return recyclebin.Entry{}, fmt.Errorf("the copy of %s with uid %s was taken for a delete that then did not happen (refused or failed after the copy): the object was seen alive, and this copy is not a deleted object", e.Described(), e.UID)
+			}
+			// A copy whose delete did not happen is never offered as
+			// deleted: look for an older one.
 		}
 	}
 	return recyclebin.Entry{}, fmt.Errorf("the recycle bin holds no copy of %s/%s in namespace %s (nor cluster-scoped); see rampart trash list", gr, name, namespace)

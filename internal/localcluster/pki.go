@@ -14,6 +14,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/rampart-io/rampart/internal/pki"
+	"github.com/rampart-io/rampart/internal/recyclebin"
+	"github.com/rampart-io/rampart/internal/storage"
 )
 
 // A local cluster lives for days at most; a year leaves no expiry to manage.
@@ -108,7 +110,31 @@ func (c *Cluster) makePKI(now time.Time) error {
 	if err := c.makeWebhookClientPKI(now); err != nil {
 		return err
 	}
+	if err := writeRecycleBinKey(c.pkiFile(RecycleBinKey)); err != nil {
+		return err
+	}
 	return c.makeGatewayPKI(ca, now)
+}
+
+// RecycleBinKey is the file in pki/ with the key the recycle bin seals
+// Secrets with.
+const RecycleBinKey = "recycle-bin.key"
+
+// RecycleBinDir is the recycle bin's directory under the cluster's.
+const RecycleBinDir = "recycle-bin"
+
+// writeRecycleBinKey writes 32 random bytes, the AES-256 key, unless the
+// file exists: a new key would leave the Secrets kept so far sealed for
+// good.
+func writeRecycleBinKey(path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	return os.WriteFile(path, key, 0o600)
 }
 
 func writeServiceAccountKey(path string) error {
@@ -144,4 +170,13 @@ func (c *Cluster) writeKubeconfig(file string, ca, client *pki.KeyPair) error {
 		return err
 	}
 	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// RecycleBin is the recycle bin the cluster's managers keep, with its key.
+func (c *Cluster) RecycleBin() (*recyclebin.Bin, error) {
+	key, err := recyclebin.LoadKey(c.pkiFile(RecycleBinKey))
+	if err != nil {
+		return nil, err
+	}
+	return &recyclebin.Bin{Store: storage.Dir{Root: c.path(RecycleBinDir)}, Key: key}, nil
 }

@@ -215,6 +215,8 @@ func (c *Cluster) managerArgs(i int) []string {
 		// local CA.
 		"--metrics-secure", "--metrics-cert-dir=" + c.pkiFile("manager-metrics"),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(mp.health),
+		// The recycle bin, on by default, shared by the replicas.
+		"--recycle-bin-dir=" + c.path(RecycleBinDir), "--recycle-bin-key-file=" + c.pkiFile(RecycleBinKey),
 	}, append(c.managerClientAuthArgs(), c.opts.ManagerArgs...)...)
 	if len(urls) > 1 {
 		args = append(args, "--webhook-replica-urls="+strings.Join(urls, ","))

@@ -117,7 +117,17 @@ type Options struct {
 	// may stay unobserved before the budget gets it back (the request
 	// failed after admission).
 	BudgetDisruptionTimeout time.Duration
-	Log                     logr.Logger
+	// RecycleBinDir, when set, turns the recycle bin on: a copy of every
+	// protected object is stored there before its delete is admitted.
+	// Off the cluster's etcd: a local directory, or a volume in a cluster.
+	RecycleBinDir string
+	// RecycleBinKeyFile holds the 32-byte key Secrets are sealed with in
+	// the recycle bin; without it a protected Secret's delete is refused
+	// (a Secret is never kept in clear).
+	RecycleBinKeyFile string
+	// RecycleBinNotDeletedAfter: see recyclebin.Keeper.NotDeletedAfter.
+	RecycleBinNotDeletedAfter time.Duration
+	Log                       logr.Logger
 }
 
 // DefaultBudgetDisruptionTimeout bounds how long a budget stays consumed
@@ -210,10 +220,20 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		Base:    rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true},
 		Log:     o.Log.WithName("registration"),
 	})
+	bin, err := recycleBin(cfg, o)
+	if err != nil {
+		return err
+	}
+	if bin != nil {
+		if err := mgr.Add(bin); err != nil {
+			return err
+		}
+	}
 	scales, recorder, err := serveProtections(cfg, mgr, server, o, rampartadmission.Deps{
 		Cache: mgr.GetCache(), Direct: direct, InForce: reg, Recorder: mgr.GetEventRecorder("rampart"), Mapper: mgr.GetRESTMapper(),
 		Policies: policies, Deletion: views.Deletion, ScaleTargets: views.ScaleTargets, Pods: views.Budgets,
 		BudgetIndex: views.Budgets.Index(), Namespaces: views.Namespaces, ReplicasExempt: o.ReplicasExempt,
+		Bin: bin.capturer(),
 	})
 	if err != nil {
 		return err

@@ -67,7 +67,10 @@ type Entry struct {
 	// outside the API).
 	DeletedBy string `json:"deletedBy,omitempty"`
 	How       string `json:"how"`
-	State     string `json:"state"`
+	// Policy is the RecyclePolicy that kept it; empty for an object kept
+	// because Rampart protects it.
+	Policy string `json:"policy,omitempty"`
+	State  string `json:"state"`
 	// Object is the object as it was (JSON); empty when Encrypted.
 	Object json.RawMessage `json:"object,omitempty"`
 	// Encrypted is the object sealed with the key KeyID names (Secrets).

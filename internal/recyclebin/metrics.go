@@ -1,0 +1,24 @@
+package recyclebin
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// The recycle bin's metrics; the manager registers them (Collectors).
+var (
+	captures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rampart_recyclebin_captures_total",
+		Help: "Copies the recycle bin stored before admitting a delete, by resource.",
+	}, []string{"resource"})
+	captureFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rampart_recyclebin_capture_failures_total",
+		Help: "Deletes of kept objects refused because their copy could not be stored, by resource.",
+	}, []string{"resource"})
+	settled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rampart_recyclebin_settled_total",
+		Help: "Captures settled, by what became of the object: Deleted, or NotDeleted (the delete was refused or failed after the capture).",
+	}, []string{"state"})
+)
+
+// Collectors are the metrics to register.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{captures, captureFailures, settled}
+}
