@@ -63,6 +63,7 @@ func (fuzzInForce) Relabelled(context.Context, *v1alpha1.ProtectionPolicy, strin
 func (fuzzInForce) Window(context.Context, *v1alpha1.ChangeWindow) error                 { return nil }
 func (fuzzInForce) FlowControl(context.Context, *v1alpha1.DeletionFlowControl) error     { return nil }
 func (fuzzInForce) BudgetNamespace(context.Context, string) error                        { return nil }
+func (fuzzInForce) RecyclePolicy(context.Context, *v1alpha1.RecyclePolicy) error         { return nil }
 
 // fuzzPolicies holds one policy, "always", protecting every object.
 type fuzzPolicies struct{}

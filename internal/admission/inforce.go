@@ -29,14 +29,16 @@ type InForce interface {
 	Relabelled(ctx context.Context, p *v1alpha1.ProtectionPolicy, ns string) error
 	Window(ctx context.Context, w *v1alpha1.ChangeWindow) error
 	FlowControl(ctx context.Context, f *v1alpha1.DeletionFlowControl) error
+	RecyclePolicy(ctx context.Context, p *v1alpha1.RecyclePolicy) error
 }
 
 // inForceTimeout is the timeout of webhooks that may wait on a Barrier
 // (DefaultBarrierTimeout) before they answer.
 const inForceTimeout = int32(15)
 
-// SpecPath judges the creation and change of ProtectionPolicies and
-// DeletionFlowControls: admitted once their webhooks are in force.
+// SpecPath judges the creation and change of ProtectionPolicies,
+// DeletionFlowControls and RecyclePolicies: admitted once their webhooks
+// are in force.
 const SpecPath = "/validate/spec"
 
 // specWebhook reaches CREATE and UPDATE of the cluster-scoped kinds whose
@@ -47,7 +49,7 @@ func specWebhook(webhook func(string, string, ...admissionregistrationv1.RuleWit
 	h := webhook("spec.rampart.io", SpecPath, admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
-			Resources: []string{"protectionpolicies", "deletionflowcontrols"}, Scope: ptr.To(admissionregistrationv1.ClusterScope)},
+			Resources: []string{"protectionpolicies", "deletionflowcontrols", "recyclepolicies"}, Scope: ptr.To(admissionregistrationv1.ClusterScope)},
 	})
 	h.TimeoutSeconds = ptr.To(inForceTimeout)
 	return h
@@ -76,6 +78,12 @@ func (h Spec) Handle(ctx context.Context, req admission.Request) admission.Respo
 			return admission.Errored(http.StatusBadRequest, err)
 		}
 		what, err = "DeletionFlowControl "+f.Name, h.InForce.FlowControl(ctx, f)
+	case "recyclepolicies":
+		p := &v1alpha1.RecyclePolicy{}
+		if err := json.Unmarshal(req.Object.Raw, p); err != nil {
+			return admission.Errored(http.StatusBadRequest, err)
+		}
+		what, err = "RecyclePolicy "+p.Name, h.InForce.RecyclePolicy(ctx, p)
 	default:
 		return admission.Allowed("")
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,7 +16,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	"github.com/rampart-io/rampart/internal/localcluster"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
@@ -250,4 +254,97 @@ func TestRecycleBinMarksACopyWhoseDeleteWasRefused(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "holds no copy of pods/key-0") {
 		t.Fatalf("restore of a copy whose delete did not happen: %v\n%s", err, out)
 	}
+}
+
+var recyclePoliciesGVR = schema.GroupVersionResource{Group: "rampart.io", Version: "v1alpha1", Resource: "recyclepolicies"}
+
+// A RecyclePolicy keeps what it selects from the moment the API accepts
+// it (a delete at once after the create is kept); what it does not select
+// is not kept; an object it selects that Rampart also protects is kept
+// once; a copy that cannot be stored refuses the delete, naming the
+// policy; and the policy says it is Ready.
+func TestRecyclePolicyKeepsWhatItSelectsFromTheStart(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	cms := env.Client.CoreV1().ConfigMaps(ns)
+	var uids []types.UID
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+	}{{"kept", map[string]string{"keep": "yes"}}, {"passing", nil}, {"both", map[string]string{"keep": "yes", protectionLabel: "Cascading"}}} {
+		cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: c.name, Labels: c.labels}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids = append(uids, cm.UID)
+	}
+	name := uniqueName("configs")
+	p := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(fmt.Sprintf(`apiVersion: rampart.io/v1alpha1
+kind: RecyclePolicy
+metadata: {name: %s}
+spec:
+  resources: [{apiGroups: [""], resources: [configmaps]}]
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
+  objectSelector: {matchLabels: {keep: "yes"}}
+  retention: 24h`, name, ns)), &p.Object); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Dynamic.Resource(recyclePoliciesGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create RecyclePolicy: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = env.Dynamic.Resource(recyclePoliciesGVR).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	// At once: no wait for Ready.
+	for _, n := range []string{"kept", "passing", "both"} {
+		if err := cms.Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("delete %s: %v", n, err)
+		}
+	}
+	if es := kept(t, env, ns, uids[0]); len(es) != 1 || es[0].Policy != name {
+		t.Errorf("the ConfigMap the policy selects: %+v, want one copy kept by RecyclePolicy %s", es, name)
+	}
+	if es := kept(t, env, ns, uids[1]); len(es) != 0 {
+		t.Errorf("a ConfigMap the policy does not select was kept: %+v", es)
+	}
+	if es := kept(t, env, ns, uids[2]); len(es) != 1 {
+		t.Errorf("a protected ConfigMap the policy selects too: %d copies, want 1", len(es))
+	}
+
+	// The store broken for this namespace: refused, naming the policy.
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Labels: map[string]string{"keep": "yes"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	broken := filepath.Join(env.Dir, localcluster.RecycleBinDir, "entries", ns)
+	if err := os.RemoveAll(broken); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(broken, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := cms.Delete(ctx, "stuck", metav1.DeleteOptions{})
+	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), fmt.Sprintf("kept by RecyclePolicy %q", name)) ||
+		!strings.Contains(err.Error(), "kubectl edit recyclepolicy "+name) {
+		t.Fatalf("delete with the store broken: %v, want 503 naming the policy and how to take the object out of it", err)
+	}
+	if err := os.Remove(broken); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, "the RecyclePolicy to be Ready", func(ctx context.Context) (bool, error) {
+		u, err := env.Dynamic.Resource(recyclePoliciesGVR).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			m := c.(map[string]any)
+			if m["type"] == "Ready" && m["status"] == "True" && m["reason"] == "Keeping" {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("conditions %v", conds)
+	})
 }

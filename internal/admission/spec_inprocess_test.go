@@ -30,14 +30,20 @@ func (s *specCalls) FlowControl(_ context.Context, f *v1alpha1.DeletionFlowContr
 	return s.err
 }
 
-// TestSpecHandlerInProcess: a ProtectionPolicy or DeletionFlowControl is
-// admitted once its webhooks are in force; a change that leaves the spec
-// (the generation) alone, and a dry run, wait for nothing; a slow API
-// server gets a 503 that says to retry.
+func (s *specCalls) RecyclePolicy(_ context.Context, p *v1alpha1.RecyclePolicy) error {
+	s.calls = append(s.calls, "RecyclePolicy "+p.Name)
+	return s.err
+}
+
+// TestSpecHandlerInProcess: a ProtectionPolicy, DeletionFlowControl or
+// RecyclePolicy is admitted once its webhooks are in force; a change that
+// leaves the spec (the generation) alone, and a dry run, wait for nothing;
+// a slow API server gets a 503 that says to retry.
 func TestSpecHandlerInProcess(t *testing.T) {
 	t.Parallel()
 	policiesGVR := schema.GroupVersionResource{Group: "rampart.io", Version: "v1alpha1", Resource: "protectionpolicies"}
 	flowGVR := schema.GroupVersionResource{Group: "rampart.io", Version: "v1alpha1", Resource: "deletionflowcontrols"}
+	recycleGVR := schema.GroupVersionResource{Group: "rampart.io", Version: "v1alpha1", Resource: "recyclepolicies"}
 	obj := func(kind string, generation int64) map[string]any {
 		return map[string]any{"apiVersion": "rampart.io/v1alpha1", "kind": kind,
 			"metadata": map[string]any{"name": "key", "generation": generation}, "spec": map[string]any{}}
@@ -60,6 +66,7 @@ func TestSpecHandlerInProcess(t *testing.T) {
 	}{
 		{name: "a policy created", review: create(policiesGVR, "ProtectionPolicy"), want: outcome{allowed: true}, calls: []string{"ProtectionPolicy key"}},
 		{name: "a flow control created", review: create(flowGVR, "DeletionFlowControl"), want: outcome{allowed: true}, calls: []string{"DeletionFlowControl key"}},
+		{name: "a recycle policy created", review: create(recycleGVR, "RecyclePolicy"), want: outcome{allowed: true}, calls: []string{"RecyclePolicy key"}},
 		{name: "a spec changed", review: update(1, 2), want: outcome{allowed: true}, calls: []string{"ProtectionPolicy key"}},
 		{name: "labels or status changed: nothing to wait for", review: update(2, 2), want: outcome{allowed: true}},
 		{name: "a dry run", review: func() review { r := create(policiesGVR, "ProtectionPolicy"); r.dryRun = true; return r }(), want: outcome{allowed: true}},

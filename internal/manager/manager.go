@@ -213,13 +213,6 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if o.CompiledPolicies {
 		compiledLabels = registrar.Hash(compiled.LabelRules(compiledOpts))
 	}
-	reg := registrar.New(registrar.Config{
-		CompiledLabels: compiledLabels,
-		Client:         direct, Reader: mgr.GetCache(), Targets: views.ScaleTargets, Budgets: views.Budgets, Policies: policies,
-		Barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace},
-		Base:    rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true},
-		Log:     o.Log.WithName("registration"),
-	})
 	bin, err := recycleBin(cfg, o)
 	if err != nil {
 		return err
@@ -229,6 +222,14 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return err
 		}
 	}
+	reg := registrar.New(registrar.Config{
+		CompiledLabels: compiledLabels,
+		Client:         direct, Reader: mgr.GetCache(), Targets: views.ScaleTargets, Budgets: views.Budgets, Policies: policies,
+		Barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace},
+		Base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true,
+			RecycleBin: bin != nil},
+		Log: o.Log.WithName("registration"),
+	})
 	scales, recorder, err := serveProtections(cfg, mgr, server, o, rampartadmission.Deps{
 		Cache: mgr.GetCache(), Direct: direct, InForce: reg, Recorder: mgr.GetEventRecorder("rampart"), Mapper: mgr.GetRESTMapper(),
 		Policies: policies, Deletion: views.Deletion, ScaleTargets: views.ScaleTargets, Pods: views.Budgets,

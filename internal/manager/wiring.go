@@ -30,6 +30,7 @@ import (
 	"github.com/rampart-io/rampart/internal/controller/generatedbudgets"
 	"github.com/rampart-io/rampart/internal/controller/policystatus"
 	"github.com/rampart-io/rampart/internal/controller/quotawatch"
+	"github.com/rampart-io/rampart/internal/controller/recyclestatus"
 	"github.com/rampart-io/rampart/internal/controller/windowstatus"
 	"github.com/rampart-io/rampart/internal/registrar"
 	"github.com/rampart-io/rampart/internal/servingcert"
@@ -145,7 +146,7 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Regi
 	if err := metrics.Registry.Register(newBreakerGauge(mgr.GetCache())); err != nil {
 		return err
 	}
-	for _, obj := range []client.Object{&v1alpha1.ChangeWindow{}, &v1alpha1.DeletionFlowControl{}} {
+	for _, obj := range []client.Object{&v1alpha1.ChangeWindow{}, &v1alpha1.DeletionFlowControl{}, &v1alpha1.RecyclePolicy{}} {
 		inf, err := mgr.GetCache().GetInformer(ctx, obj)
 		if err != nil {
 			return err
@@ -175,6 +176,7 @@ func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registra
 		&policystatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration, Compiled: keeper},
 		&windowstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
 		&flowcontrolstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
+		&recyclestatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
 	} {
 		if err := c.SetupWithManager(mgr); err != nil {
 			return err

@@ -2,12 +2,14 @@ package recyclebin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -36,7 +38,23 @@ type Keeper struct {
 
 	once  sync.Once
 	queue workqueue.TypedDelayingInterface[pending]
+
+	// One delete may reach several webhooks (a protected object a
+	// RecyclePolicy selects too) and the API server may ask again (a
+	// retry): one copy per object version is enough.
+	flight singleflight.Group
+	mu     sync.Mutex
+	recent map[string]captured
 }
+
+// captured is a copy stored lately, by object version.
+type captured struct {
+	name string
+	at   time.Time
+}
+
+// recentFor is how long a capture answers for the same object version.
+const recentFor = 2 * time.Minute
 
 // q is the queue of captures to settle, made on first use: a webhook may
 // capture before Start.
@@ -103,6 +121,51 @@ var ErrStore = errors.New("the recycle bin could not keep a copy")
 // Capture stores e (State Captured, How API) durably and queues it to be
 // settled. It returns once the copy is on the store.
 func (k *Keeper) Capture(ctx context.Context, e Entry) (string, error) {
+	key := string(e.UID) + "/" + resourceVersion(e.Object)
+	now := k.Clock.Now()
+	k.mu.Lock()
+	if c, ok := k.recent[key]; ok && now.Sub(c.at) < recentFor {
+		k.mu.Unlock()
+		return c.name, nil
+	}
+	k.mu.Unlock()
+	name, err, _ := k.flight.Do(key, func() (any, error) {
+		name, err := k.capture(ctx, e)
+		if err == nil {
+			k.remember(key, name, now)
+		}
+		return name, err
+	})
+	return name.(string), err
+}
+
+// remember records a capture, forgetting the old ones.
+func (k *Keeper) remember(key, name string, now time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.recent == nil {
+		k.recent = map[string]captured{}
+	}
+	for key, c := range k.recent {
+		if now.Sub(c.at) >= recentFor {
+			delete(k.recent, key)
+		}
+	}
+	k.recent[key] = captured{name: name, at: now}
+}
+
+// resourceVersion is an object's metadata.resourceVersion ("" if none).
+func resourceVersion(object []byte) string {
+	var m struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	_ = json.Unmarshal(object, &m)
+	return m.Metadata.ResourceVersion
+}
+
+func (k *Keeper) capture(ctx context.Context, e Entry) (string, error) {
 	e.State, e.How = StateCaptured, HowAPI
 	if e.DeletedAt.IsZero() {
 		e.DeletedAt = k.Clock.Now()

@@ -205,3 +205,41 @@ func TestKeeperResumesCapturesLeftUnsettled(t *testing.T) {
 	k.Start(ctx, time.Hour)
 	waitState(t, k, clock, name, StateDeleted, time.Second)
 }
+
+// One object version is kept once, however many webhooks capture it at
+// once (a protected object a RecyclePolicy selects too) or again (the API
+// server's retry); a later version is kept again.
+func TestKeeperKeepsOneCopyPerObjectVersion(t *testing.T) {
+	k, _, clock := newKeeper(t)
+	version := func(rv string) Entry {
+		return Entry{Resource: configMaps, Namespace: "shop", Name: "prices", UID: "uid-1",
+			Object: json.RawMessage(`{"metadata":{"name":"prices","resourceVersion":"` + rv + `"}}`)}
+	}
+	var wg sync.WaitGroup
+	names := make([]string, 4)
+	for i := range names {
+		wg.Go(func() {
+			name, err := k.Capture(context.Background(), version("7"))
+			if err != nil {
+				t.Error(err)
+			}
+			names[i] = name
+		})
+	}
+	wg.Wait()
+	if l, _ := k.Bin.List(context.Background(), ""); len(l) != 1 {
+		t.Fatalf("four captures of one version kept %d copies, want 1", len(l))
+	}
+	for _, n := range names {
+		if n != names[0] {
+			t.Fatalf("captures of one version answered %v, want one name", names)
+		}
+	}
+	clock.Step(time.Millisecond)
+	if _, err := k.Capture(context.Background(), version("8")); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := k.Bin.List(context.Background(), ""); len(l) != 2 {
+		t.Fatalf("a second version: %d copies, want 2", len(l))
+	}
+}

@@ -85,6 +85,7 @@ var (
 	pendingPolicy      = objectKind(func(r *rampartadmission.Registration) *[]v1alpha1.ProtectionPolicy { return &r.Policies })
 	pendingWindow      = objectKind(func(r *rampartadmission.Registration) *[]v1alpha1.ChangeWindow { return &r.Windows })
 	pendingFlowControl = objectKind(func(r *rampartadmission.Registration) *[]v1alpha1.DeletionFlowControl { return &r.FlowControls })
+	pendingRecycle     = objectKind(func(r *rampartadmission.Registration) *[]v1alpha1.RecyclePolicy { return &r.RecyclePolicies })
 	// A namespace just relabelled into a policy: the API servers' caches
 	// of namespace labels may lag, so never in the caches, kept until it
 	// expires.
@@ -458,6 +459,15 @@ func (r *Registrar) Window(ctx context.Context, w *v1alpha1.ChangeWindow) error 
 
 func (r *Registrar) FlowControl(ctx context.Context, f *v1alpha1.DeletionFlowControl) error {
 	return r.Ensure(ctx, pending{kind: pendingFlowControl, obj: f})
+}
+
+// RecyclePolicy puts p's webhook in force; with the recycle bin off it
+// has none, and nothing to wait for.
+func (r *Registrar) RecyclePolicy(ctx context.Context, p *v1alpha1.RecyclePolicy) error {
+	if !r.Registration().RecycleBin {
+		return nil
+	}
+	return r.Ensure(ctx, pending{kind: pendingRecycle, obj: p})
 }
 
 // liveToken reads the token of the configuration live now.

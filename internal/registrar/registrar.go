@@ -144,6 +144,12 @@ func (r *Registrar) fromCaches(ctx context.Context) rampartadmission.Registratio
 	}
 	slices.SortFunc(fcs.Items, func(a, b v1alpha1.DeletionFlowControl) int { return strings.Compare(a.Name, b.Name) })
 	reg.FlowControls = fcs.Items
+	var rps v1alpha1.RecyclePolicyList
+	if err := r.reader.List(ctx, &rps); err != nil {
+		r.log.Error(err, "listing RecyclePolicies")
+	}
+	slices.SortFunc(rps.Items, func(a, b v1alpha1.RecyclePolicy) int { return strings.Compare(a.Name, b.Name) })
+	reg.RecyclePolicies = rps.Items
 	reg.BudgetNamespaces = r.budgets.Index().Namespaces()
 	if r.compiledLabels != "" {
 		// Read live, after the live configuration (writeOnce): a record

@@ -1,0 +1,61 @@
+// Package recyclestatus keeps each RecyclePolicy's Ready condition: True
+// once the webhook configuration holds its webhook as its current spec
+// makes it, so a user sees from when its deletes are kept; False, saying
+// why, while the recycle bin is off.
+package recyclestatus
+
+import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/controller/ready"
+)
+
+// Reconciler sets the Ready condition of RecyclePolicies.
+type Reconciler struct {
+	Client client.Client
+	// Registration is the endpoint and CA part of what is registered, and
+	// whether the recycle bin is on.
+	Registration func() rampartadmission.Registration
+}
+
+// RecycleBinOff is the reason of a policy nothing keeps for.
+const RecycleBinOff = "RecycleBinOff"
+
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	p := &v1alpha1.RecyclePolicy{}
+	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	reg := r.Registration()
+	reg.RecyclePolicies = []v1alpha1.RecyclePolicy{*p}
+	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, ObservedGeneration: p.Generation, Reason: RecycleBinOff,
+		Message: "the recycle bin is off, so nothing is kept: run the manager with --recycle-bin-dir (or the chart's recycleBin values)"}
+	if reg.RecycleBin {
+		var err error
+		if cond, err = ready.Condition(ctx, r.Client, reg, rampartadmission.RecycleOwner(p.Name), p.Generation, "Keeping",
+			": each delete it selects is refused unless a copy is stored first"); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	before := p.Status.DeepCopy()
+	if err := ready.Set(ctx, r.Client, p, &p.Status.Conditions, &p.Status.ObservedGeneration, before, &p.Status, cond); err != nil {
+		return reconcile.Result{}, err
+	}
+	if cond.Reason == ready.Registering {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// SetupWithManager runs the reconciler on the leader.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ready.Controller(mgr, "recyclepolicy-status", &v1alpha1.RecyclePolicy{}, &v1alpha1.RecyclePolicyList{}, r)
+}

@@ -1,0 +1,65 @@
+package recyclestatus
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+)
+
+// A policy is Ready once its webhook is registered; with the recycle bin
+// off it says so and how to turn it on.
+func TestReadySaysWhetherDeletesAreKept(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(s), v1alpha1.AddToScheme(s)); err != nil {
+		t.Fatal(err)
+	}
+	p := &v1alpha1.RecyclePolicy{ObjectMeta: metav1.ObjectMeta{Name: "configs", Generation: 1}, Spec: v1alpha1.RecyclePolicySpec{
+		Resources: []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}}}}
+	base := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system", RecycleBin: true}
+	empty := rampartadmission.ValidatingConfig(base)
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(p, empty).WithStatusSubresource(p).Build()
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "configs"}}
+	ready := func(r *Reconciler) *metav1.Condition {
+		t.Helper()
+		if _, err := r.Reconcile(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		got := &v1alpha1.RecyclePolicy{}
+		if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+			t.Fatal(err)
+		}
+		return meta.FindStatusCondition(got.Status.Conditions, "Ready")
+	}
+	off := base
+	off.RecycleBin = false
+	if got := ready(&Reconciler{Client: c, Registration: func() rampartadmission.Registration { return off }}); got == nil ||
+		got.Status != metav1.ConditionFalse || got.Reason != RecycleBinOff {
+		t.Errorf("with the recycle bin off: %+v", got)
+	}
+	r := &Reconciler{Client: c, Registration: func() rampartadmission.Registration { return base }}
+	if got := ready(r); got == nil || got.Status != metav1.ConditionFalse {
+		t.Errorf("before its webhook is registered: %+v", got)
+	}
+	reg := base
+	reg.RecyclePolicies = []v1alpha1.RecyclePolicy{*p}
+	cfg := empty.DeepCopy()
+	cfg.Webhooks = rampartadmission.ValidatingConfig(reg).Webhooks
+	if err := c.Update(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := ready(r); got == nil || got.Status != metav1.ConditionTrue || got.Reason != "Keeping" ||
+		got.Message != "webhook configs.recycle.rampart.io registered: each delete it selects is refused unless a copy is stored first" {
+		t.Errorf("with its webhook registered: %+v", got)
+	}
+}
