@@ -68,6 +68,10 @@ func newManagerCommand() *cobra.Command {
 		"turn the recycle bin on: keep a copy of every protected object (rampart.io/protection label or ProtectionPolicy) in this directory before its delete is admitted; a delete whose copy cannot be stored is refused (off the cluster's etcd: a local directory, or a volume in a cluster)")
 	f.StringVar(&o.RecycleBinKeyFile, "recycle-bin-key-file", "",
 		"32-byte key that seals Secrets in the recycle bin (AES-256-GCM); without it, deletes of protected Secrets are refused")
+	f.DurationVar(&o.RecycleBinRetention, "recycle-bin-retention", 30*24*time.Hour,
+		"how long the recycle bin keeps copies of protected objects (RecyclePolicies set their own retention)")
+	f.DurationVar(&o.RecycleBinMaintainEvery, "recycle-bin-maintain-every", manager.DefaultMaintainEvery,
+		"how often the leader evicts copies past their retention or size cap and publishes the bin's summary (ConfigMap rampart-recycle-bin, shown by rampart status)")
 	f.DurationVar(&o.RecycleBinNotDeletedAfter, "recycle-bin-not-deleted-after", recyclebin.DefaultNotDeletedAfter,
 		"how long after its copy was stored an object still alive counts as not deleted (its delete was refused after the copy, e.g. by another webhook); longer than any admission of a delete can take")
 	return cmd

@@ -29,14 +29,16 @@ import (
 func newStatusCommand() *cobra.Command {
 	flags := genericclioptions.NewConfigFlags(true)
 	var denials int
+	var rampartNamespace string
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "List what Rampart protects and what it denied recently",
 		Long: `status lists the objects labelled for protection, the ProtectionPolicies
 with their state, the compiled policies (rampart export policies) with
 how often each denied or warned (the API server's own count), the
-namespaces closest to their ResourceQuotas, and the most recent denials
-(from Rampart's Events).`,
+namespaces closest to their ResourceQuotas, the recycle bin (what it
+holds, its RecyclePolicies) and the most recent denials (from Rampart's
+Events).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := flags.ToRESTConfig()
@@ -47,15 +49,16 @@ namespaces closest to their ResourceQuotas, and the most recent denials
 			// deprecation warnings of old kinds are not theirs to act on.
 			cfg.QPS, cfg.Burst = 100, 200
 			cfg.WarningHandler = rest.NoWarnings{}
-			return printStatus(cmd.Context(), cmd.OutOrStdout(), cfg, denials)
+			return printStatus(cmd.Context(), cmd.OutOrStdout(), cfg, denials, rampartNamespace)
 		},
 	}
 	flags.AddFlags(cmd.Flags())
 	cmd.Flags().IntVar(&denials, "denials", 20, "how many recent denials to show")
+	cmd.Flags().StringVar(&rampartNamespace, "rampart-namespace", "rampart-system", "Rampart's namespace, where the manager publishes the recycle bin's summary")
 	return cmd
 }
 
-func printStatus(ctx context.Context, out io.Writer, cfg *rest.Config, maxDenials int) error {
+func printStatus(ctx context.Context, out io.Writer, cfg *rest.Config, maxDenials int, rampartNamespace string) error {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -144,6 +147,9 @@ func printStatus(ctx context.Context, out io.Writer, cfg *rest.Config, maxDenial
 	if err := printBreakers(ctx, tw, cl, false); err != nil {
 		fmt.Fprintf(tw, "(cannot list: %v)\n", err)
 	}
+
+	fmt.Fprintln(tw, "\nRECYCLE BIN")
+	printRecycleBin(ctx, tw, cs, cl, rampartNamespace)
 
 	fmt.Fprintln(tw, "\nRECENT DENIALS AND OVERRIDES")
 	fmt.Fprintln(tw, "AGE\tOBJECT\tREASON\tNOTE")

@@ -149,3 +149,94 @@ func TestTrashRestoresANamespaceWithItsContents(t *testing.T) {
 		t.Errorf("restoring over a live object: %v\n%s", err, out)
 	}
 }
+
+// The whole path, as a user meets it: a namespace labelled Cascading,
+// emptied of workloads, is deleted by mistake; the recycle bin kept it
+// (the deletion webhook) and its ConfigMaps and Secret (a RecyclePolicy,
+// as the namespace controller deleted them); `rampart status` shows what
+// the bin holds; `rampart trash restore --with-dependents` brings it all
+// back, the owned ConfigMap pointing at its owner's new UID.
+func TestTrashRestoresWhatTheBinKeptOfADeletedNamespace(t *testing.T) {
+	env := clustertest.Start(t, localcluster.Options{ManagerArgs: []string{"--recycle-bin-maintain-every=1s"}})
+	_, rampart, err := clustertest.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := "kept-" + strings.TrimPrefix(env.Namespace(t), "t-")
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, rampart, append(args, "--kubeconfig", env.Kubeconfig)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("rampart %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	policy := `apiVersion: rampart.io/v1alpha1
+kind: RecyclePolicy
+metadata: {name: ` + ns + `}
+spec:
+  resources: [{apiGroups: [""], resources: [configmaps, secrets]}]
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ` + ns + `}}
+  retention: 24h
+`
+	cmd := exec.CommandContext(ctx, env.KubectlPath(), "--kubeconfig", env.Kubeconfig, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(policy)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply the RecyclePolicy: %v\n%s", err, out)
+	}
+	core := env.Client.CoreV1()
+	if _, err := core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{"rampart.io/protection": "Cascading"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	settings, err := core.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"mode": "live"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "derived",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "settings", UID: settings.UID}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, StringData: map[string]string{"password": "canary-kept-91c2"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := core.Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete of an empty Cascading namespace: %v", err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := core.Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal("the namespace was never deleted")
+	}
+	dir := filepath.Join(env.Dir, localcluster.RecycleBinDir)
+	keyFile := env.PKIFile(localcluster.RecycleBinKey)
+	list := run("trash", "list", "-A", "--dir", dir, "--key-file", keyFile)
+	for _, want := range []string{"namespaces/" + ns, "configmaps/settings", "configmaps/derived", "secrets/db", "system:serviceaccount:kube-system:namespace-controller"} {
+		if !strings.Contains(list, want) {
+			t.Errorf("trash list lacks %q:\n%s", want, list)
+		}
+	}
+	// The leader's summary, in rampart status.
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		status := run("status", "--rampart-namespace", localcluster.ManagerNamespace)
+		_, bin, _ := strings.Cut(status, "RECYCLE BIN")
+		return strings.Contains(bin, dir) && strings.Contains(bin, "Deleted=") && !strings.Contains(bin, "Captured=") && strings.Contains(bin, ns+"  ") && strings.Contains(bin, "True (Keeping)"), nil
+	}); err != nil {
+		t.Errorf("rampart status never showed the 4 copies and the policy Ready:\n%s", run("status", "--rampart-namespace", localcluster.ManagerNamespace))
+	}
+	t.Log(run("trash", "restore", "namespace/"+ns, "--with-dependents", "--dir", dir, "--key-file", keyFile))
+	restored, err := core.ConfigMaps(ns).Get(ctx, "settings", metav1.GetOptions{})
+	if err != nil || restored.Data["mode"] != "live" {
+		t.Fatalf("settings after the restore: %+v, %v", restored, err)
+	}
+	derived, err := core.ConfigMaps(ns).Get(ctx, "derived", metav1.GetOptions{})
+	if err != nil || len(derived.OwnerReferences) != 1 || derived.OwnerReferences[0].UID != restored.UID {
+		t.Fatalf("derived after the restore: %+v, %v; want it owned by the restored settings (uid %s)", derived, err, restored.UID)
+	}
+	if secret, err := core.Secrets(ns).Get(ctx, "db", metav1.GetOptions{}); err != nil || string(secret.Data["password"]) != "canary-kept-91c2" {
+		t.Fatalf("the Secret after the restore: %v", err)
+	}
+}

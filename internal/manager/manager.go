@@ -127,7 +127,13 @@ type Options struct {
 	RecycleBinKeyFile string
 	// RecycleBinNotDeletedAfter: see recyclebin.Keeper.NotDeletedAfter.
 	RecycleBinNotDeletedAfter time.Duration
-	Log                       logr.Logger
+	// RecycleBinRetention is how long copies of protected objects (and of
+	// RecyclePolicies since deleted) are kept.
+	RecycleBinRetention time.Duration
+	// RecycleBinMaintainEvery is how often the leader evicts what
+	// retention and size caps no longer keep and publishes the summary.
+	RecycleBinMaintainEvery time.Duration
+	Log                     logr.Logger
 }
 
 // DefaultBudgetDisruptionTimeout bounds how long a budget stays consumed
@@ -266,6 +272,11 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	if err := mgr.Add(keeper); err != nil {
 		return err
+	}
+	if m := bin.maintainer(direct, mgr.GetCache(), o); m != nil {
+		if err := mgr.Add(m); err != nil {
+			return err
+		}
 	}
 	return mgr.Start(ctx)
 }

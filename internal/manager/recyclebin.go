@@ -1,17 +1,25 @@
 package manager
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
 
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/recyclebin"
@@ -73,3 +81,105 @@ func (b *binRunnable) Start(ctx context.Context) error {
 // NeedLeaderElection implements manager.LeaderElectionRunnable: captures
 // happen on every replica.
 func (b *binRunnable) NeedLeaderElection() bool { return false }
+
+// SummaryConfigMap is where the leader publishes what the recycle bin
+// holds, for `rampart status`: the bin itself is off the cluster.
+const SummaryConfigMap = "rampart-recycle-bin"
+
+// SummaryKey is the ConfigMap's key holding the summary as JSON.
+const SummaryKey = "summary.json"
+
+// DefaultMaintainEvery is how often the leader evicts and sums up.
+const DefaultMaintainEvery = time.Minute
+
+// binMaintainer runs the recycle bin's maintenance on the leader.
+type binMaintainer struct {
+	m         *recyclebin.Maintainer
+	client    client.Client
+	namespace string
+	location  string
+	every     time.Duration
+	log       logr.Logger
+}
+
+// +kubebuilder:rbac:groups="",namespace=rampart-system,resources=configmaps,verbs=get;update,resourceNames=rampart-recycle-bin
+
+// maintainer is the leader's maintenance of the recycle bin, with limits
+// read from RecyclePolicies in reader.
+func (b *binRunnable) maintainer(c client.Client, reader client.Reader, o Options) *binMaintainer {
+	if b == nil {
+		return nil
+	}
+	limitsOf := func(name string) (recyclebin.Limits, bool) {
+		if name == "" {
+			return recyclebin.Limits{Retention: o.RecycleBinRetention}, true
+		}
+		p := &v1alpha1.RecyclePolicy{}
+		if err := reader.Get(context.Background(), client.ObjectKey{Name: name}, p); err != nil {
+			return recyclebin.Limits{}, false
+		}
+		return recyclePolicyLimits(p), true
+	}
+	return &binMaintainer{m: &recyclebin.Maintainer{Bin: b.keeper.Bin, Clock: clock.RealClock{}, Log: b.keeper.Log, LimitsOf: limitsOf,
+		Default: recyclebin.Limits{Retention: o.RecycleBinRetention}},
+		client: c, namespace: o.Namespace, location: o.RecycleBinDir, every: cmp.Or(o.RecycleBinMaintainEvery, DefaultMaintainEvery),
+		log: o.Log.WithName("recyclebin")}
+}
+
+// recyclePolicyLimits reads a policy's retention (validated by the CRD:
+// a duration) and size cap.
+func recyclePolicyLimits(p *v1alpha1.RecyclePolicy) recyclebin.Limits {
+	var l recyclebin.Limits
+	if d, err := time.ParseDuration(p.Spec.Retention); err == nil {
+		l.Retention = d
+	}
+	if p.Spec.MaxSize != nil {
+		l.MaxBytes = p.Spec.MaxSize.Value()
+	}
+	return l
+}
+
+// Start implements manager.Runnable.
+func (b *binMaintainer) Start(ctx context.Context) error {
+	t := time.NewTicker(b.every)
+	defer t.Stop()
+	for {
+		s, err := b.m.Pass(ctx)
+		if err != nil {
+			b.log.Error(err, "recycle bin: maintenance pass")
+		} else if err := b.publish(ctx, s); err != nil {
+			b.log.Error(err, "recycle bin: publishing its summary", "configmap", SummaryConfigMap)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// published is the ConfigMap's summary: what the bin holds and where.
+type published struct {
+	recyclebin.Summary
+	Location string `json:"location"`
+}
+
+func (b *binMaintainer) publish(ctx context.Context, s recyclebin.Summary) error {
+	raw, err := json.Marshal(published{Summary: s, Location: b.location})
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{}
+	err = b.client.Get(ctx, client.ObjectKey{Namespace: b.namespace, Name: SummaryConfigMap}, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: b.namespace, Name: SummaryConfigMap,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "rampart"}},
+			Data: map[string]string{SummaryKey: string(raw)}}
+		return b.client.Create(ctx, cm)
+	case err != nil:
+		return err
+	}
+	cm.Data = map[string]string{SummaryKey: string(raw)}
+	return b.client.Update(ctx, cm)
+}

@@ -169,6 +169,21 @@ func (b *Bin) Get(ctx context.Context, name string) (Entry, error) {
 	return e, nil
 }
 
+// peek reads what an entry says of itself, leaving a sealed object
+// sealed (no key needed).
+func (b *Bin) peek(ctx context.Context, name string) (Entry, error) {
+	r, err := b.Store.Get(ctx, name)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer r.Close()
+	var e Entry
+	if err := json.NewDecoder(r).Decode(&e); err != nil {
+		return Entry{}, fmt.Errorf("%s: not a recycle bin entry: %w", name, err)
+	}
+	return e, nil
+}
+
 // Listed is an entry as List finds it: its name in the store and what the
 // name says, without reading it.
 type Listed struct {

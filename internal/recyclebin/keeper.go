@@ -72,7 +72,8 @@ type Liveness func(ctx context.Context, gvr schema.GroupVersionResource, namespa
 
 // MetadataLiveness reads liveness with a metadata-only LIST of the one
 // name: the manager may list the resources it watches but, least
-// privilege, get none of them (and neither reads nor lists Secrets).
+// privilege, get none of them (and neither reads nor lists Secrets: a
+// Secret is known gone only once its namespace is).
 func MetadataLiveness(c metadata.Interface) Liveness {
 	return func(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, uid types.UID) (bool, bool, error) {
 		var r metadata.ResourceInterface = c.Resource(gvr)
@@ -80,6 +81,14 @@ func MetadataLiveness(c metadata.Interface) Liveness {
 			r = c.Resource(gvr).Namespace(namespace)
 		}
 		list, err := r.List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+		if apierrors.IsForbidden(err) && namespace != "" {
+			// A resource the manager may not list (Secrets): gone for
+			// sure when its namespace is.
+			nss, nsErr := c.Resource(namespacesGVR).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", namespace).String()})
+			if nsErr == nil && len(nss.Items) == 0 {
+				return false, false, nil
+			}
+		}
 		if err != nil {
 			return false, false, err
 		}
@@ -93,6 +102,8 @@ func MetadataLiveness(c metadata.Interface) Liveness {
 		return false, false, nil
 	}
 }
+
+var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 
 // pending is a capture to settle, by its name in the store.
 type pending struct {

@@ -12,6 +12,18 @@ var (
 		Name: "rampart_recyclebin_capture_failures_total",
 		Help: "Deletes of kept objects refused because their copy could not be stored, by resource.",
 	}, []string{"resource"})
+	evictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rampart_recyclebin_evictions_total",
+		Help: "Copies the recycle bin removed, by reason: retention (older than their policy keeps) or size (over their policy's maxSize).",
+	}, []string{"reason"})
+	storedEntries = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "rampart_recyclebin_entries",
+		Help: "Copies the recycle bin holds, as of the leader's last pass.",
+	})
+	storedBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "rampart_recyclebin_bytes",
+		Help: "Bytes the recycle bin's copies take in its store, as of the leader's last pass.",
+	})
 	settled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rampart_recyclebin_settled_total",
 		Help: "Captures settled, by what became of the object: Deleted, or NotDeleted (the delete was refused or failed after the capture).",
@@ -20,5 +32,5 @@ var (
 
 // Collectors are the metrics to register.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{captures, captureFailures, settled}
+	return []prometheus.Collector{captures, captureFailures, settled, evictions, storedEntries, storedBytes}
 }
