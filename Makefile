@@ -13,7 +13,7 @@ build: ## build bin/rampart (and bin/kubectl-rampart, the kubectl plugin)
 	$(GO) build -ldflags "-X github.com/rampart-io/rampart/internal/cli.Version=$(VERSION)" -o $(BIN)/rampart ./cmd/rampart
 	ln -sf rampart $(BIN)/kubectl-rampart
 
-assets: ## build the local control plane's binaries into bin/k8s (only what is missing or outdated)
+assets: ## build the local control plane's binaries into bin/k8s and the storage tests' S3 server into bin/s3 (only what is missing or outdated)
 	bash hack/assets.sh
 
 generate: ## regenerate deepcopy code, CRDs and RBAC from the API types and markers
@@ -29,10 +29,11 @@ unit: ## tests that need no cluster
 	$(GO) test -short ./...
 
 # The integration tests start real control planes (one per test package);
-# they find the binaries through RAMPART_ASSETS and RAMPART_BIN.
+# they find the binaries through RAMPART_ASSETS and RAMPART_BIN, and the
+# storage tests their S3 server through RAMPART_S3_SERVER.
 test: lint build assets ## everything: lint, unit and integration tests against real control planes
 	rm -rf $(BIN)/test-logs
-	RAMPART_TEST_LOGS=$(CURDIR)/$(BIN)/test-logs RAMPART_ASSETS=$(CURDIR)/$(BIN)/k8s RAMPART_BIN=$(CURDIR)/$(BIN)/rampart $(GO) test -count=1 -timeout 40m ./...
+	RAMPART_TEST_LOGS=$(CURDIR)/$(BIN)/test-logs RAMPART_ASSETS=$(CURDIR)/$(BIN)/k8s RAMPART_BIN=$(CURDIR)/$(BIN)/rampart RAMPART_S3_SERVER=$(CURDIR)/$(BIN)/s3/weed $(GO) test -count=1 -timeout 40m ./...
 	@if [ -f $(BIN)/test-logs/drills.txt ]; then echo "drills at test scale (TestDrills; full scale: rampart drill):"; cat $(BIN)/test-logs/drills.txt; fi
 	$(MAKE) fuzz-smoke
 	bash hack/secret-scan.sh $(BIN)/test-logs

@@ -4,13 +4,30 @@
 # (hack/assets/kubernetes), etcd and etcdutl (hack/assets/etcd), kwok and its default
 # stages (hack/assets/kwok), helm (hack/assets/helm), which the chart tests
 # install charts/rampart with, and the Prometheus operator's ServiceMonitor
-# and PrometheusRule CRDs (hack/assets/monitoring) into bin/k8s/crds. Each group is rebuilt only when a binary is
+# and PrometheusRule CRDs (hack/assets/monitoring) into bin/k8s/crds; and
+# SeaweedFS's weed (hack/assets/s3), the S3 server of the storage tests, into
+# bin/s3. Each group is rebuilt only when a binary is
 # missing or its module's go.mod/go.sum changed since the last build, so a
 # warm run takes a second. No prebuilt binary is downloaded.
+# `hack/assets.sh s3` builds only the S3 server (what the storage tests run
+# when bin/s3/weed is missing).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/bin/k8s"
 mkdir -p "$out/.stamps"
+
+# The S3 server is no part of the local cluster: it has its own folder.
+s3out="$root/bin/s3"
+mkdir -p "$s3out/.stamps"
+s3fresh() { [ "$(cat "$s3out/.stamps/s3" 2>/dev/null)" = "$(stamp s3)" ] && [ -x "$s3out/weed" ]; }
+s3build() {
+  s3fresh && return
+  local start=$SECONDS
+  echo "assets: building the S3 server (SeaweedFS; a cold build takes about 5 minutes on 2 cores)..."
+  (cd "$root/hack/assets/s3" && go build -trimpath -ldflags '-s -w' -o "$s3out/weed" github.com/seaweedfs/seaweedfs/weed)
+  stamp s3 > "$s3out/.stamps/s3"
+  echo "assets: S3 server built in $((SECONDS - start))s"
+}
 
 # stamp NAME prints the digest of the module that builds group NAME.
 stamp() { cat "$root/hack/assets/$1/go.mod" "$root/hack/assets/$1/go.sum" | sha256sum | cut -d' ' -f1; }
@@ -34,6 +51,11 @@ build() {
 
 # modversion DIR MODULE prints the version DIR's go.mod pins MODULE at.
 modversion() { sed -n "s#^[^/]*$2 \(v[^ ]*\).*#\1#p" "$root/hack/assets/$1/go.mod" | head -1; }
+if [ "${1:-}" = s3 ]; then
+  s3build
+  exit
+fi
+
 k8s_version=$(modversion kubernetes k8s.io/kubernetes)
 minor=$(echo "$k8s_version" | cut -d. -f2)
 ldflags="-s -w"
@@ -69,4 +91,7 @@ copy_monitoring_crds() {
 fresh monitoring crds/monitoring.coreos.com_servicemonitors.yaml crds/monitoring.coreos.com_prometheusrules.yaml ||
   build monitoring copy_monitoring_crds
 
+s3build
+
+echo "assets: bin/s3 has SeaweedFS $(modversion s3 github.com/seaweedfs/seaweedfs)"
 echo "assets: bin/k8s has kubernetes $k8s_version, $("$out/etcd" --version | head -1), kwok $(modversion kwok sigs.k8s.io/kwok), helm $helm_version"

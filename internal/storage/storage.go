@@ -1,7 +1,7 @@
-// Package storage keeps backup artefacts (etcd snapshots now; object backups
-// and the recycle bin later) behind one small interface: a directory by
-// default, an S3-compatible bucket to come. Every object carries the SHA-256
-// of its content, checked again on read.
+// Package storage keeps backup artefacts (etcd snapshots, the recycle bin's
+// entries, object backups) behind one small interface: a directory (Dir) or
+// an S3-compatible bucket (S3), chosen by Open from a flag's value. Every
+// object carries the SHA-256 of its content, checked again on read.
 package storage
 
 import (
@@ -10,9 +10,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -27,7 +29,8 @@ type Object struct {
 	Modified time.Time `json:"modified"`
 }
 
-// Store is where artefacts go. Names are slash-separated relative paths.
+// Store is where artefacts go. Names are slash-separated relative paths that
+// stay inside the store ("a/../b" is "b"); none ends in .sha256.
 type Store interface {
 	// Put stores r under name, atomically: a reader never sees half an
 	// object. It returns the object with its size and checksum.
@@ -37,6 +40,7 @@ type Store interface {
 	Get(ctx context.Context, name string) (io.ReadCloser, error)
 	// List lists the objects whose names start with prefix, by name.
 	List(ctx context.Context, prefix string) ([]Object, error)
+	// Delete removes name; a name already gone is no error.
 	Delete(ctx context.Context, name string) error
 }
 
@@ -50,12 +54,23 @@ type Dir struct{ Root string }
 
 const sumSuffix = ".sha256"
 
-func (d Dir) path(name string) (string, error) {
-	clean := filepath.Clean(filepath.FromSlash(name))
-	if name == "" || filepath.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)) || strings.HasSuffix(name, sumSuffix) {
-		return "", fmt.Errorf("invalid object name %q", name)
+// cleanName checks name as every Store does and returns it cleaned. The
+// .sha256 suffix is Dir's checksum files', refused everywhere so that a
+// name is good in every store.
+func cleanName(name string) (string, error) {
+	clean := path.Clean(name)
+	if name == "" || clean == "." || path.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, "../") || strings.HasSuffix(name, sumSuffix) {
+		return "", fmt.Errorf("invalid object name %q: give a relative slash-separated path inside the store, not ending in %s", name, sumSuffix)
 	}
-	return filepath.Join(d.Root, clean), nil
+	return clean, nil
+}
+
+func (d Dir) path(name string) (string, error) {
+	clean, err := cleanName(name)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(d.Root, filepath.FromSlash(clean)), nil
 }
 
 func (d Dir) Put(ctx context.Context, name string, r io.Reader) (Object, error) {
@@ -141,6 +156,9 @@ func (d Dir) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	want, err := d.sum(p)
 	if err != nil {
 		return nil, err
@@ -149,12 +167,15 @@ func (d Dir) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &verifying{f: f, h: sha256.New(), want: want, name: name}, nil
+	return &verifying{r: f, ctx: ctx, h: sha256.New(), want: want, name: name}, nil
 }
 
 func (d Dir) List(ctx context.Context, prefix string) ([]Object, error) {
 	var out []Object
 	err := filepath.WalkDir(d.Root, func(p string, e fs.DirEntry, err error) error {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) && p == d.Root {
 				return fs.SkipAll
@@ -181,8 +202,15 @@ func (d Dir) List(ctx context.Context, prefix string) ([]Object, error) {
 		out = append(out, Object{Name: name, Size: info.Size(), SHA256: sum, Modified: info.ModTime()})
 		return nil
 	})
-	slices.SortFunc(out, func(a, b Object) int { return strings.Compare(a.Name, b.Name) })
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	sortByName(out)
+	return out, nil
+}
+
+func sortByName(objs []Object) {
+	slices.SortFunc(objs, func(a, b Object) int { return strings.Compare(a.Name, b.Name) })
 }
 
 func (d Dir) Delete(ctx context.Context, name string) error {
@@ -190,10 +218,18 @@ func (d Dir) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(p); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return os.Remove(p + sumSuffix)
+	// The object goes first: a checksum without its object is ignored by
+	// List, an object without its checksum is not.
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.Remove(p + sumSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 type ctxReader struct {
@@ -208,18 +244,20 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
+// verifying reads an object and fails at EOF if it does not hash to want.
 type verifying struct {
-	f *os.File
-	h interface {
-		Write([]byte) (int, error)
-		Sum([]byte) []byte
-	}
+	r    io.ReadCloser
+	ctx  context.Context
+	h    hash.Hash
 	want string
 	name string
 }
 
 func (v *verifying) Read(p []byte) (int, error) {
-	n, err := v.f.Read(p)
+	if err := v.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := v.r.Read(p)
 	v.h.Write(p[:n])
 	if err == io.EOF && hex.EncodeToString(v.h.Sum(nil)) != v.want {
 		return n, fmt.Errorf("%s: %w", v.name, ErrChecksum)
@@ -227,4 +265,4 @@ func (v *verifying) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (v *verifying) Close() error { return v.f.Close() }
+func (v *verifying) Close() error { return v.r.Close() }
