@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
+	"github.com/rampart-io/rampart/internal/etcdtool/source"
 	"github.com/rampart-io/rampart/internal/localcluster"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
 	"github.com/rampart-io/rampart/internal/recyclebin"
@@ -347,4 +350,72 @@ spec:
 		}
 		return false, fmt.Errorf("conditions %v", conds)
 	})
+}
+
+// watchedConfigMaps is what the leader's outside-API watch holds of
+// labelled ConfigMaps.
+func watchedConfigMaps(t *testing.T, env *clustertest.Env) int {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^rampart_recyclebin_watched_objects\{resource="configmaps"\} (\S+)$`).FindStringSubmatch(scrape(t, env))
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseFloat(m[1], 64)
+	return int(n)
+}
+
+// A protected object removed from etcd directly (no admission at all) is
+// kept from the last state the leader saw, as DeletedOutsideAPI, with a
+// Warning Event saying how to restore it; one whose label is removed
+// (the escape hatch) and one deleted through the API are not reported so.
+func TestRecycleBinKeepsWhatVanishesOutsideTheAPI(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	cms := env.Client.CoreV1().ConfigMaps(ns)
+	var uids []types.UID
+	for _, name := range []string{"lost", "unlabelled", "deleted"} {
+		cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: cascading}, Data: map[string]string{"v": name}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids = append(uids, cm.UID)
+	}
+	// The watch must have seen them before they go: it holds as many
+	// labelled ConfigMaps as the API server lists.
+	eventually(t, "the outside-API watch to hold the new ConfigMaps", func(ctx context.Context) (bool, error) {
+		all, err := env.Client.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{LabelSelector: protectionLabel})
+		if err != nil {
+			return false, err
+		}
+		return watchedConfigMaps(t, env) == len(all.Items), nil
+	})
+	etcd, err := source.Client{Endpoints: []string{env.EtcdURL()}, CACert: env.PKIFile("etcd-ca.crt"),
+		Cert: env.PKIFile("etcd-client.crt"), Key: env.PKIFile("etcd-client.key")}.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	if r, err := etcd.Delete(ctx, "/registry/configmaps/"+ns+"/lost"); err != nil || r.Deleted != 1 {
+		t.Fatalf("removing the ConfigMap from etcd: %+v, %v", r, err)
+	}
+	if _, err := cms.Patch(ctx, "unlabelled", types.MergePatchType, []byte(`{"metadata":{"labels":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cms.Delete(ctx, "deleted", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitKeptState(t, env, ns, uids[0], recyclebin.StateDeleted)
+	e := kept(t, env, ns, uids[0])[0]
+	var got corev1.ConfigMap
+	if e.How != recyclebin.HowOutsideAPI || json.Unmarshal(e.Object, &got) != nil || got.Data["v"] != "lost" {
+		t.Fatalf("the entry of the ConfigMap removed from etcd: %+v, want DeletedOutsideAPI with its last state", e)
+	}
+	waitEvent(t, env, ns, "lost", recyclebin.ReasonDeletedOutsideAPI)
+	if es := kept(t, env, ns, uids[1]); len(es) != 0 {
+		t.Errorf("an unlabelled ConfigMap was kept: %+v", es)
+	}
+	if es := kept(t, env, ns, uids[2]); len(es) != 1 || es[0].How != recyclebin.HowAPI {
+		t.Errorf("the ConfigMap deleted through the API: %+v, want its one capture, through the API", es)
+	}
 }

@@ -45,7 +45,14 @@ func New(cfg *rest.Config, log logr.Logger) (*Views, error) {
 	if err != nil {
 		return nil, err
 	}
-	v.mayWatch = func(ctx context.Context, gvr schema.GroupVersionResource) bool {
+	v.mayWatch = MayWatch(cs)
+	return v, nil
+}
+
+// MayWatch says whether the client may list and watch a resource in every
+// namespace (a SelfSubjectAccessReview per verb).
+func MayWatch(cs kubernetes.Interface) func(context.Context, schema.GroupVersionResource) bool {
+	return func(ctx context.Context, gvr schema.GroupVersionResource) bool {
 		for _, verb := range []string{"list", "watch"} {
 			r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 				Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
@@ -57,7 +64,6 @@ func New(cfg *rest.Config, log logr.Logger) (*Views, error) {
 		}
 		return true
 	}
-	return v, nil
 }
 
 func newViews(cs kubernetes.Interface, md metadata.Interface, dyn dynamic.Interface, ext apiextensionsclient.Interface, log logr.Logger) (*Views, error) {

@@ -278,6 +278,15 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return err
 		}
 	}
+	outside, err := bin.watcher(cfg, recorder)
+	if err != nil {
+		return err
+	}
+	if outside != nil {
+		if err := mgr.Add(outside); err != nil {
+			return err
+		}
+	}
 	return mgr.Start(ctx)
 }
 

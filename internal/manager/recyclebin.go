@@ -13,8 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -22,6 +25,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/clusterview"
 	"github.com/rampart-io/rampart/internal/recyclebin"
 	"github.com/rampart-io/rampart/internal/storage"
 )
@@ -81,6 +85,29 @@ func (b *binRunnable) Start(ctx context.Context) error {
 // NeedLeaderElection implements manager.LeaderElectionRunnable: captures
 // happen on every replica.
 func (b *binRunnable) NeedLeaderElection() bool { return false }
+
+// watcher is the leader's watch for deletes outside the API.
+func (b *binRunnable) watcher(cfg *rest.Config, recorder events.EventRecorder) (*outsideWatch, error) {
+	if b == nil {
+		return nil, nil
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &outsideWatch{&recyclebin.Watcher{Bin: b.keeper.Bin, Dynamic: dyn, Discovery: cs.Discovery(), MayWatch: clusterview.MayWatch(cs),
+		Alive: b.keeper.Alive, Recorder: recorder, Clock: clock.RealClock{}, Log: b.keeper.Log}}, nil
+}
+
+// outsideWatch runs the watch on the leader only (one record per loss).
+type outsideWatch struct{ w *recyclebin.Watcher }
+
+// Start implements manager.Runnable.
+func (o *outsideWatch) Start(ctx context.Context) error { return o.w.Start(ctx) }
 
 // SummaryConfigMap is where the leader publishes what the recycle bin
 // holds, for `rampart status`: the bin itself is off the cluster.

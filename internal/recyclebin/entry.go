@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
 	"slices"
 	"strconv"
@@ -157,6 +158,9 @@ func (b *Bin) Get(ctx context.Context, name string) (Entry, error) {
 	if err := json.Unmarshal(raw, &e); err != nil {
 		return Entry{}, fmt.Errorf("%s: not a recycle bin entry: %w", name, err)
 	}
+	if err := b.settled(ctx, name, &e); err != nil {
+		return Entry{}, err
+	}
 	if len(e.Encrypted) > 0 {
 		if b.Key == nil || b.Key.ID() != e.KeyID {
 			return e, fmt.Errorf("%s is sealed with key %s, which the recycle bin does not have", name, e.KeyID)
@@ -181,7 +185,36 @@ func (b *Bin) peek(ctx context.Context, name string) (Entry, error) {
 	if err := json.NewDecoder(r).Decode(&e); err != nil {
 		return Entry{}, fmt.Errorf("%s: not a recycle bin entry: %w", name, err)
 	}
-	return e, nil
+	return e, b.settled(ctx, name, &e)
+}
+
+// stateSuffix names the marker that records what became of a capture
+// beside its entry: an entry is written once and never rewritten, so a
+// reader never meets one half replaced.
+const stateSuffix = ".state"
+
+// Settle records what became of the capture stored under name.
+func (b *Bin) Settle(ctx context.Context, name, state string) error {
+	_, err := b.Store.Put(ctx, name+stateSuffix, strings.NewReader(state))
+	return err
+}
+
+// settled reads the state recorded beside the entry, if any, into e.
+func (b *Bin) settled(ctx context.Context, name string, e *Entry) error {
+	r, err := b.Store.Get(ctx, name+stateSuffix)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	state, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name+stateSuffix, err)
+	}
+	e.State = string(state)
+	return nil
 }
 
 // Listed is an entry as List finds it: its name in the store and what the

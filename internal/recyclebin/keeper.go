@@ -281,7 +281,7 @@ func (k *Keeper) settle(ctx context.Context, p pending) {
 	default:
 		e.State = StateNotDeleted
 	}
-	if _, err := k.Bin.Put(ctx, e); err != nil {
+	if err := k.Bin.Settle(ctx, p.name, e.State); err != nil {
 		k.Log.Warn("recycle bin: recording what became of a capture", "object", e.Described(), "state", e.State, "err", err)
 		k.retry(p)
 		return

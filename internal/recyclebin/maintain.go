@@ -111,7 +111,11 @@ func (m *Maintainer) Pass(ctx context.Context) (Summary, error) {
 				reason = EvictedSize
 			}
 			if reason != "" {
-				if err := m.Bin.Store.Delete(ctx, l.StoreName); err != nil {
+				err := m.Bin.Store.Delete(ctx, l.StoreName)
+				if err == nil {
+					err = m.Bin.Store.Delete(ctx, l.StoreName+stateSuffix)
+				}
+				if err != nil {
 					m.Log.Warn("recycle bin: evicting an entry", "entry", l.StoreName, "err", err)
 				} else {
 					s.Evicted[reason]++

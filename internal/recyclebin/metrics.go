@@ -32,5 +32,5 @@ var (
 
 // Collectors are the metrics to register.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{captures, captureFailures, settled, evictions, storedEntries, storedBytes}
+	return []prometheus.Collector{captures, captureFailures, settled, evictions, storedEntries, storedBytes, deletedOutside, watched}
 }

@@ -1,0 +1,186 @@
+package recyclebin
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+)
+
+var deletedOutside = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "rampart_recyclebin_deleted_outside_api_total",
+	Help: "Protected objects that vanished without a delete admitted through the API (removed from etcd directly, or an older snapshot restored), kept from the last state seen, by resource.",
+}, []string{"resource"})
+
+var watched = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "rampart_recyclebin_watched_objects",
+	Help: "Protected objects whose last state the leader holds, to keep one that vanishes outside the API, by resource.",
+}, []string{"resource"})
+
+// ReasonDeletedOutsideAPI is the Event reason of such a loss.
+const ReasonDeletedOutsideAPI = "DeletedOutsideAPI"
+
+// Watcher catches deletes that never pass admission: it holds the last
+// state of every object labelled rampart.io/protection (full objects, a
+// label-selected informer per resource), and when one vanishes with no
+// copy captured for it through the API, stores that last state as
+// DeletedOutsideAPI, with a Warning Event, a metric and a log line. One
+// replica runs it (the leader).
+type Watcher struct {
+	Bin       *Bin
+	Dynamic   dynamic.Interface
+	Discovery discovery.DiscoveryInterface
+	// MayWatch says whether the manager may list and watch a resource.
+	MayWatch func(context.Context, schema.GroupVersionResource) bool
+	// Alive tells a vanished object from one that only left the label
+	// selector (its label removed, the escape hatch).
+	Alive    Liveness
+	Recorder events.EventRecorder
+	Clock    clock.Clock
+	Log      *slog.Logger
+	// Rescan is how often discovery is read again for new resources.
+	Rescan time.Duration
+
+	mu      sync.Mutex
+	running map[schema.GroupVersionResource]bool
+}
+
+// never are resources whose objects are not kept: Secrets are not
+// listable by the manager, Events are not key objects.
+var never = []schema.GroupResource{{Resource: "secrets"}, {Resource: "events"}, {Group: "events.k8s.io", Resource: "events"}}
+
+// Start watches until ctx ends.
+func (w *Watcher) Start(ctx context.Context) error {
+	w.running = map[schema.GroupVersionResource]bool{}
+	every := w.Rescan
+	if every <= 0 {
+		every = time.Minute
+	}
+	for {
+		w.scan(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(every):
+		}
+	}
+}
+
+// scan starts an informer for each listable resource not watched yet.
+func (w *Watcher) scan(ctx context.Context) {
+	lists, err := w.Discovery.ServerPreferredResources()
+	if err != nil && len(lists) == 0 {
+		w.Log.Warn("recycle bin: discovery for the outside-API watch", "err", err)
+		return
+	}
+	for _, list := range lists {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range list.APIResources {
+			gvr := gv.WithResource(r.Name)
+			if !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "watch") || slices.Contains(never, gvr.GroupResource()) {
+				continue
+			}
+			w.mu.Lock()
+			seen := w.running[gvr]
+			w.running[gvr] = true
+			w.mu.Unlock()
+			if seen || (w.MayWatch != nil && !w.MayWatch(ctx, gvr)) {
+				continue
+			}
+			w.watch(ctx, gvr)
+		}
+	}
+}
+
+func (w *Watcher) watch(ctx context.Context, gvr schema.GroupVersionResource) {
+	inf := dynamicinformer.NewFilteredDynamicInformer(w.Dynamic, gvr, metav1.NamespaceAll, 0, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.LabelProtection }).Informer()
+	count := func() { watched.WithLabelValues(gvr.GroupResource().String()).Set(float64(len(inf.GetStore().ListKeys()))) }
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { count() },
+		DeleteFunc: func(obj any) {
+			count()
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				w.vanished(ctx, gvr, u)
+			}
+		},
+	})
+	go inf.RunWithContext(ctx)
+}
+
+// vanished handles an object the watch no longer sees.
+func (w *Watcher) vanished(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	e := Entry{Resource: gvr, Kind: u.GetKind(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID()}
+	found, _, err := w.Alive(ctx, gvr, e.Namespace, e.Name, e.UID)
+	if err != nil {
+		w.Log.Warn("recycle bin: checking whether a protected object is gone", "object", e.Described(), "err", err)
+		return
+	}
+	if found {
+		return // unlabelled, not deleted
+	}
+	if kept, err := w.captured(ctx, e); err != nil || kept {
+		if err != nil {
+			w.Log.Warn("recycle bin: looking for the capture of a vanished object", "object", e.Described(), "err", err)
+		}
+		return
+	}
+	raw, err := u.MarshalJSON()
+	if err != nil {
+		return
+	}
+	e.Object, e.How, e.State, e.DeletedAt = raw, HowOutsideAPI, StateDeleted, w.Clock.Now()
+	name, err := w.Bin.Put(ctx, e)
+	if err != nil {
+		w.Log.Error("recycle bin: storing the last state of an object deleted outside the API", "object", e.Described(), "err", err)
+		return
+	}
+	deletedOutside.WithLabelValues(gvr.GroupResource().String()).Inc()
+	w.Log.Warn("a protected object vanished without a delete through the API (removed from etcd directly, or an older snapshot restored): its last state is kept",
+		"object", e.Described(), "uid", e.UID, "entry", name)
+	if w.Recorder != nil {
+		ref := &corev1.ObjectReference{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Namespace: e.Namespace, Name: e.Name, UID: e.UID}
+		w.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, ReasonDeletedOutsideAPI, "Lost",
+			"%s vanished without a delete through the API (removed from etcd directly, or an older snapshot restored); its last state is in the recycle bin: kubectl rampart trash restore %s/%s%s --uid %s",
+			e.Described(), gvr.Resource, e.Name, inNamespace(e.Namespace), e.UID)
+	}
+}
+
+// captured says whether a copy of e's object was stored through the API.
+func (w *Watcher) captured(ctx context.Context, e Entry) (bool, error) {
+	listed, err := w.Bin.List(ctx, e.Namespace)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(listed, func(l Listed) bool {
+		return l.UID == e.UID && l.Resource == e.Resource.GroupResource()
+	}), nil
+}
+
+func inNamespace(ns string) string {
+	if ns == "" {
+		return ""
+	}
+	return " -n " + ns
+}
