@@ -113,7 +113,9 @@ func (w *Watcher) scan(ctx context.Context) {
 func (w *Watcher) watch(ctx context.Context, gvr schema.GroupVersionResource) {
 	inf := dynamicinformer.NewFilteredDynamicInformer(w.Dynamic, gvr, metav1.NamespaceAll, 0, cache.Indexers{},
 		func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.LabelProtection }).Informer()
-	count := func() { watched.WithLabelValues(gvr.GroupResource().String()).Set(float64(len(inf.GetStore().ListKeys()))) }
+	count := func() {
+		watched.WithLabelValues(gvr.GroupResource().String()).Set(float64(len(inf.GetStore().ListKeys())))
+	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { count() },
 		DeleteFunc: func(obj any) {
