@@ -48,6 +48,7 @@ var ownNamespaceGrants = []grant{
 	{[]string{""}, []string{"secrets"}, []string{"get", "update"}, []string{"rampart-webhook-ca"}, "rotates the webhook CA"},
 	{[]string{""}, []string{"configmaps"}, []string{"create"}, nil, "the barrier's dry-run probes (never stored) show that every API server has loaded the webhook configuration (a Role in its namespace only)"},
 	{[]string{""}, []string{"configmaps"}, []string{"get", "update"}, []string{"rampart-quota-peaks"}, "keeps the namespaces' peak use for rampart quota plan (created with the create right above)"},
+	{[]string{""}, []string{"configmaps"}, []string{"get", "update"}, []string{"rampart-recycle-bin"}, "publishes the recycle bin's summary for rampart status (created with the create right above)"},
 	{[]string{"coordination.k8s.io"}, []string{"leases"}, []string{"get", "list", "watch", "create", "update", "patch", "delete"}, nil, "leader election (a Role in its namespace only)"},
 }
 
