@@ -149,6 +149,7 @@ func drillTargets(ctx context.Context, kubeconfig, dir string, scale int, drills
 		c, err := localcluster.Start(ctx, localcluster.Options{
 			Dir: filepath.Join(dir, name), Assets: defaultAssets(), Rampart: exe,
 			Nodes: nodes, Unprotected: !side.protected, Gateway: true,
+			CustomResourceGroups: drill.CustomResourceGroups,
 		})
 		if err != nil {
 			stop()

@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
@@ -247,7 +246,7 @@ would create cannot be validated, and say so).`,
 				}
 				entries = append(entries, e)
 				if o.withDependents {
-					deps, err := dependents(ctx, b, e)
+					deps, err := b.Dependents(ctx, e)
 					if err != nil {
 						return err
 					}
@@ -280,60 +279,6 @@ would create cannot be validated, and say so).`,
 	cmd.Flags().StringVar(&o.asNewName, "as-new-name", "", "restore the one object named under this name")
 	cmd.Flags().BoolVar(&o.withDependents, "with-dependents", false, "also restore a namespace's contents, or what the object owned")
 	return cmd
-}
-
-// dependents are the newest kept copies of what went with e: for a
-// namespace, every object kept from it since it was deleted; for another
-// object, what it owned, directly or not.
-func dependents(ctx context.Context, b *recyclebin.Bin, e recyclebin.Entry) ([]recyclebin.Entry, error) {
-	isNamespace := e.Resource.GroupResource() == schema.GroupResource{Resource: "namespaces"}
-	scope := e.Namespace
-	if isNamespace {
-		scope = e.Name
-	}
-	if scope == "" {
-		return nil, nil // a cluster-scoped owner: its dependents may be anywhere; name them
-	}
-	listed, err := b.List(ctx, scope)
-	if err != nil {
-		return nil, err
-	}
-	seen := map[string]bool{}
-	var kept []recyclebin.Entry
-	for _, l := range listed { // newest first: the first copy of each object wins
-		key := l.Resource.String() + "/" + l.Name
-		if seen[key] || l.UID == e.UID || l.DeletedAt.Before(e.DeletedAt.Add(-time.Second)) {
-			continue
-		}
-		seen[key] = true
-		c, err := b.Get(ctx, l.StoreName)
-		if err != nil {
-			return nil, err
-		}
-		kept = append(kept, c)
-	}
-	if isNamespace {
-		return kept, nil
-	}
-	// What e owned, transitively.
-	owned := map[types.UID]bool{e.UID: true}
-	var out []recyclebin.Entry
-	for grew := true; grew; {
-		grew = false
-		for _, c := range kept {
-			if owned[c.UID] {
-				continue
-			}
-			for _, ref := range c.Owners() {
-				if owned[ref.UID] {
-					owned[c.UID], grew = true, true
-					out = append(out, c)
-					break
-				}
-			}
-		}
-	}
-	return out, nil
 }
 
 func printOutcomes(w io.Writer, outcomes []recyclebin.Outcome, dryRun bool) {

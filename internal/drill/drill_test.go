@@ -37,8 +37,8 @@ func TestDrills(t *testing.T) {
 	nodes := max(1000/scale, 3)
 	// Both run a gateway: the gateway drills compare going around it (or
 	// killing it) with going through it (or stopping it gracefully).
-	unprotectedEnv := clustertest.Start(t, localcluster.Options{Unprotected: true, Nodes: nodes, Gateway: true})
-	protectedEnv := clustertest.Start(t, localcluster.Options{Nodes: nodes, Gateway: true})
+	unprotectedEnv := clustertest.Start(t, localcluster.Options{Unprotected: true, Nodes: nodes, Gateway: true, CustomResourceGroups: drill.CustomResourceGroups})
+	protectedEnv := clustertest.Start(t, localcluster.Options{Nodes: nodes, Gateway: true, CustomResourceGroups: drill.CustomResourceGroups})
 	unprotected, err := drill.NewTarget(unprotectedEnv.Config, false, "u", scale)
 	if err != nil {
 		t.Fatal(err)
@@ -60,6 +60,10 @@ func TestDrills(t *testing.T) {
 		t.Logf("%-22s unprotected %-45s protected %s", r.Drill, r.Unprotected, r.Protected)
 		if r.Drill == "gateway-restart" {
 			checkGatewayRestart(t, r)
+			continue
+		}
+		if r.Drill == "namespace-restore" || r.Drill == "etcd-direct-delete" {
+			checkRecovery(t, r)
 			continue
 		}
 		if r.Unprotected.Lost <= r.Protected.Bound {
@@ -129,6 +133,25 @@ func TestSelectNamesTheKnownDrills(t *testing.T) {
 	got, err := drill.Select([]string{"scale-to-zero-typo"})
 	if err != nil || len(got) != 1 || got[0].Name != "scale-to-zero-typo" {
 		t.Fatalf("Select = %v, %v", got, err)
+	}
+}
+
+// checkRecovery: the recycle bin's drills deny nothing (the namespace is
+// unprotected, etcd is written past admission); unprotected everything is
+// lost, protected everything is back, with the time it took.
+func checkRecovery(t *testing.T, r drill.Result) {
+	t.Helper()
+	if r.Unprotected.Total == 0 || r.Unprotected.Lost != r.Unprotected.Total {
+		t.Errorf("%s: unprotected %s, want every object lost", r.Drill, r.Unprotected)
+	}
+	if r.Protected.Lost != 0 {
+		t.Errorf("%s: %s with the recycle bin, want every object back", r.Drill, r.Protected)
+	}
+	if r.Protected.Measured["restore_seconds"] == 0 && r.Protected.Measured["restored_seconds"] == 0 {
+		t.Errorf("%s: no restore time measured: %v", r.Drill, r.Protected.Measured)
+	}
+	if r.Unprotected.Denied != "" || r.Protected.Denied != "" {
+		t.Errorf("%s: something denied the mistake: %q / %q", r.Drill, r.Unprotected.Denied, r.Protected.Denied)
 	}
 }
 

@@ -64,18 +64,32 @@ type Watcher struct {
 // listable by the manager, Events are not key objects.
 var never = []schema.GroupResource{{Resource: "secrets"}, {Resource: "events"}, {Group: "events.k8s.io", Resource: "events"}}
 
-// Start watches until ctx ends.
+var crdsGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// Start watches until ctx ends. Discovery is read again when a CRD
+// changes (a new custom resource is watched once served) and every Rescan.
 func (w *Watcher) Start(ctx context.Context) error {
 	w.running = map[schema.GroupVersionResource]bool{}
 	every := w.Rescan
 	if every <= 0 {
 		every = time.Minute
 	}
+	crdChanged := make(chan struct{}, 1)
+	poke := func(any) {
+		select {
+		case crdChanged <- struct{}{}:
+		default:
+		}
+	}
+	crds := dynamicinformer.NewFilteredDynamicInformer(w.Dynamic, crdsGVR, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	_, _ = crds.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }})
+	go crds.RunWithContext(ctx)
 	for {
 		w.scan(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-crdChanged:
 		case <-time.After(every):
 		}
 	}
