@@ -31,6 +31,7 @@ type trashOptions struct {
 	dryRun         bool
 	asNewName      string
 	withDependents bool
+	overwrite      bool
 }
 
 func newTrashCommand() *cobra.Command {
@@ -222,13 +223,15 @@ with what the API server sets stripped, in dependency order, each
 ownerReference pointed at the owner restored in the same run or at the
 live owner of that name (dropped when the owner is gone and not restored,
 or the garbage collector would delete the object again). An object that
-exists is left alone and reported.
+exists is left alone and reported with the diff between it and the copy;
+--overwrite replaces it with the copy (an update: it keeps its UID).
 
 --with-dependents also restores, for a namespace, every object kept from it
 since its deletion, and for another object, the objects that it owned.
 --dry-run sends every create as a server-side dry run: the API server
 validates them and nothing is created (objects in a namespace the restore
-would create cannot be validated, and say so).`,
+would create cannot be validated, and say so), and prints the diff of each
+live object the restore would leave alone or overwrite.`,
 		Example: `  rampart trash restore --dir ./bin namespace/shop --with-dependents --dry-run
   rampart trash restore --dir ./bin -n shop configmap/prices --as-new-name prices-restored`,
 		Args: cobra.MinimumNArgs(1),
@@ -253,7 +256,7 @@ would create cannot be validated, and say so).`,
 					entries = append(entries, deps...)
 				}
 			}
-			plan, err := recyclebin.PlanRestore(entries, recyclebin.PlanOptions{AsNewName: o.asNewName})
+			plan, err := recyclebin.PlanRestore(entries, recyclebin.PlanOptions{AsNewName: o.asNewName, Overwrite: o.overwrite})
 			if err != nil {
 				return err
 			}
@@ -278,6 +281,7 @@ would create cannot be validated, and say so).`,
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "have the API server validate every create, and create nothing")
 	cmd.Flags().StringVar(&o.asNewName, "as-new-name", "", "restore the one object named under this name")
 	cmd.Flags().BoolVar(&o.withDependents, "with-dependents", false, "also restore a namespace's contents, or what the object owned")
+	cmd.Flags().BoolVar(&o.overwrite, "overwrite", false, "replace a live object of the same name with the copy (default: leave it alone and show the diff)")
 	return cmd
 }
 
@@ -286,10 +290,16 @@ func printOutcomes(w io.Writer, outcomes []recyclebin.Outcome, dryRun bool) {
 	if dryRun {
 		verb = "would create"
 	}
+	replaced := "overwrote"
+	if dryRun {
+		replaced = "would overwrite"
+	}
 	for _, o := range outcomes {
 		switch {
 		case o.Refused != "":
 			fmt.Fprintf(w, "left alone: %s\n", o.Refused)
+		case o.Replaced:
+			fmt.Fprintf(w, "%s %s (uid %s)\n", replaced, o.Step.Described(), o.UID)
 		case o.UID != "":
 			fmt.Fprintf(w, "%s %s (uid %s)\n", verb, o.Step.Described(), o.UID)
 		default:
@@ -297,6 +307,9 @@ func printOutcomes(w io.Writer, outcomes []recyclebin.Outcome, dryRun bool) {
 		}
 		for _, n := range o.Notes {
 			fmt.Fprintf(w, "  %s\n", n)
+		}
+		if o.Diff != "" {
+			fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(strings.TrimSuffix(o.Diff, "\n"), "\n", "\n  "))
 		}
 	}
 	if dryRun {

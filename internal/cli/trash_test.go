@@ -239,4 +239,18 @@ spec:
 	if secret, err := core.Secrets(ns).Get(ctx, "db", metav1.GetOptions{}); err != nil || string(secret.Data["password"]) != "canary-kept-91c2" {
 		t.Fatalf("the Secret after the restore: %v", err)
 	}
+	// Changed since: a dry run shows the diff, --overwrite puts the copy
+	// back over the live object.
+	restored.Data["mode"] = "changed"
+	if _, err := core.ConfigMaps(ns).Update(ctx, restored, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dry := run("trash", "restore", "-n", ns, "configmap/settings", "--dry-run", "--dir", dir, "--key-file", keyFile)
+	if !strings.Contains(dry, "left alone: configmaps/settings in namespace "+ns+" exists") || !strings.Contains(dry, "-  mode: changed") || !strings.Contains(dry, "+  mode: live") {
+		t.Errorf("dry run over a changed live object:\n%s", dry)
+	}
+	t.Log(run("trash", "restore", "-n", ns, "configmap/settings", "--overwrite", "--dir", dir, "--key-file", keyFile))
+	if cm, err := core.ConfigMaps(ns).Get(ctx, "settings", metav1.GetOptions{}); err != nil || cm.Data["mode"] != "live" || cm.UID != restored.UID {
+		t.Errorf("after --overwrite: %+v, %v; want the copy's data on the live object", cm, err)
+	}
 }

@@ -27,16 +27,16 @@ func (c APICluster) resource(gvr schema.GroupVersionResource, namespace string) 
 	return c.Dynamic.Resource(gvr).Namespace(namespace)
 }
 
-// Exists implements Cluster.
-func (c APICluster) Exists(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (types.UID, bool, error) {
+// Live implements Cluster.
+func (c APICluster) Live(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, bool, error) {
 	obj, err := c.resource(gvr, namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", false, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return "", false, err
+		return nil, false, err
 	}
-	return obj.GetUID(), true, nil
+	return obj, true, nil
 }
 
 // Owner implements Cluster. An owner of a kind the API server no longer
@@ -56,7 +56,11 @@ func (c APICluster) Owner(ctx context.Context, ref metav1.OwnerReference, namesp
 	if m.Scope.Name() != meta.RESTScopeNameNamespace {
 		namespace = ""
 	}
-	return c.Exists(ctx, m.Resource, namespace, ref.Name)
+	live, found, err := c.Live(ctx, m.Resource, namespace, ref.Name)
+	if !found || err != nil {
+		return "", found, err
+	}
+	return live.GetUID(), true, nil
 }
 
 // Create implements Cluster.
@@ -66,4 +70,13 @@ func (c APICluster) Create(ctx context.Context, gvr schema.GroupVersionResource,
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
 	return c.resource(gvr, obj.GetNamespace()).Create(ctx, obj, opts)
+}
+
+// Update implements Cluster.
+func (c APICluster) Update(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, dryRun bool) (*unstructured.Unstructured, error) {
+	opts := metav1.UpdateOptions{FieldManager: "rampart-restore"}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	return c.resource(gvr, obj.GetNamespace()).Update(ctx, obj, opts)
 }

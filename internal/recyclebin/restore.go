@@ -7,10 +7,12 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/pmezard/go-difflib/difflib"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 )
 
 // A restore puts kept objects back in dependency order (namespaces, then
@@ -35,12 +37,17 @@ func (s Step) Described() string { return describe(s.Entry.Resource, s.Object) }
 // Plan is a restore's steps, in the order they run.
 type Plan struct {
 	Steps []Step
+
+	overwrite bool
 }
 
 // PlanOptions shape a plan.
 type PlanOptions struct {
 	// AsNewName restores the one object planned under another name.
 	AsNewName string
+	// Overwrite replaces a live object of the same name with the copy
+	// (its UID stays: it is an update); by default it is left alone.
+	Overwrite bool
 }
 
 // PlanRestore orders entries for a restore and prepares their objects.
@@ -70,7 +77,7 @@ func PlanRestore(entries []Entry, o PlanOptions) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Plan{Steps: ordered}, nil
+	return &Plan{Steps: ordered, overwrite: o.Overwrite}, nil
 }
 
 // rank puts what others live in first.
@@ -182,14 +189,17 @@ func prepare(e *Entry) (*unstructured.Unstructured, error) {
 
 // Cluster is what a restore needs of the API server.
 type Cluster interface {
-	// Exists says whether an object of that name is live, and its UID.
-	Exists(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (types.UID, bool, error)
+	// Live is the live object of that name, if any.
+	Live(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, bool, error)
 	// Owner finds the live owner a reference names (by kind and name in
 	// namespace; namespace "" for a cluster-scoped owner) and its UID.
 	Owner(ctx context.Context, ref metav1.OwnerReference, namespace string) (types.UID, bool, error)
 	// Create creates obj (a server-side dry run when dryRun) and returns
 	// it as created.
 	Create(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, dryRun bool) (*unstructured.Unstructured, error)
+	// Update replaces a live object with obj (which carries the live
+	// resourceVersion), a server-side dry run when dryRun.
+	Update(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, dryRun bool) (*unstructured.Unstructured, error)
 }
 
 // Outcome is what became of one step.
@@ -201,14 +211,23 @@ type Outcome struct {
 	UID     types.UID
 	// Refused says why the step was not run (a live object of that name).
 	Refused string
+	// Replaced is set when a live object was overwritten (Overwrite), or
+	// would be in a dry run.
+	Replaced bool
+	// Diff is how the kept copy differs from the live object of that
+	// name (a unified diff of their YAML, server-set fields left out);
+	// empty when none is live, or they are the same.
+	Diff string
 	// Notes say what was changed on the way (ownerReferences).
 	Notes []string
 }
 
 // Run creates the plan's objects in order. A live object of the same name
-// is never overwritten: that step is refused and the rest go on (an owner
-// refused for that reason is the live one, and its dependents point at
-// it). An error from the API server ends the run; what was created stays.
+// is overwritten only with PlanOptions.Overwrite: otherwise that step is
+// refused and the rest go on (an owner refused for that reason is the
+// live one, and its dependents point at it). Either way the outcome holds
+// the diff between the live object and the copy. An error from the API
+// server ends the run; what was created stays.
 func (p *Plan) Run(ctx context.Context, c Cluster, dryRun bool) ([]Outcome, error) {
 	// newUIDs maps a restored owner's old UID to its UID now; in a dry run
 	// the old one stands in.
@@ -220,13 +239,9 @@ func (p *Plan) Run(ctx context.Context, c Cluster, dryRun bool) ([]Outcome, erro
 	for _, s := range p.Steps {
 		o := Outcome{Step: s}
 		gvr := s.Entry.Resource
-		if uid, live, err := c.Exists(ctx, gvr, s.Object.GetNamespace(), s.Object.GetName()); err != nil {
+		live, found, err := c.Live(ctx, gvr, s.Object.GetNamespace(), s.Object.GetName())
+		if err != nil {
 			return out, err
-		} else if live {
-			o.Refused = fmt.Sprintf("%s exists (uid %s): not overwritten; delete it first, or restore under another name", describe(gvr, s.Object), uid)
-			newUIDs[s.Entry.UID] = uid
-			out = append(out, o)
-			continue
 		}
 		refs, notes, err := p.relink(ctx, c, s, newUIDs)
 		if err != nil {
@@ -235,6 +250,25 @@ func (p *Plan) Run(ctx context.Context, c Cluster, dryRun bool) ([]Outcome, erro
 		obj := s.Object.DeepCopy()
 		obj.SetOwnerReferences(refs)
 		o.Notes = notes
+		if found {
+			newUIDs[s.Entry.UID] = live.GetUID()
+			if o.Diff, err = diff(live, obj); err != nil {
+				return out, err
+			}
+			if !p.overwrite {
+				o.Refused = fmt.Sprintf("%s exists (uid %s): not overwritten; delete it first, restore under another name, or overwrite it (--overwrite)", describe(gvr, s.Object), live.GetUID())
+				out = append(out, o)
+				continue
+			}
+			obj.SetResourceVersion(live.GetResourceVersion())
+			obj.SetUID(live.GetUID())
+			if _, err := c.Update(ctx, gvr, obj, dryRun); err != nil {
+				return out, fmt.Errorf("overwriting %s: %w", describe(gvr, obj), err)
+			}
+			o.Replaced, o.UID = true, live.GetUID()
+			out = append(out, o)
+			continue
+		}
 		if dryRun && dryNamespaces[obj.GetNamespace()] {
 			o.Created = true
 			o.Notes = append(o.Notes, "not validated by the API server: its namespace is created by this restore")
@@ -298,4 +332,31 @@ func describe(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) s
 		d += " in namespace " + ns
 	}
 	return d
+}
+
+// diff is a unified diff from the live object to the one a restore would
+// write, both as YAML without what the API server sets.
+func diff(live, restored *unstructured.Unstructured) (string, error) {
+	text := func(u *unstructured.Unstructured) (string, error) {
+		c := u.DeepCopy()
+		for _, f := range serverSet {
+			unstructured.RemoveNestedField(c.Object, "metadata", f)
+		}
+		unstructured.RemoveNestedField(c.Object, "status")
+		b, err := yaml.Marshal(c.Object)
+		return string(b), err
+	}
+	a, err := text(live)
+	if err != nil {
+		return "", err
+	}
+	b, err := text(restored)
+	if err != nil {
+		return "", err
+	}
+	if a == b {
+		return "", nil
+	}
+	return difflib.GetUnifiedDiffString(difflib.UnifiedDiff{A: difflib.SplitLines(a), B: difflib.SplitLines(b),
+		FromFile: "live", ToFile: "kept copy", Context: 2})
 }

@@ -18,13 +18,34 @@ import (
 // objects are live, and what is created (a UID each).
 type fakeCluster struct {
 	live    map[string]types.UID // "resource/namespace/name", and "Kind/namespace/name" for owners
+	objects map[types.UID]*unstructured.Unstructured
 	created []*unstructured.Unstructured
+	updated []*unstructured.Unstructured
 	dryRuns int
 }
 
-func (f *fakeCluster) Exists(_ context.Context, gvr schema.GroupVersionResource, ns, name string) (types.UID, bool, error) {
+func (f *fakeCluster) Live(_ context.Context, gvr schema.GroupVersionResource, ns, name string) (*unstructured.Unstructured, bool, error) {
 	uid, ok := f.live[gvr.Resource+"/"+ns+"/"+name]
-	return uid, ok, nil
+	if !ok {
+		return nil, false, nil
+	}
+	if obj, ok := f.objects[uid]; ok {
+		return obj.DeepCopy(), true, nil
+	}
+	u := &unstructured.Unstructured{}
+	u.SetName(name)
+	u.SetNamespace(ns)
+	u.SetUID(uid)
+	return u, true, nil
+}
+
+func (f *fakeCluster) Update(_ context.Context, _ schema.GroupVersionResource, obj *unstructured.Unstructured, dryRun bool) (*unstructured.Unstructured, error) {
+	if dryRun {
+		f.dryRuns++
+		return obj, nil
+	}
+	f.updated = append(f.updated, obj.DeepCopy())
+	return obj, nil
 }
 
 func (f *fakeCluster) Owner(_ context.Context, ref metav1.OwnerReference, ns string) (types.UID, bool, error) {
@@ -164,7 +185,7 @@ func TestRestoreNeverOverwritesAndDropsDanglingOwners(t *testing.T) {
 	for _, o := range outcomes {
 		byName[o.Step.Object.GetName()] = o
 	}
-	if o := byName["web"]; o.Created || !strings.Contains(o.Refused, "exists (uid live-web): not overwritten") {
+	if o := byName["web"]; o.Created || !strings.Contains(o.Refused, "exists (uid live-web): not overwritten") || !strings.Contains(o.Refused, "--overwrite") {
 		t.Errorf("the live Deployment: %+v, want it left alone", o)
 	}
 	owner := func(name string) []metav1.OwnerReference {
@@ -268,6 +289,56 @@ func TestRestoredServicesGetNewClusterIPs(t *testing.T) {
 		}
 		if _, _, err := unstructured.NestedSlice(s.Object.Object, "spec", "ports"); err != nil {
 			t.Errorf("%s: ports lost: %v", s.Object.GetName(), err)
+		}
+	}
+}
+
+// A live object of the same name is left alone, with the diff to the
+// copy; with Overwrite it is updated to the copy (its UID and
+// resourceVersion kept), and a dry run updates nothing.
+func TestRestoreShowsTheDiffAndOverwritesOnlyWhenTold(t *testing.T) {
+	e := kept(deployments, "Deployment", "shop", "web", "old-web")
+	live := &unstructured.Unstructured{}
+	if err := live.UnmarshalJSON(e.Object); err != nil {
+		t.Fatal(err)
+	}
+	live.SetUID("live-web")
+	live.SetResourceVersion("99")
+	live.SetLabels(map[string]string{"app": "web", "tier": "hand-made"})
+	newCluster := func() *fakeCluster {
+		return &fakeCluster{live: map[string]types.UID{"deployments/shop/web": "live-web", "Deployment/shop/web": "live-web"},
+			objects: map[types.UID]*unstructured.Unstructured{"live-web": live}}
+	}
+	for _, tt := range []struct {
+		name             string
+		overwrite, dry   bool
+		replaced, update bool
+	}{
+		{name: "left alone", overwrite: false},
+		{name: "overwrite, dry run", overwrite: true, dry: true, replaced: true},
+		{name: "overwrite", overwrite: true, replaced: true, update: true},
+	} {
+		plan, err := PlanRestore([]Entry{e}, PlanOptions{Overwrite: tt.overwrite})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newCluster()
+		out, err := plan.Run(context.Background(), c, tt.dry)
+		if err != nil || len(out) != 1 {
+			t.Fatalf("%s: %+v, %v", tt.name, out, err)
+		}
+		o := out[0]
+		if !strings.Contains(o.Diff, "-    tier: hand-made") || !strings.Contains(o.Diff, "--- live") || strings.Contains(o.Diff, "resourceVersion") {
+			t.Errorf("%s: diff\n%s\nwant the live label removed, without server-set fields", tt.name, o.Diff)
+		}
+		if o.Replaced != tt.replaced || (o.Refused != "") == tt.replaced || len(c.created) != 0 {
+			t.Errorf("%s: %+v (created %d), want replaced %v", tt.name, o, len(c.created), tt.replaced)
+		}
+		if got := len(c.updated); got != map[bool]int{true: 1}[tt.update] {
+			t.Fatalf("%s: %d updates", tt.name, got)
+		}
+		if tt.update && (c.updated[0].GetUID() != "live-web" || c.updated[0].GetResourceVersion() != "99" || c.updated[0].GetLabels()["tier"] != "") {
+			t.Errorf("%s: update %+v, want the copy with the live UID and resourceVersion", tt.name, c.updated[0].Object["metadata"])
 		}
 	}
 }
