@@ -73,7 +73,7 @@ func Start(tb testing.TB) *Server {
 			s.Tail(&b, 60)
 			tb.Log(b.String())
 		}
-		s.Stop()
+		s.remove()
 	})
 	return s
 }
@@ -104,7 +104,7 @@ func Main(m *testing.M) {
 		if code != 0 {
 			shared.Tail(os.Stderr, 60)
 		}
-		shared.Stop()
+		shared.remove()
 	}
 	os.Exit(code)
 }
@@ -285,12 +285,19 @@ func makeBucket(ctx context.Context, c *minio.Client, name string) error {
 }
 
 // Stop kills the server and throws its data away; it may be called more
-// than once.
+// than once. The CA and credentials files stay until the test ends, so
+// that a store opened before fails on the server, not on them.
 func (s *Server) Stop() {
 	s.stopOnce.Do(func() {
 		s.kill()
-		os.RemoveAll(s.dir)
+		os.RemoveAll(filepath.Join(s.dir, "data"))
 	})
+}
+
+// remove stops the server and removes all its files.
+func (s *Server) remove() {
+	s.Stop()
+	os.RemoveAll(s.dir)
 }
 
 func (s *Server) kill() {
