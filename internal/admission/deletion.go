@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -66,6 +67,23 @@ type Deletion struct {
 // store (recyclebin.Keeper).
 type Capturer interface {
 	Capture(ctx context.Context, e recyclebin.Entry) (string, error)
+}
+
+// captureWithin bounds a capture below the deletion webhook's timeout
+// (5 s, Builder.Webhook): a store that does not answer, such as an S3
+// server that is down (minio-go retries for up to about 8 s), must get the
+// refusal that says why, not the API server's bare webhook timeout.
+const captureWithin = 4 * time.Second
+
+// capture stores e in bin within captureWithin.
+func capture(ctx context.Context, bin Capturer, e recyclebin.Entry) error {
+	ctx, cancel := context.WithTimeout(ctx, captureWithin)
+	defer cancel()
+	_, err := bin.Capture(ctx, e)
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (the store did not answer within %v)", err, captureWithin)
+	}
+	return err
 }
 
 var _ admission.Handler = (*Deletion)(nil)
@@ -152,7 +170,7 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 // capture keeps a copy of the object the admitted delete ends, and
 // refuses the delete when it cannot: a Warn-mode policy only warns.
 func (h *Deletion) capture(ctx context.Context, req admission.Request, r deletion.Request, v protection.Verdict) protection.Verdict {
-	_, err := h.Bin.Capture(ctx, recyclebin.Entry{
+	err := capture(ctx, h.Bin, recyclebin.Entry{
 		Resource:  schema.GroupVersionResource(req.Resource),
 		Kind:      req.Kind.Kind,
 		Namespace: r.Namespace,

@@ -2,8 +2,10 @@ package admission_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +19,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
+	"github.com/rampart-io/rampart/internal/recyclebin"
 )
 
 // deletionView answers the deletion engine's probes from fixed counts.
@@ -161,4 +164,32 @@ func TestDeletionDenialNamesCoreResourcesAsDiscoveryDoes(t *testing.T) {
 		kind: schema.GroupVersionKind{Version: "v1", Kind: "Endpoints"}, namespace: "shop", name: "db", old: ep}
 	check(t, "endpoints", h.Handle(context.Background(), r.request(t)), outcome{code: http.StatusForbidden,
 		says: []string{`endpoints "db"`, "kubectl label -n shop endpoints/db rampart.io/protection-"}})
+}
+
+// deadlineBin fails every capture, recording how long it was given.
+type deadlineBin struct{ within chan time.Duration }
+
+func (b deadlineBin) Capture(ctx context.Context, _ recyclebin.Entry) (string, error) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		b.within <- -1
+	} else {
+		b.within <- time.Until(d)
+	}
+	return "", fmt.Errorf("%w: connection refused", recyclebin.ErrStore)
+}
+
+// TestDeletionCaptureAnswersBeforeTheWebhookTimesOut: a store that does
+// not answer gets the refusal that says why before the API server gives up
+// on the webhook (5 s): the capture is given less.
+func TestDeletionCaptureAnswersBeforeTheWebhookTimesOut(t *testing.T) {
+	t.Parallel()
+	bin := deadlineBin{within: make(chan time.Duration, 1)}
+	h := &rampartadmission.Deletion{View: deletionView{}, Bin: bin}
+	r := review{op: admissionv1.Delete, gvr: namespacesGVR, kind: namespaceKind, name: "empty", old: namespaceObj("empty", v1alpha1.ProtectionCascading)}
+	check(t, "store down", h.Handle(context.Background(), r.request(t)),
+		outcome{code: http.StatusServiceUnavailable, says: []string{"could not be stored", "connection refused"}})
+	if d := <-bin.within; d <= 0 || d >= 5*time.Second {
+		t.Errorf("the capture was given %v; want a deadline below the webhook's 5 s timeout", d)
+	}
 }

@@ -65,7 +65,7 @@ func (h *Recycle) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Allowed("")
 	}
 	o := protection.Object{Resource: gr, Namespace: old.GetNamespace(), Name: old.GetName(), Singular: protection.Singular(h.Mapper, gr)}
-	_, err := h.Bin.Capture(ctx, recyclebin.Entry{
+	err := capture(ctx, h.Bin, recyclebin.Entry{
 		Resource:  schema.GroupVersionResource(req.Resource),
 		Kind:      req.Kind.Kind,
 		Namespace: o.Namespace,

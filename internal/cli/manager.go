@@ -65,7 +65,10 @@ func newManagerCommand() *cobra.Command {
 	f.BoolVar(&o.CompiledPolicies, "compiled-policies", true,
 		"have the API server enforce the static rules itself as ValidatingAdmissionPolicies kept applied by the leader (the label rules, and each enforced ProtectionPolicy's Always and built-in workloads' replicas), and narrow the label webhooks once every API server does: those rules then hold while Rampart is down")
 	f.StringVar(&o.RecycleBinDir, "recycle-bin-dir", "",
-		"turn the recycle bin on: keep a copy of every protected object (rampart.io/protection label or ProtectionPolicy) in this directory before its delete is admitted; a delete whose copy cannot be stored is refused (off the cluster's etcd: a local directory, or a volume in a cluster)")
+		"turn the recycle bin on: keep a copy of every protected object (rampart.io/protection label or ProtectionPolicy) in this directory before its delete is admitted; a delete whose copy cannot be stored is refused (off the cluster's etcd: a local directory, or a volume in a cluster); --recycle-bin-store DIR does the same")
+	f.StringVar(&o.RecycleBinStore, "recycle-bin-store", "",
+		"turn the recycle bin on, as --recycle-bin-dir, in a directory or an S3-compatible bucket: s3://BUCKET/PREFIX?endpoint=https://HOST:PORT&region=NAME&pathStyle=true&caFile=PATH&credentialsFile=PATH&profile=NAME (all parameters optional; default: AWS S3). "+
+			"The credentials come from credentialsFile, else AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, else ~/.aws/credentials; never from the location")
 	f.StringVar(&o.RecycleBinKeyFile, "recycle-bin-key-file", "",
 		"32-byte key that seals Secrets in the recycle bin (AES-256-GCM); without it, deletes of protected Secrets are refused")
 	f.DurationVar(&o.RecycleBinRetention, "recycle-bin-retention", 30*24*time.Hour,

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,14 +48,7 @@ func TestQuotaPlanApplyCapsASurge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := func(args ...string) string {
-		t.Helper()
-		out, err := exec.CommandContext(ctx, rampart, append(args, "--kubeconfig", env.Kubeconfig)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("rampart %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	run := rampartCLI(ctx, t, rampart, env)
 	t.Log(run("quota", "plan", "-n", ns, "--apply"))
 
 	q, err := env.Client.CoreV1().ResourceQuotas(ns).Get(ctx, quota.Name, metav1.GetOptions{})

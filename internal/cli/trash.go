@@ -26,6 +26,7 @@ import (
 type trashOptions struct {
 	flags          *genericclioptions.ConfigFlags
 	dir, keyFile   string
+	store          string
 	all            bool
 	uid            string
 	dryRun         bool
@@ -46,22 +47,31 @@ each ownerReference at the owner as it is now so that the garbage
 collector does not delete the restored objects again. A live object is
 never overwritten.
 
-The bin's store is a directory (--dir). Secrets are kept encrypted and are
-shown or restored only with the key they were sealed with (--key-file).`,
+The bin's store is a directory (--dir DIR or --store DIR) or an
+S3-compatible bucket (--store s3://BUCKET/PREFIX?endpoint=...), as the
+manager's --recycle-bin-store takes it: the credentials come from
+credentialsFile=PATH, else AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
+else ~/.aws/credentials. Secrets are kept encrypted and are shown or
+restored only with the key they were sealed with (--key-file).`,
 	}
 	o.flags.AddFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().StringVar(&o.dir, "dir", "", "the recycle bin's directory (default: .rampart/recycle-bin, where rampart up keeps it)")
+	cmd.PersistentFlags().StringVar(&o.store, "store", "",
+		"the recycle bin's store instead of --dir: a directory or s3://BUCKET/PREFIX?endpoint=https://HOST:PORT&region=NAME&pathStyle=true&caFile=PATH&credentialsFile=PATH&profile=NAME")
 	cmd.PersistentFlags().StringVar(&o.keyFile, "key-file", "", "the key Secrets were sealed with (32 bytes; default with the default --dir: .rampart/pki/recycle-bin.key)")
 	cmd.AddCommand(o.listCommand(), o.showCommand(), o.restoreCommand())
 	return cmd
 }
 
-func (o *trashOptions) bin() (*recyclebin.Bin, error) {
-	if o.dir == "" {
+func (o *trashOptions) bin(ctx context.Context) (*recyclebin.Bin, error) {
+	if o.dir != "" && o.store != "" {
+		return nil, errors.New("--dir and --store are both set: give one (--store takes a directory too)")
+	}
+	if o.dir == "" && o.store == "" {
 		// The bin of the cluster `rampart up` started here, if any.
 		local := filepath.Join(".rampart", localcluster.RecycleBinDir)
 		if _, err := os.Stat(local); err != nil {
-			return nil, errors.New("--dir: name the recycle bin's directory (the default, .rampart/recycle-bin of rampart up, does not exist here)")
+			return nil, errors.New("name the recycle bin's store: --dir DIR, or --store DIR or s3://BUCKET/PREFIX?endpoint=... (the default, .rampart/recycle-bin of rampart up, does not exist here)")
 		}
 		o.dir = local
 		if key := filepath.Join(".rampart", "pki", localcluster.RecycleBinKey); o.keyFile == "" {
@@ -70,7 +80,15 @@ func (o *trashOptions) bin() (*recyclebin.Bin, error) {
 			}
 		}
 	}
-	b := &recyclebin.Bin{Store: storage.Dir{Root: o.dir}}
+	flag, location := "--store", o.store
+	if o.dir != "" {
+		flag, location = "--dir", o.dir
+	}
+	store, err := storage.Open(ctx, location)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	b := &recyclebin.Bin{Store: store}
 	if o.keyFile != "" {
 		k, err := recyclebin.LoadKey(o.keyFile)
 		if err != nil {
@@ -94,12 +112,13 @@ func (o *trashOptions) namespace() string {
 
 func (o *trashOptions) listCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "list",
-		Short:   "List the kept copies, newest first",
-		Example: "  rampart trash list --dir /var/lib/rampart/recycle-bin -n shop\n  rampart trash list --dir ./bin -A",
-		Args:    cobra.NoArgs,
+		Use:   "list",
+		Short: "List the kept copies, newest first",
+		Example: "  rampart trash list --dir /var/lib/rampart/recycle-bin -n shop\n  rampart trash list --dir ./bin -A\n" +
+			"  AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... rampart trash list --store 's3://backups/recycle-bin?endpoint=https://minio.example:9000&pathStyle=true' -A",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := o.bin()
+			b, err := o.bin(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -142,10 +161,10 @@ func (o *trashOptions) showCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "show RESOURCE/NAME",
 		Short:   "Print a kept copy (the newest, or --uid's) as YAML",
-		Example: "  rampart trash show --dir ./bin -n shop configmap/prices",
+		Example: "  rampart trash show --dir ./bin -n shop configmap/prices\n  rampart trash show --store 's3://backups/recycle-bin?region=eu-west-1' -n shop configmap/prices",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := o.bin()
+			b, err := o.bin(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -233,10 +252,11 @@ validates them and nothing is created (objects in a namespace the restore
 would create cannot be validated, and say so), and prints the diff of each
 live object the restore would leave alone or overwrite.`,
 		Example: `  rampart trash restore --dir ./bin namespace/shop --with-dependents --dry-run
-  rampart trash restore --dir ./bin -n shop configmap/prices --as-new-name prices-restored`,
+  rampart trash restore --dir ./bin -n shop configmap/prices --as-new-name prices-restored
+  rampart trash restore --store 's3://backups/recycle-bin?region=eu-west-1&credentialsFile=/etc/rampart/s3' -n shop configmap/prices`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := o.bin()
+			b, err := o.bin(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -22,6 +22,19 @@ import (
 	"github.com/rampart-io/rampart/internal/storage"
 )
 
+// rampartCLI runs rampart against env's cluster and returns its output,
+// failing the test if it fails.
+func rampartCLI(ctx context.Context, t *testing.T, rampart string, env *clustertest.Env) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, rampart, append(args, "--kubeconfig", env.Kubeconfig)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("rampart %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+}
+
 // A namespace deleted by mistake, with a ConfigMap, one it owns and a
 // Secret, kept in a recycle bin directory (written here as the capture
 // will write it): `rampart trash` lists the copies, shows the Secret only
@@ -165,14 +178,7 @@ func TestTrashRestoresWhatTheBinKeptOfADeletedNamespace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ns := "kept-" + strings.TrimPrefix(env.Namespace(t), "t-")
-	run := func(args ...string) string {
-		t.Helper()
-		out, err := exec.CommandContext(ctx, rampart, append(args, "--kubeconfig", env.Kubeconfig)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("rampart %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	run := rampartCLI(ctx, t, rampart, env)
 	policy := `apiVersion: rampart.io/v1alpha1
 kind: RecyclePolicy
 metadata: {name: ` + ns + `}

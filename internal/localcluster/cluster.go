@@ -43,6 +43,10 @@ type Options struct {
 	Progress io.Writer
 	// ManagerArgs are extra flags for `rampart manager`.
 	ManagerArgs []string
+	// RecycleBinStore, when set, is where the managers keep the recycle
+	// bin (--recycle-bin-store: a directory or s3://BUCKET/PREFIX?...)
+	// instead of the cluster's recycle-bin directory.
+	RecycleBinStore string
 	// Managers is the number of manager replicas (default 1). With more,
 	// each webhook is registered once per replica and the API server
 	// spreads requests over them by request UID.

@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -178,5 +179,14 @@ func (c *Cluster) RecycleBin() (*recyclebin.Bin, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &recyclebin.Bin{Store: storage.Dir{Root: c.path(RecycleBinDir)}, Key: key}, nil
+	if c.opts.RecycleBinStore == "" {
+		return &recyclebin.Bin{Store: storage.Dir{Root: c.path(RecycleBinDir)}, Key: key}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store, err := storage.Open(ctx, c.opts.RecycleBinStore)
+	if err != nil {
+		return nil, err
+	}
+	return &recyclebin.Bin{Store: store, Key: key}, nil
 }

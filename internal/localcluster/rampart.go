@@ -202,6 +202,10 @@ func (c *Cluster) managerArgs(i int) []string {
 		urls = append(urls, "https://127.0.0.1:"+strconv.Itoa(mp.webhook))
 	}
 	mp := c.ports.managers[i]
+	bin := "--recycle-bin-dir=" + c.path(RecycleBinDir)
+	if c.opts.RecycleBinStore != "" {
+		bin = "--recycle-bin-store=" + c.opts.RecycleBinStore
+	}
 	args := append([]string{"manager",
 		"--kubeconfig=" + c.path(managerID.file),
 		"--namespace=" + ManagerNamespace,
@@ -216,7 +220,7 @@ func (c *Cluster) managerArgs(i int) []string {
 		"--metrics-secure", "--metrics-cert-dir=" + c.pkiFile("manager-metrics"),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(mp.health),
 		// The recycle bin, on by default, shared by the replicas.
-		"--recycle-bin-dir=" + c.path(RecycleBinDir), "--recycle-bin-key-file=" + c.pkiFile(RecycleBinKey),
+		bin, "--recycle-bin-key-file=" + c.pkiFile(RecycleBinKey),
 	}, append(c.managerClientAuthArgs(), c.opts.ManagerArgs...)...)
 	if len(urls) > 1 {
 		args = append(args, "--webhook-replica-urls="+strings.Join(urls, ","))

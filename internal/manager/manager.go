@@ -121,6 +121,11 @@ type Options struct {
 	// protected object is stored there before its delete is admitted.
 	// Off the cluster's etcd: a local directory, or a volume in a cluster.
 	RecycleBinDir string
+	// RecycleBinStore, when set, turns the recycle bin on in a store
+	// storage.Open takes: a directory, or s3://BUCKET/PREFIX?PARAMS with
+	// the credentials from the environment or a credentials file. At most
+	// one of RecycleBinDir and RecycleBinStore is set.
+	RecycleBinStore string
 	// RecycleBinKeyFile holds the 32-byte key Secrets are sealed with in
 	// the recycle bin; without it a protected Secret's delete is refused
 	// (a Secret is never kept in clear).
@@ -219,7 +224,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if o.CompiledPolicies {
 		compiledLabels = registrar.Hash(compiled.LabelRules(compiledOpts))
 	}
-	bin, err := recycleBin(cfg, o)
+	bin, err := recycleBin(ctx, cfg, o)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -38,17 +39,43 @@ const resumeWithin = 24 * time.Hour
 
 // binRunnable runs the recycle bin's keeper on every replica: each settles
 // the captures it made (and, at start, those left unsettled).
-type binRunnable struct{ keeper *recyclebin.Keeper }
+type binRunnable struct {
+	keeper *recyclebin.Keeper
+	// location is where the bin is, as shown in its summary: no
+	// credentials.
+	location string
+}
+
+// openBinWithin bounds opening the bin's store (an S3 bucket is checked).
+const openBinWithin = time.Minute
 
 // recycleBin is the recycle bin the options ask for, or nil.
-func recycleBin(cfg *rest.Config, o Options) (*binRunnable, error) {
-	if o.RecycleBinDir == "" {
+func recycleBin(ctx context.Context, cfg *rest.Config, o Options) (*binRunnable, error) {
+	flag, location := "--recycle-bin-store", o.RecycleBinStore
+	switch {
+	case o.RecycleBinDir != "" && o.RecycleBinStore != "":
+		return nil, errors.New("--recycle-bin-dir and --recycle-bin-store are both set: give one (--recycle-bin-store takes a directory too)")
+	case o.RecycleBinDir != "":
+		flag, location = "--recycle-bin-dir", o.RecycleBinDir
+	case location == "":
 		return nil, nil
 	}
-	if err := os.MkdirAll(o.RecycleBinDir, 0o700); err != nil {
-		return nil, fmt.Errorf("--recycle-bin-dir: %w", err)
+	ctx, cancel := context.WithTimeout(ctx, openBinWithin)
+	defer cancel()
+	store, err := storage.Open(ctx, location)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
-	bin := &recyclebin.Bin{Store: storage.Dir{Root: o.RecycleBinDir}}
+	if d, ok := store.(storage.Dir); ok {
+		// Made now, and readable by the manager only.
+		if err := os.MkdirAll(d.Root, 0o700); err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+	}
+	if s, ok := store.(fmt.Stringer); ok {
+		location = s.String()
+	}
+	bin := &recyclebin.Bin{Store: store}
 	if o.RecycleBinKeyFile != "" {
 		key, err := recyclebin.LoadKey(o.RecycleBinKeyFile)
 		if err != nil {
@@ -64,7 +91,7 @@ func recycleBin(cfg *rest.Config, o Options) (*binRunnable, error) {
 	}
 	log := slog.New(logr.ToSlogHandler(o.Log.WithName("recyclebin")))
 	return &binRunnable{keeper: &recyclebin.Keeper{Bin: bin, Alive: recyclebin.MetadataLiveness(meta), Clock: clock.RealClock{}, Log: log,
-		NotDeletedAfter: o.RecycleBinNotDeletedAfter}}, nil
+		NotDeletedAfter: o.RecycleBinNotDeletedAfter}, location: location}, nil
 }
 
 // capturer is nil (no recycle bin) or the keeper.
@@ -149,7 +176,7 @@ func (b *binRunnable) maintainer(c client.Client, reader client.Reader, o Option
 	}
 	return &binMaintainer{m: &recyclebin.Maintainer{Bin: b.keeper.Bin, Clock: clock.RealClock{}, Log: b.keeper.Log, LimitsOf: limitsOf,
 		Default: recyclebin.Limits{Retention: o.RecycleBinRetention}},
-		client: c, namespace: o.Namespace, location: o.RecycleBinDir, every: cmp.Or(o.RecycleBinMaintainEvery, DefaultMaintainEvery),
+		client: c, namespace: o.Namespace, location: b.location, every: cmp.Or(o.RecycleBinMaintainEvery, DefaultMaintainEvery),
 		log: o.Log.WithName("recyclebin")}
 }
 

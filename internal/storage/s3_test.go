@@ -7,272 +7,46 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/rampart-io/rampart/internal/pki"
 	"github.com/rampart-io/rampart/internal/storage"
+	"github.com/rampart-io/rampart/internal/storage/s3test"
 )
 
-// The S3 tests run against a real S3 server, SeaweedFS's weed: the one
-// RAMPART_S3_SERVER names (what `make test` sets), else bin/s3/weed, built
-// by hack/assets.sh when missing. One server serves every test, over http
-// and https, each test in a prefix of its own.
+// The S3 tests run against a real S3 server (s3test): one serves every
+// test, over http and https, each test in a prefix of its own.
 
 const (
-	s3Bucket = "rampart-test"
-	s3Access = "rampart-test-access"
-	s3Secret = "rampart-test-secret-do-not-log"
+	s3Bucket = s3test.TestBucket
+	s3Access = s3test.AccessKey
+	s3Secret = s3test.SecretKey
 )
 
-type s3Server struct {
-	cmd         *exec.Cmd
-	exited      chan struct{}
-	dir, log    string
-	host        string // 127.0.0.1:port, http
-	HTTP, HTTPS string // endpoint URLs
-	CAFile      string
-	ports       []int
-}
+func TestMain(m *testing.M) { s3test.Main(m) }
 
-var (
-	serverOnce sync.Once
-	server     *s3Server
-	serverErr  error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if server != nil {
-		if code != 0 {
-			server.tail(os.Stderr, 60)
-		}
-		server.stop()
-	}
-	os.Exit(code)
-}
+// s3Server is the shared test server, with the helpers of these tests.
+type s3Server struct{ *s3test.Server }
 
 // s3 returns the test server, started on first use.
-func s3(t *testing.T) *s3Server {
+func s3(t *testing.T) s3Server {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: the S3 tests start an S3 server (SeaweedFS)")
-	}
-	serverOnce.Do(func() { server, serverErr = startS3() })
-	if serverErr != nil {
-		t.Fatal(serverErr)
-	}
-	return server
-}
-
-func weedBinary() (string, error) {
-	if p := os.Getenv("RAMPART_S3_SERVER"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("RAMPART_S3_SERVER: %w: build it with make assets", err)
-		}
-		return p, nil
-	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	bin := filepath.Join(root, "bin", "s3", "weed")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	cmd := exec.Command("bash", "hack/assets.sh", "s3")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the S3 server (bash hack/assets.sh s3): %v\n%s", err, out)
-	}
-	return bin, nil
-}
-
-func startS3() (*s3Server, error) {
-	bin, err := weedBinary()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "rampart-s3-test-")
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	ca, err := pki.NewCA("rampart storage test CA", now, time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := ca.Issue(pki.Request{CommonName: "127.0.0.1", Hosts: []string{"127.0.0.1", "localhost"}, Validity: time.Hour, Now: now})
-	if err != nil {
-		return nil, err
-	}
-	if err := cert.Write(filepath.Join(dir, "tls")); err != nil {
-		return nil, err
-	}
-	caFile := filepath.Join(dir, "ca.crt")
-	config := fmt.Sprintf(`{"identities":[{"name":"rampart","credentials":[{"accessKey":%q,"secretKey":%q}],"actions":["Admin","Read","List","Tagging","Write"]}]}`, s3Access, s3Secret)
-	if err := os.WriteFile(caFile, ca.CertPEM(), 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "s3.json"), []byte(config), 0o600); err != nil {
-		return nil, err
-	}
-	// Free ports can be taken before weed binds them: try again on new ones.
-	var errs []error
-	for range 3 {
-		s, err := launch(bin, dir, caFile)
-		if err == nil {
-			return s, nil
-		}
-		errs = append(errs, err)
-	}
-	os.RemoveAll(dir)
-	return nil, errors.Join(errs...)
-}
-
-func launch(bin, dir, caFile string) (*s3Server, error) {
-	p, err := freePorts(9)
-	if err != nil {
-		return nil, err
-	}
-	data := filepath.Join(dir, "data")
-	os.RemoveAll(data)
-	if err := os.MkdirAll(data, 0o700); err != nil {
-		return nil, err
-	}
-	s := &s3Server{
-		dir: dir, log: filepath.Join(dir, "weed.log"), exited: make(chan struct{}), ports: p,
-		host: "127.0.0.1:" + strconv.Itoa(p[6]), HTTPS: "https://127.0.0.1:" + strconv.Itoa(p[8]), CAFile: caFile,
-	}
-	s.HTTP = "http://" + s.host
-	logf, err := os.Create(s.log)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	port := func(i int) string { return strconv.Itoa(p[i]) }
-	s.cmd = exec.Command(bin, "-logtostderr", "server",
-		"-dir="+data, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-		"-master.port="+port(0), "-master.port.grpc="+port(1), "-master.volumeSizeLimitMB=64",
-		// weed reports usage to its authors unless told not to.
-		"-master.telemetry=false",
-		"-volume.port="+port(2), "-volume.port.grpc="+port(3),
-		"-filer.port="+port(4), "-filer.port.grpc="+port(5), "-filer.localSocket="+filepath.Join(dir, "filer.sock"),
-		"-s3", "-s3.port="+port(6), "-s3.port.grpc="+port(7), "-s3.port.https="+port(8),
-		"-s3.cert.file="+filepath.Join(dir, "tls.crt"), "-s3.key.file="+filepath.Join(dir, "tls.key"),
-		"-s3.config="+filepath.Join(dir, "s3.json"), "-s3.localSocket="+filepath.Join(dir, "s3.sock"),
-		"-s3.port.iceberg=0", "-s3.port.lance=0")
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := s.cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() { s.cmd.Wait(); close(s.exited) }()
-	if err := s.ready(); err != nil {
-		var tail bytes.Buffer
-		s.tail(&tail, 30)
-		s.stop()
-		return nil, fmt.Errorf("%w; weed's log ends:\n%s", err, tail.String())
-	}
-	return s, nil
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// ready waits until the bucket is made and takes an object.
-func (s *s3Server) ready() error {
-	raw, err := s.rawClient()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	start := time.Now()
-	for {
-		err := raw.MakeBucket(ctx, s3Bucket, minio.MakeBucketOptions{})
-		if code := minio.ToErrorResponse(err).Code; code == "BucketAlreadyOwnedByYou" || code == "BucketAlreadyExists" {
-			err = nil
-		}
-		if err == nil {
-			_, err = raw.PutObject(ctx, s3Bucket, "ready", strings.NewReader("ready"), 5, minio.PutObjectOptions{})
-		}
-		if err == nil {
-			fmt.Fprintf(os.Stderr, "storage tests: SeaweedFS S3 server ready in %v\n", time.Since(start).Round(100*time.Millisecond))
-			return raw.RemoveObject(ctx, s3Bucket, "ready", minio.RemoveObjectOptions{})
-		}
-		select {
-		case <-s.exited:
-			return fmt.Errorf("weed exited: %v", s.cmd.ProcessState)
-		case <-ctx.Done():
-			return fmt.Errorf("S3 server not ready after %v: %v", time.Since(start).Round(time.Second), err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-func (s *s3Server) stop() {
-	// Killed: its data is thrown away, and a graceful stop takes 25 s.
-	s.cmd.Process.Kill()
-	<-s.exited
-	// weed leaves its gRPC sockets in /tmp, named by port.
-	for _, p := range s.ports {
-		if m, _ := filepath.Glob(fmt.Sprintf("/tmp/seaweedfs-*-%d.sock", p)); len(m) > 0 {
-			for _, f := range m {
-				os.Remove(f)
-			}
-		}
-	}
-	os.RemoveAll(s.dir)
-}
-
-func (s *s3Server) tail(w io.Writer, lines int) {
-	b, _ := os.ReadFile(s.log)
-	l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	fmt.Fprintf(w, "--- last lines of weed's log (%s)\n%s\n", s.log, strings.Join(l[max(0, len(l)-lines):], "\n"))
-}
-
-// rawClient reaches the server behind the store's back.
-func (s *s3Server) rawClient() (*minio.Client, error) {
-	return minio.New(s.host, &minio.Options{Creds: credentials.NewStaticV4(s3Access, s3Secret, ""), Region: "us-east-1"})
-}
-
-func (s *s3Server) raw(t *testing.T) *minio.Client {
-	t.Helper()
-	c, err := s.rawClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return s3Server{s3test.Shared(t)}
 }
 
 // options are those of a store in a prefix of the test's own.
-func (s *s3Server) options(t *testing.T) storage.S3Options {
+func (s s3Server) options(t *testing.T) storage.S3Options {
 	return storage.S3Options{
 		Endpoint: s.HTTP, Bucket: s3Bucket, Prefix: "t/" + strings.ReplaceAll(t.Name(), "/", "-"), Region: "us-east-1",
 		AccessKeyID: s3Access, SecretAccessKey: s3Secret, PathStyle: true,
 	}
 }
 
-func (s *s3Server) open(t *testing.T, o storage.S3Options) *storage.S3 {
+func (s s3Server) open(t *testing.T, o storage.S3Options) *storage.S3 {
 	t.Helper()
 	st, err := storage.NewS3(context.Background(), o)
 	if err != nil {
@@ -283,7 +57,7 @@ func (s *s3Server) open(t *testing.T, o storage.S3Options) *storage.S3 {
 
 // smallParts opens a store that uploads in parts of 5 MiB, S3's least, to
 // take its multipart path with little data.
-func (s *s3Server) smallParts(t *testing.T) (*storage.S3, storage.S3Options) {
+func (s s3Server) smallParts(t *testing.T) (*storage.S3, storage.S3Options) {
 	o := s.options(t)
 	o.PartSize = 5 << 20
 	return s.open(t, o), o
@@ -294,7 +68,7 @@ func TestS3(t *testing.T) {
 	testStore(t, func(t *testing.T) subject {
 		o := srv.options(t)
 		return subject{store: srv.open(t, o), corrupt: func(t *testing.T, name string, content []byte) {
-			ctx, raw, key := context.Background(), srv.raw(t), o.Prefix+"/"+name
+			ctx, raw, key := context.Background(), srv.Client(t), o.Prefix+"/"+name
 			info, err := raw.StatObject(ctx, s3Bucket, key, minio.StatObjectOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -369,7 +143,7 @@ func TestS3RefusesContentChangedWhileStored(t *testing.T) {
 		}
 	}
 	// No upload is left behind, to be billed.
-	for u := range srv.raw(t).ListIncompleteUploads(ctx, s3Bucket, o.Prefix, true) {
+	for u := range srv.Client(t).ListIncompleteUploads(ctx, s3Bucket, o.Prefix, true) {
 		t.Errorf("upload left behind: %+v", u)
 	}
 }
@@ -379,7 +153,7 @@ func TestS3ForeignObjectIsRefused(t *testing.T) {
 	o := srv.options(t)
 	s := srv.open(t, o)
 	ctx := context.Background()
-	if _, err := srv.raw(t).PutObject(ctx, s3Bucket, o.Prefix+"/foreign", strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
+	if _, err := srv.Client(t).PutObject(ctx, s3Bucket, o.Prefix+"/foreign", strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Get(ctx, "foreign"); err == nil || !strings.Contains(err.Error(), "not stored by Rampart") {
@@ -485,6 +259,8 @@ func TestOpen(t *testing.T) {
 		// No region: minio-go asks the server.
 		roundTrip(t, "s3://"+s3Bucket+"/t/open-file"+q+"&credentialsFile="+file+"&profile=rampart")
 	})
+	// What s3test gives other packages' tests.
+	t.Run("TestBucket", func(t *testing.T) { roundTrip(t, srv.Bucket(t, "rampart-open")) })
 }
 
 func roundTrip(t *testing.T, location string) {
