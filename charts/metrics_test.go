@@ -37,8 +37,8 @@ import (
 	// manager binary does.
 	_ "github.com/rampart-io/rampart/internal/admission"
 	// The recycle bin's metrics, registered by the manager package.
-	_ "github.com/rampart-io/rampart/internal/manager"
 	"github.com/rampart-io/rampart/internal/gateway"
+	_ "github.com/rampart-io/rampart/internal/manager"
 )
 
 const (
