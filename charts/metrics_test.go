@@ -36,8 +36,8 @@ import (
 	// control, change windows) in controller-runtime's registry, as the
 	// manager binary does.
 	_ "github.com/rampart-io/rampart/internal/admission"
-	// The recycle bin's metrics, registered by the manager package.
 	"github.com/rampart-io/rampart/internal/gateway"
+	// The recycle bin's metrics, registered by the manager package.
 	_ "github.com/rampart-io/rampart/internal/manager"
 )
 
