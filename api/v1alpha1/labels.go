@@ -16,9 +16,8 @@ const (
 	AnnotationConfirmReplicas = "rampart.io/confirm-replicas"
 
 	// LabelExplicitDeletion ("true", on pods): only an explicit API delete may
-	// end this pod. Nothing reads it yet: it is part of the label contract
-	// for the node guard (issue 22), which vetoes the kubelet's kills of
-	// pods carrying it.
+	// end this pod. The node guard (internal/nodeguard) reads it from the
+	// API and refuses the kubelet's kills of pods carrying it.
 	LabelExplicitDeletion = "rampart.io/explicit-deletion"
 
 	// AnnotationGeneratePUB ("true", on a workload) asks for a generated

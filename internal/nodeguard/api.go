@@ -1,0 +1,157 @@
+package nodeguard
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// PodSource is the API's view of this node's pods.
+type PodSource interface {
+	// Pod is the pod with this UID, nil if the API has none (as last
+	// seen).
+	Pod(uid types.UID) *corev1.Pod
+	// Reachable says whether what Pod answers is current enough to act
+	// on; why says what is wrong when it is not.
+	Reachable(now time.Time) (ok bool, why string)
+}
+
+// Deletions is the record of pod DELETEs that Rampart's manager admitted.
+// Its design is still open (a ledger the manager writes when it admits a
+// DELETE of a protected pod); NoDeletions stands in until it exists.
+type Deletions interface {
+	Admitted(uid types.UID) bool
+}
+
+// NoDeletions records nothing: only a deletionTimestamp shows the API's
+// wish.
+type NoDeletions struct{}
+
+func (NoDeletions) Admitted(types.UID) bool { return false }
+
+// DefaultStaleAfter is how long the pod watch may fail before the API
+// counts as unreachable. The reflector re-lists and re-watches within a
+// second or two after an ordinary break (an API server restart, an expired
+// resource version); 10 s absorbs that. Past it the cache may lack pods
+// created since and label or deletion changes, so the guard stops acting
+// on it. A connection that dies silently shows no error until client-go's
+// HTTP/2 health check closes it (about 45 s); that delay adds to this one.
+const DefaultStaleAfter = 10 * time.Second
+
+// NodePods is an informer of the pods bound to one node
+// (fieldSelector spec.nodeName=NODE), indexed by UID, that tracks whether
+// its list and watch still reach the API server.
+type NodePods struct {
+	informer   cache.SharedIndexInformer
+	staleAfter time.Duration
+
+	mu sync.Mutex
+	// failingSince is the first failure since the last success; zero
+	// while list and watch work.
+	failingSince time.Time
+	lastErr      error
+}
+
+const byUID = "uid"
+
+// NewNodePods builds the informer; Run starts it.
+func NewNodePods(client kubernetes.Interface, node string, staleAfter time.Duration) *NodePods {
+	n := &NodePods{staleAfter: staleAfter}
+	onNode := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	pods := func() podsClient { return client.CoreV1().Pods("") }
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = onNode
+			l, err := pods().List(ctx, o)
+			n.record(err)
+			return l, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = onNode
+			w, err := pods().Watch(ctx, o)
+			n.record(err)
+			return w, err
+		},
+	}
+	n.informer = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{},
+		cache.SharedIndexInformerOptions{Indexers: cache.Indexers{byUID: func(obj any) ([]string, error) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				return []string{string(p.UID)}, nil
+			}
+			return nil, nil
+		}}})
+	// The guard reads labels, the deletion timestamp, spec and status;
+	// managed fields are most of a pod's bytes and never read.
+	_ = n.informer.SetTransform(func(obj any) (any, error) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			p.ManagedFields = nil
+		}
+		return obj, nil
+	})
+	_ = n.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		n.record(err)
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	})
+	return n
+}
+
+type podsClient interface {
+	List(context.Context, metav1.ListOptions) (*corev1.PodList, error)
+	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
+}
+
+// record notes a list or watch outcome.
+func (n *NodePods) record(err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err == nil {
+		n.failingSince, n.lastErr = time.Time{}, nil
+		return
+	}
+	if n.failingSince.IsZero() {
+		n.failingSince = time.Now()
+	}
+	n.lastErr = err
+}
+
+// Run runs the informer until ctx ends.
+func (n *NodePods) Run(ctx context.Context) { n.informer.RunWithContext(ctx) }
+
+// Synced says whether the first list has arrived.
+func (n *NodePods) Synced() bool { return n.informer.HasSynced() }
+
+func (n *NodePods) Pod(uid types.UID) *corev1.Pod {
+	objs, err := n.informer.GetIndexer().ByIndex(byUID, string(uid))
+	if err != nil || len(objs) == 0 {
+		return nil
+	}
+	p, _ := objs[0].(*corev1.Pod)
+	return p
+}
+
+func (n *NodePods) Reachable(now time.Time) (bool, string) {
+	if !n.informer.HasSynced() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.lastErr != nil {
+			return false, fmt.Sprintf("this node's pods were never listed: %v", n.lastErr)
+		}
+		return false, "this node's pods have not been listed yet"
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.failingSince.IsZero() && now.Sub(n.failingSince) >= n.staleAfter {
+		return false, fmt.Sprintf("the watch of this node's pods has failed for %s: %v", now.Sub(n.failingSince).Round(time.Second), n.lastErr)
+	}
+	return true, ""
+}

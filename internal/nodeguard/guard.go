@@ -1,0 +1,165 @@
+package nodeguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/client-go/tools/events"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+var criServices = []*grpc.ServiceDesc{&runtimeapi.RuntimeService_ServiceDesc, &runtimeapi.ImageService_ServiceDesc}
+
+// Options configure a Guard.
+type Options struct {
+	// Runtime is the runtime's CRI endpoint as gRPC dials it, e.g.
+	// unix:///run/containerd/containerd.sock.
+	Runtime string
+	// Pods is the API's view of this node's pods (NodePods).
+	Pods PodSource
+	// Deletions is the manager's record of admitted DELETEs; nil is
+	// NoDeletions.
+	Deletions Deletions
+	// Recorder gets a KillVetoed Event for every refusal; nil records none.
+	Recorder events.EventRecorder
+	// Metrics; nil makes a registry of the guard's own.
+	Metrics *Metrics
+	Log     *slog.Logger
+	// Settle is how long a stop the guard can only take for a probe
+	// restart is held before it is judged again with what happened
+	// meanwhile (DefaultSettle).
+	Settle time.Duration
+	// Memory is how long a kill attempt or a probe restart of a pod is
+	// remembered (DefaultMemory).
+	Memory time.Duration
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// DefaultSettle: when the kubelet kills a pod it stops all its containers
+// at once (one goroutine each), and when it rejects or evicts one it
+// writes the Failed status before it starts killing. Two seconds lets the
+// sibling stops arrive and the status reach the guard's informer on a
+// healthy API server (both take milliseconds), and delays a genuine probe
+// restart by little next to its grace period (30 s by default).
+const DefaultSettle = 2 * time.Second
+
+// DefaultMemory: the kubelet retries a refused kill on its next pod sync,
+// seconds later; a minute keeps the evidence of one attempt until the
+// next without holding a pod's later, unrelated restarts for long.
+const DefaultMemory = time.Minute
+
+// Guard is the CRI proxy: it serves the kubelet, forwards to the runtime,
+// and judges the four pod-ending calls.
+type Guard struct {
+	o      Options
+	conn   *grpc.ClientConn
+	rt     runtimeapi.RuntimeServiceClient
+	index  *index
+	memory *memory
+	server *grpc.Server
+}
+
+// New connects (lazily) to the runtime and builds the server.
+func New(o Options) (*Guard, error) {
+	if o.Pods == nil {
+		return nil, errors.New("node guard: no PodSource: the guard cannot tell protected pods without the API")
+	}
+	if o.Deletions == nil {
+		o.Deletions = NoDeletions{}
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if o.Settle == 0 {
+		o.Settle = DefaultSettle
+	}
+	if o.Memory == 0 {
+		o.Memory = DefaultMemory
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	// One series per registry however many guards share it (tests).
+	_ = o.Metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "rampart_nodeguard_api_reachable",
+		Help: "1 while the node guard's watch of this node's pods is current; 0 while it refuses every kill of a protected pod because the API cannot be reached.",
+	}, func() float64 {
+		if ok, _ := o.Pods.Reachable(o.Now()); ok {
+			return 1
+		}
+		return 0
+	}))
+	conn, err := grpc.NewClient(o.Runtime,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)))
+	if err != nil {
+		return nil, fmt.Errorf("node guard: runtime endpoint %q: %w", o.Runtime, err)
+	}
+	g := &Guard{o: o, conn: conn, rt: runtimeapi.NewRuntimeServiceClient(conn), index: newIndex(), memory: newMemory(o.Memory)}
+	fw := &forwarder{backend: conn, judge: g, observe: o.Metrics.observe, intercepted: map[string]bool{
+		runtimeapi.RuntimeService_StopPodSandbox_FullMethodName:   true,
+		runtimeapi.RuntimeService_RemovePodSandbox_FullMethodName: true,
+		runtimeapi.RuntimeService_StopContainer_FullMethodName:    true,
+		runtimeapi.RuntimeService_RemoveContainer_FullMethodName:  true,
+		runtimeapi.RuntimeService_RunPodSandbox_FullMethodName:    true,
+		runtimeapi.RuntimeService_CreateContainer_FullMethodName:  true,
+	}}
+	fw.unary = map[string]bool{}
+	for _, sd := range criServices {
+		for _, md := range sd.Methods {
+			fw.unary["/"+sd.ServiceName+"/"+md.MethodName] = true
+		}
+	}
+	g.server = grpc.NewServer(
+		grpc.UnknownServiceHandler(fw.handle),
+		grpc.ForceServerCodecV2(rawCodec{}),
+		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage))
+	return g, nil
+}
+
+// Serve serves the kubelet on ln until ctx ends, then stops: calls in
+// flight are cut, as they would be if the runtime restarted.
+func (g *Guard) Serve(ctx context.Context, ln net.Listener) error {
+	go g.rebuildIndex(ctx)
+	go func() {
+		<-ctx.Done()
+		g.server.Stop()
+	}()
+	err := g.server.Serve(ln)
+	_ = g.conn.Close()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// rebuildIndex reads the runtime's sandboxes and containers, retrying
+// until the runtime answers: the guard serves meanwhile, and fills the
+// index on each miss.
+func (g *Guard) rebuildIndex(ctx context.Context) {
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
+		err := g.index.rebuild(ctx, g.rt)
+		if err == nil {
+			g.o.Log.Info("node guard: runtime index built", "ids", g.index.len())
+			return
+		}
+		g.o.Log.Warn("node guard: cannot list the runtime's sandboxes and containers yet; retrying", "err", err, "retryIn", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
