@@ -356,7 +356,7 @@ spec:
 // labelled ConfigMaps.
 func watchedConfigMaps(t *testing.T, env *clustertest.Env) int {
 	t.Helper()
-	m := regexp.MustCompile(`(?m)^rampart_recyclebin_watched_objects\{resource="configmaps"\} (\S+)$`).FindStringSubmatch(scrape(t, env))
+	m := regexp.MustCompile(`(?m)^rampart_recyclebin_watched_objects\{resource="configmaps",selector="rampart.io/protection"\} (\S+)$`).FindStringSubmatch(scrape(t, env))
 	if m == nil {
 		return 0
 	}

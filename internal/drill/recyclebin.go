@@ -317,7 +317,7 @@ func (t Target) watchedAll(ctx context.Context, gvrs ...schema.GroupVersionResou
 		if err != nil {
 			return false, err
 		}
-		m := regexp.MustCompile(`(?m)^rampart_recyclebin_watched_objects\{resource="` + regexp.QuoteMeta(gvr.GroupResource().String()) + `"\} (\S+)$`).FindStringSubmatch(metrics)
+		m := regexp.MustCompile(`(?m)^rampart_recyclebin_watched_objects\{resource="` + regexp.QuoteMeta(gvr.GroupResource().String()) + `",selector="` + regexp.QuoteMeta(v1alpha1.LabelProtection) + `"\} (\S+)$`).FindStringSubmatch(metrics)
 		if m == nil {
 			return false, nil
 		}

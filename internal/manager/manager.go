@@ -283,7 +283,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return err
 		}
 	}
-	outside, err := bin.watcher(cfg, recorder)
+	outside, err := bin.watcher(ctx, cfg, mgr, views.Namespaces, recorder)
 	if err != nil {
 		return err
 	}

@@ -18,8 +18,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -27,6 +29,7 @@ import (
 
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
+	"github.com/rampart-io/rampart/internal/protection/policy"
 	"github.com/rampart-io/rampart/internal/recyclebin"
 	"github.com/rampart-io/rampart/internal/storage"
 )
@@ -113,8 +116,10 @@ func (b *binRunnable) Start(ctx context.Context) error {
 // happen on every replica.
 func (b *binRunnable) NeedLeaderElection() bool { return false }
 
-// watcher is the leader's watch for deletes outside the API.
-func (b *binRunnable) watcher(cfg *rest.Config, recorder events.EventRecorder) (*outsideWatch, error) {
+// watcher is the leader's watch for deletes outside the API: labelled
+// objects, and the scopes of ProtectionPolicies and RecyclePolicies read
+// from the manager's cache (a change of either has it look again).
+func (b *binRunnable) watcher(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, namespaces clusterview.Namespaces, recorder events.EventRecorder) (*outsideWatch, error) {
 	if b == nil {
 		return nil, nil
 	}
@@ -126,8 +131,44 @@ func (b *binRunnable) watcher(cfg *rest.Config, recorder events.EventRecorder) (
 	if err != nil {
 		return nil, err
 	}
-	return &outsideWatch{&recyclebin.Watcher{Bin: b.keeper.Bin, Dynamic: dyn, Discovery: cs.Discovery(), MayWatch: clusterview.MayWatch(cs),
-		Alive: b.keeper.Alive, Recorder: recorder, Clock: clock.RealClock{}, Log: b.keeper.Log}}, nil
+	reader := mgr.GetCache()
+	w := &recyclebin.Watcher{Bin: b.keeper.Bin, Dynamic: dyn, Discovery: cs.Discovery(), MayWatch: clusterview.MayWatch(cs),
+		Alive: b.keeper.Alive, Recorder: recorder, Clock: clock.RealClock{}, Log: b.keeper.Log,
+		NamespaceLabels: namespaces.NamespaceLabels, Scopes: func() []recyclebin.Scope { return keptScopes(reader) }}
+	for _, obj := range []client.Object{&v1alpha1.ProtectionPolicy{}, &v1alpha1.RecyclePolicy{}} {
+		inf, err := mgr.GetCache().GetInformer(ctx, obj)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { w.Poke() }, UpdateFunc: func(any, any) { w.Poke() },
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return &outsideWatch{w}, nil
+}
+
+// keptScopes are what policies keep: each enforced ProtectionPolicy that
+// protects, and each RecyclePolicy.
+func keptScopes(reader client.Reader) []recyclebin.Scope {
+	ctx := context.Background()
+	var out []recyclebin.Scope
+	var pps v1alpha1.ProtectionPolicyList
+	if reader.List(ctx, &pps) == nil {
+		for _, p := range pps.Items {
+			if p.Spec.Protection != "" && policy.Enforced(&p) {
+				out = append(out, recyclebin.Scope{Resources: p.Spec.Resources, NamespaceSelector: p.Spec.NamespaceSelector, ObjectSelector: p.Spec.ObjectSelector})
+			}
+		}
+	}
+	var rps v1alpha1.RecyclePolicyList
+	if reader.List(ctx, &rps) == nil {
+		for _, p := range rps.Items {
+			out = append(out, recyclebin.Scope{Resources: p.Spec.Resources, NamespaceSelector: p.Spec.NamespaceSelector, ObjectSelector: p.Spec.ObjectSelector})
+		}
+	}
+	return out
 }
 
 // outsideWatch runs the watch on the leader only (one record per loss).

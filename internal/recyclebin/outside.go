@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -29,18 +30,21 @@ var deletedOutside = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 var watched = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Name: "rampart_recyclebin_watched_objects",
-	Help: "Protected objects whose last state the leader holds, to keep one that vanishes outside the API, by resource.",
-}, []string{"resource"})
+	Help: "Kept objects whose last state the leader holds, to keep one that vanishes outside the API, by resource and the label selector it lists them with (rampart.io/protection, or a policy's object selector; empty: every object).",
+}, []string{"resource", "selector"})
 
 // ReasonDeletedOutsideAPI is the Event reason of such a loss.
 const ReasonDeletedOutsideAPI = "DeletedOutsideAPI"
 
 // Watcher catches deletes that never pass admission: it holds the last
-// state of every object labelled rampart.io/protection (full objects, a
-// label-selected informer per resource), and when one vanishes with no
-// copy captured for it through the API, stores that last state as
+// state of every kept object (full objects: a label-selected informer per
+// resource for rampart.io/protection, and one per resource and object
+// selector of each policy's scope), and when one vanishes with no copy
+// captured for it through the API, stores that last state as
 // DeletedOutsideAPI, with a Warning Event, a metric and a log line. One
-// replica runs it (the leader).
+// replica runs it (the leader). Informers of a policy since removed keep
+// running until the manager restarts; what they see vanish is no longer
+// kept.
 type Watcher struct {
 	Bin       *Bin
 	Dynamic   dynamic.Interface
@@ -55,52 +59,110 @@ type Watcher struct {
 	Log      *slog.Logger
 	// Rescan is how often discovery is read again for new resources.
 	Rescan time.Duration
+	// Scopes are what policies keep beyond the labelled objects: each
+	// enforced ProtectionPolicy that protects, and each RecyclePolicy.
+	// Nil watches the labelled objects only.
+	Scopes func() []Scope
+	// NamespaceLabels are a namespace's labels, if it is known.
+	NamespaceLabels func(string) (map[string]string, bool)
 
 	mu      sync.Mutex
-	running map[schema.GroupVersionResource]bool
+	running map[watchKey]bool
+	once    sync.Once
+	poked   chan struct{}
+}
+
+// Scope is a policy's reach: its resources and selectors.
+type Scope struct {
+	Resources                         []v1alpha1.ResourceRule
+	NamespaceSelector, ObjectSelector *metav1.LabelSelector
+}
+
+// covers says whether the scope reaches an object of gr with these
+// labels, in a namespace with nsLabels (nil: cluster-scoped, or a
+// namespace no longer known, which is given the benefit of the doubt).
+func (s Scope) covers(gr schema.GroupResource, nsLabels, objLabels map[string]string) bool {
+	if !slices.ContainsFunc(s.Resources, func(r v1alpha1.ResourceRule) bool {
+		return (slices.Contains(r.APIGroups, "*") || slices.Contains(r.APIGroups, gr.Group)) &&
+			(slices.Contains(r.Resources, "*") || slices.Contains(r.Resources, gr.Resource))
+	}) {
+		return false
+	}
+	return (nsLabels == nil || selects(s.NamespaceSelector, nsLabels)) && selects(s.ObjectSelector, objLabels)
+}
+
+func selects(sel *metav1.LabelSelector, set map[string]string) bool {
+	if sel == nil {
+		return true
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	return err == nil && s.Matches(labels.Set(set))
+}
+
+// watchKey is one informer: a resource and the label selector it lists.
+type watchKey struct {
+	gvr      schema.GroupVersionResource
+	selector string
+}
+
+// Poke has the watch read its scopes again (a policy changed).
+func (w *Watcher) Poke() {
+	select {
+	case w.pokes() <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) pokes() chan struct{} {
+	w.once.Do(func() { w.poked = make(chan struct{}, 1) })
+	return w.poked
 }
 
 // never are resources whose objects are not kept: Secrets are not
-// listable by the manager, Events are not key objects.
-var never = []schema.GroupResource{{Resource: "secrets"}, {Resource: "events"}, {Group: "events.k8s.io", Resource: "events"}}
+// listable by the manager, Events and Leases are not key objects (and a
+// policy over "*" would otherwise hold every lease's renewals).
+var never = []schema.GroupResource{{Resource: "secrets"}, {Resource: "events"}, {Group: "events.k8s.io", Resource: "events"},
+	{Group: "coordination.k8s.io", Resource: "leases"}}
 
 var crdsGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // Start watches until ctx ends. Discovery is read again when a CRD
-// changes (a new custom resource is watched once served) and every Rescan.
+// changes (a new custom resource is watched once served), when a policy
+// changes (Poke), and every Rescan.
 func (w *Watcher) Start(ctx context.Context) error {
-	w.running = map[schema.GroupVersionResource]bool{}
+	w.mu.Lock()
+	w.running = map[watchKey]bool{}
+	w.mu.Unlock()
 	every := w.Rescan
 	if every <= 0 {
 		every = time.Minute
 	}
-	crdChanged := make(chan struct{}, 1)
-	poke := func(any) {
-		select {
-		case crdChanged <- struct{}{}:
-		default:
-		}
-	}
 	crds := dynamicinformer.NewFilteredDynamicInformer(w.Dynamic, crdsGVR, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
-	_, _ = crds.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }})
+	_, _ = crds.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { w.Poke() }, UpdateFunc: func(any, any) { w.Poke() }})
 	go crds.RunWithContext(ctx)
 	for {
 		w.scan(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-crdChanged:
+		case <-w.pokes():
 		case <-time.After(every):
 		}
 	}
 }
 
-// scan starts an informer for each listable resource not watched yet.
+// scan starts an informer for each listable resource and selector not
+// watched yet: the labelled objects of every resource, and what each
+// policy's scope selects of the resources it names.
 func (w *Watcher) scan(ctx context.Context) {
 	lists, err := w.Discovery.ServerPreferredResources()
 	if err != nil && len(lists) == 0 {
 		w.Log.Warn("recycle bin: discovery for the outside-API watch", "err", err)
 		return
+	}
+	var scopes []Scope
+	if w.Scopes != nil {
+		scopes = w.Scopes()
 	}
 	for _, list := range lists {
 		gv, err := schema.ParseGroupVersion(list.GroupVersion)
@@ -112,23 +174,36 @@ func (w *Watcher) scan(ctx context.Context) {
 			if !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "watch") || slices.Contains(never, gvr.GroupResource()) {
 				continue
 			}
-			w.mu.Lock()
-			seen := w.running[gvr]
-			w.running[gvr] = true
-			w.mu.Unlock()
-			if seen || (w.MayWatch != nil && !w.MayWatch(ctx, gvr)) {
-				continue
+			keys := []watchKey{{gvr, v1alpha1.LabelProtection}}
+			for _, sc := range scopes {
+				if (Scope{Resources: sc.Resources}).covers(gvr.GroupResource(), nil, nil) {
+					sel, err := metav1.LabelSelectorAsSelector(sc.ObjectSelector)
+					if err != nil {
+						continue
+					}
+					keys = append(keys, watchKey{gvr, sel.String()})
+				}
 			}
-			w.watch(ctx, gvr)
+			for _, k := range keys {
+				w.mu.Lock()
+				seen := w.running[k]
+				w.running[k] = true
+				w.mu.Unlock()
+				if seen || (w.MayWatch != nil && !w.MayWatch(ctx, gvr)) {
+					continue
+				}
+				w.watch(ctx, k)
+			}
 		}
 	}
 }
 
-func (w *Watcher) watch(ctx context.Context, gvr schema.GroupVersionResource) {
+func (w *Watcher) watch(ctx context.Context, k watchKey) {
+	gvr := k.gvr
 	inf := dynamicinformer.NewFilteredDynamicInformer(w.Dynamic, gvr, metav1.NamespaceAll, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.LabelProtection }).Informer()
+		func(o *metav1.ListOptions) { o.LabelSelector = k.selector }).Informer()
 	count := func() {
-		watched.WithLabelValues(gvr.GroupResource().String()).Set(float64(len(inf.GetStore().ListKeys())))
+		watched.WithLabelValues(gvr.GroupResource().String(), k.selector).Set(float64(len(inf.GetStore().ListKeys())))
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { count() },
@@ -137,12 +212,31 @@ func (w *Watcher) watch(ctx context.Context, gvr schema.GroupVersionResource) {
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj
 			}
-			if u, ok := obj.(*unstructured.Unstructured); ok {
+			if u, ok := obj.(*unstructured.Unstructured); ok && w.kept(gvr, u) {
 				w.vanished(ctx, gvr, u)
 			}
 		},
 	})
 	go inf.RunWithContext(ctx)
+}
+
+// kept says whether u is still something the bin keeps: labelled, or in
+// the scope of a policy now (one removed since its informer started is
+// not).
+func (w *Watcher) kept(gvr schema.GroupVersionResource, u *unstructured.Unstructured) bool {
+	if u.GetLabels()[v1alpha1.LabelProtection] != "" {
+		return true
+	}
+	if w.Scopes == nil {
+		return false
+	}
+	var nsLabels map[string]string
+	if ns := u.GetNamespace(); ns != "" && w.NamespaceLabels != nil {
+		if l, ok := w.NamespaceLabels(ns); ok {
+			nsLabels = l
+		}
+	}
+	return slices.ContainsFunc(w.Scopes(), func(s Scope) bool { return s.covers(gvr.GroupResource(), nsLabels, u.GetLabels()) })
 }
 
 // vanished handles an object the watch no longer sees.
