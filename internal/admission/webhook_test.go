@@ -39,10 +39,14 @@ import (
 // (Events, metrics), which the API server's own policies do not. The
 // default, hybrid, is tested with clusters of their own
 // (TestOutageBlocksOnlyProtectedObjects) and by the other packages.
-func TestMain(m *testing.M) {
-	clustertest.Main(m, localcluster.Options{ManagerArgs: []string{"--replicas-exempt-users=autoscaler-bot", "--budget-disruption-timeout=5s", "--compiled-policies=false",
+func TestMain(m *testing.M) { clustertest.Main(m, clusterOptions()) }
+
+// clusterOptions are those of this package's cluster, for a test that
+// starts another alike but for one option.
+func clusterOptions() localcluster.Options {
+	return localcluster.Options{ManagerArgs: []string{"--replicas-exempt-users=autoscaler-bot", "--budget-disruption-timeout=5s", "--compiled-policies=false",
 		// Settle the recycle bin's captures of refused deletes quickly.
-		"--recycle-bin-not-deleted-after=3s"}})
+		"--recycle-bin-not-deleted-after=3s"}}
 }
 
 const protectionLabel = "rampart.io/protection"

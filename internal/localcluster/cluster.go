@@ -47,6 +47,9 @@ type Options struct {
 	// bin (--recycle-bin-store: a directory or s3://BUCKET/PREFIX?...)
 	// instead of the cluster's recycle-bin directory.
 	RecycleBinStore string
+	// NoRecycleBin starts the managers without the recycle bin (it is on
+	// by default): protected deletes are judged and nothing is kept.
+	NoRecycleBin bool
 	// Managers is the number of manager replicas (default 1). With more,
 	// each webhook is registered once per replica and the API server
 	// spreads requests over them by request UID.

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"os"
 	"path/filepath"
 	"time"
@@ -175,6 +176,9 @@ func (c *Cluster) writeKubeconfig(file string, ca, client *pki.KeyPair) error {
 
 // RecycleBin is the recycle bin the cluster's managers keep, with its key.
 func (c *Cluster) RecycleBin() (*recyclebin.Bin, error) {
+	if c.opts.NoRecycleBin {
+		return nil, errors.New("the cluster's managers keep no recycle bin (Options.NoRecycleBin)")
+	}
 	key, err := recyclebin.LoadKey(c.pkiFile(RecycleBinKey))
 	if err != nil {
 		return nil, err

@@ -202,9 +202,15 @@ func (c *Cluster) managerArgs(i int) []string {
 		urls = append(urls, "https://127.0.0.1:"+strconv.Itoa(mp.webhook))
 	}
 	mp := c.ports.managers[i]
-	bin := "--recycle-bin-dir=" + c.path(RecycleBinDir)
-	if c.opts.RecycleBinStore != "" {
-		bin = "--recycle-bin-store=" + c.opts.RecycleBinStore
+	// The recycle bin, on by default, shared by the replicas.
+	var bin []string
+	key := "--recycle-bin-key-file=" + c.pkiFile(RecycleBinKey)
+	switch {
+	case c.opts.NoRecycleBin:
+	case c.opts.RecycleBinStore != "":
+		bin = []string{"--recycle-bin-store=" + c.opts.RecycleBinStore, key}
+	default:
+		bin = []string{"--recycle-bin-dir=" + c.path(RecycleBinDir), key}
 	}
 	args := append([]string{"manager",
 		"--kubeconfig=" + c.path(managerID.file),
@@ -219,9 +225,7 @@ func (c *Cluster) managerArgs(i int) []string {
 		// local CA.
 		"--metrics-secure", "--metrics-cert-dir=" + c.pkiFile("manager-metrics"),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(mp.health),
-		// The recycle bin, on by default, shared by the replicas.
-		bin, "--recycle-bin-key-file=" + c.pkiFile(RecycleBinKey),
-	}, append(c.managerClientAuthArgs(), c.opts.ManagerArgs...)...)
+	}, append(append(bin, c.managerClientAuthArgs()...), c.opts.ManagerArgs...)...)
 	if len(urls) > 1 {
 		args = append(args, "--webhook-replica-urls="+strings.Join(urls, ","))
 	}

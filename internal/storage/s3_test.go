@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 
@@ -161,6 +162,36 @@ func TestS3ForeignObjectIsRefused(t *testing.T) {
 	}
 	if _, err := s.List(ctx, ""); err == nil || !strings.Contains(err.Error(), "not stored by Rampart") {
 		t.Errorf("List over an object without a checksum: %v", err)
+	}
+}
+
+// TestS3KeepsWhatItAcknowledgedAcrossACrash: what a Put returned for is
+// there after the server is killed (SIGKILL) and started again on its
+// data; while it is down a Put fails, and the same store works again once
+// it is back. The recycle bin admits a delete on that word.
+func TestS3KeepsWhatItAcknowledgedAcrossACrash(t *testing.T) {
+	srv := s3Server{s3test.Start(t)}
+	s := srv.open(t, srv.options(t))
+	ctx := context.Background()
+	for i := range 20 {
+		if _, err := s.Put(ctx, fmt.Sprintf("before/%d", i), strings.NewReader(fmt.Sprint("copy ", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Kill()
+	down, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := s.Put(down, "while-down", strings.NewReader("x")); err == nil {
+		t.Fatal("a Put with the server killed succeeded")
+	}
+	srv.Restart(t)
+	for i := range 20 {
+		if got, want := read(t, s, fmt.Sprintf("before/%d", i)), fmt.Sprint("copy ", i); got != want {
+			t.Errorf("before/%d after the restart: %q, want %q", i, got, want)
+		}
+	}
+	if _, err := s.Put(ctx, "after", strings.NewReader("back")); err != nil {
+		t.Fatalf("Put after the restart: %v", err)
 	}
 }
 

@@ -2,7 +2,8 @@
 // RAMPART_S3_SERVER names (what `make test` sets), else bin/s3/weed, built
 // by hack/assets.sh when missing. It serves http and https (a certificate
 // from a CA of its own) on free ports, its data in a temporary directory
-// thrown away when it stops.
+// thrown away when it stops. Kill and Restart crash it and bring it back on
+// its data, as a storage outage would.
 package s3test
 
 import (
@@ -50,6 +51,7 @@ type Server struct {
 	// and SecretKey as its default profile.
 	CredentialsFile string
 
+	bin      string
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	dir, log string
@@ -152,8 +154,13 @@ func start() (*Server, error) {
 	// Free ports can be taken before weed binds them: try again on new ones.
 	var errs []error
 	for range 3 {
-		s, err := launch(bin, dir)
-		if err == nil {
+		p, err := freePorts(9)
+		if err != nil {
+			return nil, err
+		}
+		os.RemoveAll(filepath.Join(dir, "data"))
+		s := newServer(bin, dir, p)
+		if err = s.launch(); err == nil {
 			return s, nil
 		}
 		errs = append(errs, err)
@@ -187,31 +194,38 @@ func writeConfig(dir string) error {
 	return nil
 }
 
-func launch(bin, dir string) (*Server, error) {
-	p, err := freePorts(9)
-	if err != nil {
-		return nil, err
-	}
-	data := filepath.Join(dir, "data")
-	os.RemoveAll(data)
-	if err := os.MkdirAll(data, 0o700); err != nil {
-		return nil, err
-	}
+func newServer(bin, dir string, p []int) *Server {
 	s := &Server{
-		dir: dir, log: filepath.Join(dir, "weed.log"), exited: make(chan struct{}), ports: p,
+		bin: bin, dir: dir, log: filepath.Join(dir, "weed.log"), ports: p,
 		host: "127.0.0.1:" + strconv.Itoa(p[6]), HTTPS: "https://127.0.0.1:" + strconv.Itoa(p[8]),
 		CAFile: filepath.Join(dir, "ca.crt"), CredentialsFile: filepath.Join(dir, "credentials"),
 	}
 	s.HTTP = "http://" + s.host
-	logf, err := os.Create(s.log)
+	return s
+}
+
+// launch runs weed on s's ports and data directory (made if missing) and
+// waits until it serves.
+func (s *Server) launch() error {
+	data := filepath.Join(s.dir, "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return err
+	}
+	// Appended to: a restarted server's log follows the killed one's.
+	logf, err := os.OpenFile(s.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer logf.Close()
+	p, dir := s.ports, s.dir
 	port := func(i int) string { return strconv.Itoa(p[i]) }
-	s.cmd = exec.Command(bin, "-logtostderr", "server",
+	s.exited = make(chan struct{})
+	s.cmd = exec.Command(s.bin, "-logtostderr", "server",
 		"-dir="+data, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		"-master.port="+port(0), "-master.port.grpc="+port(1), "-master.volumeSizeLimitMB=64",
+		// One master, no peer to hear from: the default 10 s only delays
+		// its leading, at every start.
+		"-master.electionTimeout=1s",
 		// weed reports usage to its authors unless told not to.
 		"-master.telemetry=false",
 		"-volume.port="+port(2), "-volume.port.grpc="+port(3),
@@ -222,16 +236,17 @@ func launch(bin, dir string) (*Server, error) {
 		"-s3.port.iceberg=0", "-s3.port.lance=0")
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
-	go func() { s.cmd.Wait(); close(s.exited) }()
+	cmd, exited := s.cmd, s.exited
+	go func() { cmd.Wait(); close(exited) }()
 	if err := s.ready(); err != nil {
 		var tail bytes.Buffer
 		s.Tail(&tail, 30)
 		s.kill()
-		return nil, fmt.Errorf("%w; weed's log ends:\n%s", err, tail.String())
+		return fmt.Errorf("%w; weed's log ends:\n%s", err, tail.String())
 	}
-	return s, nil
+	return nil
 }
 
 func freePorts(n int) ([]int, error) {
@@ -300,8 +315,25 @@ func (s *Server) remove() {
 	os.RemoveAll(s.dir)
 }
 
+// Kill kills the server with SIGKILL, as a crash would, in the middle of
+// whatever it was doing; its data stays for Restart. It may be called
+// more than once.
+func (s *Server) Kill() { s.kill() }
+
+// Restart starts a killed server again on its data, at the same endpoints,
+// and waits until it serves: what it acknowledged before the kill is
+// there again. It takes about 17 s: weed's master takes no write for 15 s
+// after it starts on existing volumes, waiting for them to be reported.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.kill()
+	if err := s.launch(); err != nil {
+		tb.Fatalf("restart the S3 server: %v", err)
+	}
+}
+
 func (s *Server) kill() {
-	// Killed: its data is thrown away, and a graceful stop takes 25 s.
+	// A graceful stop takes 25 s.
 	s.cmd.Process.Kill()
 	<-s.exited
 	// weed leaves its gRPC sockets in /tmp, named by port.
