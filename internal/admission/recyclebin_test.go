@@ -354,9 +354,9 @@ spec:
 
 // watchedConfigMaps is what the leader's outside-API watch holds of
 // labelled ConfigMaps.
-func watchedConfigMaps(t *testing.T, env *clustertest.Env) int {
+func watchedConfigMaps(t *testing.T, env *clustertest.Env, selector string) int {
 	t.Helper()
-	m := regexp.MustCompile(`(?m)^rampart_recyclebin_watched_objects\{resource="configmaps",selector="rampart.io/protection"\} (\S+)$`).FindStringSubmatch(scrape(t, env))
+	m := regexp.MustCompile(`(?m)^rampart_recyclebin_watched_objects\{resource="configmaps",selector="` + regexp.QuoteMeta(selector) + `"\} (\S+)$`).FindStringSubmatch(scrape(t, env))
 	if m == nil {
 		return 0
 	}
@@ -366,29 +366,52 @@ func watchedConfigMaps(t *testing.T, env *clustertest.Env) int {
 
 // A protected object removed from etcd directly (no admission at all) is
 // kept from the last state the leader saw, as DeletedOutsideAPI, with a
-// Warning Event saying how to restore it; one whose label is removed
-// (the escape hatch) and one deleted through the API are not reported so.
+// Warning Event saying how to restore it, and so is one a RecyclePolicy
+// keeps; one whose label is removed (the escape hatch) and one deleted
+// through the API are not reported so.
 func TestRecycleBinKeepsWhatVanishesOutsideTheAPI(t *testing.T) {
 	env := clustertest.Get(t)
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	cms := env.Client.CoreV1().ConfigMaps(ns)
+	// A RecyclePolicy keeps "policy-kept" (unlabelled for protection).
+	policyName := uniqueName("outside")
+	p := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(fmt.Sprintf(`apiVersion: rampart.io/v1alpha1
+kind: RecyclePolicy
+metadata: {name: %s}
+spec:
+  resources: [{apiGroups: [""], resources: [configmaps]}]
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
+  objectSelector: {matchLabels: {kept-by: %s}}`, policyName, ns, policyName)), &p.Object); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Dynamic.Resource(recyclePoliciesGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Dynamic.Resource(recyclePoliciesGVR).Delete(context.Background(), policyName, metav1.DeleteOptions{})
+	})
 	var uids []types.UID
-	for _, name := range []string{"lost", "unlabelled", "deleted"} {
-		cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: cascading}, Data: map[string]string{"v": name}}, metav1.CreateOptions{})
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+	}{{"lost", cascading}, {"unlabelled", cascading}, {"deleted", cascading}, {"policy-kept", map[string]string{"kept-by": policyName}}} {
+		cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: c.name, Labels: c.labels}, Data: map[string]string{"v": c.name}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		uids = append(uids, cm.UID)
 	}
 	// The watch must have seen them before they go: it holds as many
-	// labelled ConfigMaps as the API server lists.
+	// labelled ConfigMaps as the API server lists, and the one the policy
+	// selects.
 	eventually(t, "the outside-API watch to hold the new ConfigMaps", func(ctx context.Context) (bool, error) {
 		all, err := env.Client.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{LabelSelector: protectionLabel})
 		if err != nil {
 			return false, err
 		}
-		return watchedConfigMaps(t, env) == len(all.Items), nil
+		return watchedConfigMaps(t, env, protectionLabel) == len(all.Items) && watchedConfigMaps(t, env, "kept-by="+policyName) == 1, nil
 	})
 	etcd, err := source.Client{Endpoints: []string{env.EtcdURL()}, CACert: env.PKIFile("etcd-ca.crt"),
 		Cert: env.PKIFile("etcd-client.crt"), Key: env.PKIFile("etcd-client.key")}.Dial(ctx)
@@ -396,8 +419,10 @@ func TestRecycleBinKeepsWhatVanishesOutsideTheAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer etcd.Close()
-	if r, err := etcd.Delete(ctx, "/registry/configmaps/"+ns+"/lost"); err != nil || r.Deleted != 1 {
-		t.Fatalf("removing the ConfigMap from etcd: %+v, %v", r, err)
+	for _, name := range []string{"lost", "policy-kept"} {
+		if r, err := etcd.Delete(ctx, "/registry/configmaps/"+ns+"/"+name); err != nil || r.Deleted != 1 {
+			t.Fatalf("removing ConfigMap %s from etcd: %+v, %v", name, r, err)
+		}
 	}
 	if _, err := cms.Patch(ctx, "unlabelled", types.MergePatchType, []byte(`{"metadata":{"labels":null}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -412,6 +437,10 @@ func TestRecycleBinKeepsWhatVanishesOutsideTheAPI(t *testing.T) {
 		t.Fatalf("the entry of the ConfigMap removed from etcd: %+v, want DeletedOutsideAPI with its last state", e)
 	}
 	waitEvent(t, env, ns, "lost", recyclebin.ReasonDeletedOutsideAPI)
+	waitKeptState(t, env, ns, uids[3], recyclebin.StateDeleted)
+	if e := kept(t, env, ns, uids[3])[0]; e.How != recyclebin.HowOutsideAPI {
+		t.Errorf("the ConfigMap a RecyclePolicy keeps, removed from etcd: %+v, want DeletedOutsideAPI", e)
+	}
 	if es := kept(t, env, ns, uids[1]); len(es) != 0 {
 		t.Errorf("an unlabelled ConfigMap was kept: %+v", es)
 	}
