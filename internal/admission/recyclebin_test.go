@@ -282,6 +282,19 @@ func TestRecyclePolicyKeepsWhatItSelectsFromTheStart(t *testing.T) {
 		}
 		uids = append(uids, cm.UID)
 	}
+	// A second namespace, whose folder in the store the test breaks
+	// before anything is kept there.
+	other := env.Namespace(t)
+	broken := filepath.Join(env.Dir, localcluster.RecycleBinDir, "entries", other)
+	if err := os.MkdirAll(filepath.Dir(broken), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(broken, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.CoreV1().ConfigMaps(other).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Labels: map[string]string{"keep": "yes"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	name := uniqueName("configs")
 	p := &unstructured.Unstructured{}
 	if err := yaml.Unmarshal([]byte(fmt.Sprintf(`apiVersion: rampart.io/v1alpha1
@@ -289,9 +302,9 @@ kind: RecyclePolicy
 metadata: {name: %s}
 spec:
   resources: [{apiGroups: [""], resources: [configmaps]}]
-  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
+  namespaceSelector: {matchExpressions: [{key: kubernetes.io/metadata.name, operator: In, values: [%s, %s]}]}
   objectSelector: {matchLabels: {keep: "yes"}}
-  retention: 24h`, name, ns)), &p.Object); err != nil {
+  retention: 24h`, name, ns, other)), &p.Object); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Dynamic.Resource(recyclePoliciesGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -316,18 +329,8 @@ spec:
 		t.Errorf("a protected ConfigMap the policy selects too: %d copies, want 1", len(es))
 	}
 
-	// The store broken for this namespace: refused, naming the policy.
-	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Labels: map[string]string{"keep": "yes"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	broken := filepath.Join(env.Dir, localcluster.RecycleBinDir, "entries", ns)
-	if err := os.RemoveAll(broken); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(broken, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	err := cms.Delete(ctx, "stuck", metav1.DeleteOptions{})
+	// The store broken for the other namespace: refused, naming the policy.
+	err := env.Client.CoreV1().ConfigMaps(other).Delete(ctx, "stuck", metav1.DeleteOptions{})
 	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), fmt.Sprintf("kept by RecyclePolicy %q", name)) ||
 		!strings.Contains(err.Error(), "kubectl edit recyclepolicy "+name) {
 		t.Fatalf("delete with the store broken: %v, want 503 naming the policy and how to take the object out of it", err)

@@ -96,16 +96,19 @@ const clusterScope = "_cluster"
 // entriesPrefix holds every entry.
 const entriesPrefix = "entries/"
 
-// StoreName is where an entry is kept: by namespace, resource and name, so
-// that one object's versions list together, then by deletion time and UID,
-// so that a name deleted twice is kept twice.
+// StoreName is where an entry is kept: by namespace and resource, then
+// name, deletion time and UID, so that one object's versions list
+// together and a name deleted twice is kept twice. Copies of one resource
+// share a folder: a capture then makes no folder (a new folder costs
+// another sync before the delete may be admitted). An object's name holds
+// no "@" (a DNS subdomain or label), so it separates the name.
 func StoreName(e *Entry) string {
 	ns := e.Namespace
 	if ns == "" {
 		ns = clusterScope
 	}
-	return entriesPrefix + path.Join(ns, e.Resource.GroupResource().String(), e.Name,
-		strconv.FormatInt(e.DeletedAt.UTC().UnixNano(), 10)+"-"+string(e.UID)+".json")
+	return entriesPrefix + path.Join(ns, e.Resource.GroupResource().String(),
+		e.Name+"@"+strconv.FormatInt(e.DeletedAt.UTC().UnixNano(), 10)+"-"+string(e.UID)+".json")
 }
 
 // Bin is the recycle bin over a store.
@@ -260,10 +263,14 @@ func parseName(name string) (Listed, bool) {
 		return Listed{}, false
 	}
 	parts := strings.Split(rest, "/")
-	if len(parts) != 4 || !strings.HasSuffix(parts[3], ".json") {
+	if len(parts) != 3 || !strings.HasSuffix(parts[2], ".json") {
 		return Listed{}, false
 	}
-	stamp, uid, ok := strings.Cut(strings.TrimSuffix(parts[3], ".json"), "-")
+	object, version, ok := strings.Cut(strings.TrimSuffix(parts[2], ".json"), "@")
+	if !ok {
+		return Listed{}, false
+	}
+	stamp, uid, ok := strings.Cut(version, "-")
 	if !ok {
 		return Listed{}, false
 	}
@@ -275,6 +282,6 @@ func parseName(name string) (Listed, bool) {
 	if ns == clusterScope {
 		ns = ""
 	}
-	return Listed{StoreName: name, Namespace: ns, Resource: schema.ParseGroupResource(parts[1]), Name: parts[2],
+	return Listed{StoreName: name, Namespace: ns, Resource: schema.ParseGroupResource(parts[1]), Name: object,
 		DeletedAt: time.Unix(0, nanos).UTC(), UID: types.UID(uid)}, true
 }

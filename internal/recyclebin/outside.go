@@ -2,6 +2,7 @@ package recyclebin
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -68,6 +71,9 @@ type Watcher struct {
 
 	mu      sync.Mutex
 	running map[watchKey]bool
+	// handled are the UIDs of vanished objects seen to (a UID is never
+	// reused).
+	handled map[types.UID]bool
 	once    sync.Once
 	poked   chan struct{}
 }
@@ -213,7 +219,7 @@ func (w *Watcher) watch(ctx context.Context, k watchKey) {
 				obj = tomb.Obj
 			}
 			if u, ok := obj.(*unstructured.Unstructured); ok && w.kept(gvr, u) {
-				w.vanished(ctx, gvr, u)
+				go w.keepVanished(ctx, gvr, u)
 			}
 		},
 	})
@@ -240,31 +246,60 @@ func (w *Watcher) kept(gvr schema.GroupVersionResource, u *unstructured.Unstruct
 }
 
 // vanished handles an object the watch no longer sees.
-func (w *Watcher) vanished(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+// keepVanished keeps a vanished object's last state, trying again (about a
+// minute in all) when the API server or the store fails on the way: the
+// last state is only in memory.
+func (w *Watcher) keepVanished(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) {
+	// Two informers may hold one object (its label and a policy's
+	// selector): one record.
+	w.mu.Lock()
+	if w.handled == nil {
+		w.handled = map[types.UID]bool{}
+	}
+	if w.handled[u.GetUID()] {
+		w.mu.Unlock()
+		return
+	}
+	w.handled[u.GetUID()] = true
+	w.mu.Unlock()
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 8}
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		last = w.vanished(ctx, gvr, u)
+		return last == nil, nil
+	})
+	if err != nil {
+		w.Log.Error("recycle bin: a protected object vanished and its last state could not be kept", "object", gvr.GroupResource().String()+"/"+u.GetName(),
+			"namespace", u.GetNamespace(), "uid", u.GetUID(), "err", last)
+	}
+}
+
+// vanished keeps u's last state if it is gone and no copy was captured
+// through the API.
+func (w *Watcher) vanished(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) error {
 	e := Entry{Resource: gvr, Kind: u.GetKind(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID()}
 	found, _, err := w.Alive(ctx, gvr, e.Namespace, e.Name, e.UID)
 	if err != nil {
-		w.Log.Warn("recycle bin: checking whether a protected object is gone", "object", e.Described(), "err", err)
-		return
+		return fmt.Errorf("checking whether it is gone: %w", err)
 	}
 	if found {
-		return // unlabelled, not deleted
+		return nil // unlabelled, not deleted
 	}
-	if kept, err := w.captured(ctx, e); err != nil || kept {
-		if err != nil {
-			w.Log.Warn("recycle bin: looking for the capture of a vanished object", "object", e.Described(), "err", err)
-		}
-		return
+	kept, err := w.captured(ctx, e)
+	if err != nil {
+		return fmt.Errorf("looking for its capture: %w", err)
+	}
+	if kept {
+		return nil
 	}
 	raw, err := u.MarshalJSON()
 	if err != nil {
-		return
+		return nil // an object the informer decoded always encodes
 	}
 	e.Object, e.How, e.State, e.DeletedAt = raw, HowOutsideAPI, StateDeleted, w.Clock.Now()
 	name, err := w.Bin.Put(ctx, e)
 	if err != nil {
-		w.Log.Error("recycle bin: storing the last state of an object deleted outside the API", "object", e.Described(), "err", err)
-		return
+		return fmt.Errorf("storing its last state: %w", err)
 	}
 	deletedOutside.WithLabelValues(gvr.GroupResource().String()).Inc()
 	w.Log.Warn("a protected object vanished without a delete through the API (removed from etcd directly, or an older snapshot restored): its last state is kept",
@@ -275,6 +310,7 @@ func (w *Watcher) vanished(ctx context.Context, gvr schema.GroupVersionResource,
 			"%s vanished without a delete through the API (removed from etcd directly, or an older snapshot restored); its last state is in the recycle bin: kubectl rampart trash restore %s/%s%s --uid %s",
 			e.Described(), gvr.Resource, e.Name, inNamespace(e.Namespace), e.UID)
 	}
+	return nil
 }
 
 // captured says whether a copy of e's object was stored through the API.

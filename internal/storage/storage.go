@@ -78,33 +78,44 @@ func (d Dir) Put(ctx context.Context, name string, r io.Reader) (Object, error) 
 	if err != nil {
 		return Object{}, err
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+	if err := mkdirSynced(filepath.Dir(p)); err != nil {
 		return Object{}, err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), ".put-*")
+	data, err := os.CreateTemp(filepath.Dir(p), ".put-*")
 	if err != nil {
 		return Object{}, err
 	}
-	defer os.Remove(tmp.Name())
+	defer os.Remove(data.Name())
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), ctxReader{ctx, r})
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
+	n, err := io.Copy(io.MultiWriter(data, h), ctxReader{ctx, r})
 	if err != nil {
+		data.Close()
 		return Object{}, fmt.Errorf("store %s: %w", name, err)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
-	if err := writeSynced(p+sumSuffix, []byte(sum+"  "+filepath.Base(p)+"\n")); err != nil {
+	sumFile, err := os.CreateTemp(filepath.Dir(p), ".sum-*")
+	if err != nil {
+		data.Close()
 		return Object{}, err
 	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
+	defer os.Remove(sumFile.Name())
+	if _, err := sumFile.WriteString(sum + "  " + filepath.Base(p) + "\n"); err != nil {
+		data.Close()
+		sumFile.Close()
 		return Object{}, err
 	}
-	// The rename is durable only once the directory is synced: the
+	if err := syncAndClose(data, sumFile); err != nil {
+		return Object{}, fmt.Errorf("store %s: %w", name, err)
+	}
+	// The checksum first: a reader of a name being replaced sees the old
+	// pair or fails its check, never takes new content for verified.
+	if err := os.Rename(sumFile.Name(), p+sumSuffix); err != nil {
+		return Object{}, err
+	}
+	if err := os.Rename(data.Name(), p); err != nil {
+		return Object{}, err
+	}
+	// The renames are durable only once the directory is synced: the
 	// recycle bin admits a delete after Put returns, and a crash must not
 	// take the copy back.
 	if err := syncDir(filepath.Dir(p)); err != nil {
@@ -117,20 +128,32 @@ func (d Dir) Put(ctx context.Context, name string, r io.Reader) (Object, error) 
 	return Object{Name: name, Size: n, SHA256: sum, Modified: st.ModTime()}, nil
 }
 
-func writeSynced(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
+// syncAndClose syncs and closes the files. (Syncing them in parallel
+// measured no faster on ext4: BenchmarkDirPut.)
+func syncAndClose(files ...*os.File) error {
+	var errs []error
+	for _, f := range files {
+		errs = append(errs, f.Sync(), f.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// mkdirSynced makes dir and its missing parents, syncing the parent of
+// each folder it makes: a new folder's entry is durable only then, and a
+// copy in it with it.
+func mkdirSynced(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if parent := filepath.Dir(dir); parent != dir {
+		if err := mkdirSynced(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return syncDir(filepath.Dir(dir))
 }
 
 func syncDir(dir string) error {
@@ -183,7 +206,7 @@ func (d Dir) List(ctx context.Context, prefix string) ([]Object, error) {
 			return err
 		}
 		base := filepath.Base(p)
-		if e.IsDir() || strings.HasSuffix(p, sumSuffix) || strings.HasPrefix(base, ".put-") {
+		if e.IsDir() || strings.HasSuffix(p, sumSuffix) || strings.HasPrefix(base, ".put-") || strings.HasPrefix(base, ".sum-") {
 			return nil
 		}
 		rel, _ := filepath.Rel(d.Root, p)
@@ -192,15 +215,19 @@ func (d Dir) List(ctx context.Context, prefix string) ([]Object, error) {
 			return nil
 		}
 		info, err := e.Info()
-		if err != nil {
-			return err
+		if err == nil {
+			var sum string
+			if sum, err = d.sum(p); err == nil {
+				out = append(out, Object{Name: name, Size: info.Size(), SHA256: sum, Modified: info.ModTime()})
+				return nil
+			}
 		}
-		sum, err := d.sum(p)
-		if err != nil {
-			return err
+		if errors.Is(err, fs.ErrNotExist) {
+			// Deleted, or its checksum not there yet, while the
+			// folder was read: not an object (yet, or any more).
+			return nil
 		}
-		out = append(out, Object{Name: name, Size: info.Size(), SHA256: sum, Modified: info.ModTime()})
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, err
