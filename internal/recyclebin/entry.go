@@ -232,6 +232,16 @@ type Listed struct {
 	Size      int64
 }
 
+// Versions lists the entries of one object (namespace "" for a
+// cluster-scoped one), newest first, reading only those.
+func (b *Bin) Versions(ctx context.Context, namespace string, gr schema.GroupResource, name string) ([]Listed, error) {
+	ns := namespace
+	if ns == "" {
+		ns = clusterScope
+	}
+	return b.list(ctx, entriesPrefix+path.Join(ns, gr.String(), name)+"@")
+}
+
 // List lists the entries of a namespace ("" for every namespace and the
 // cluster-scoped objects), newest first.
 func (b *Bin) List(ctx context.Context, namespace string) ([]Listed, error) {
@@ -239,6 +249,11 @@ func (b *Bin) List(ctx context.Context, namespace string) ([]Listed, error) {
 	if namespace != "" {
 		prefix += namespace + "/"
 	}
+	return b.list(ctx, prefix)
+}
+
+// list lists the entries whose names start with prefix, newest first.
+func (b *Bin) list(ctx context.Context, prefix string) ([]Listed, error) {
 	objs, err := b.Store.List(ctx, prefix)
 	if err != nil {
 		return nil, err

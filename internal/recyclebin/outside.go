@@ -315,13 +315,11 @@ func (w *Watcher) vanished(ctx context.Context, gvr schema.GroupVersionResource,
 
 // captured says whether a copy of e's object was stored through the API.
 func (w *Watcher) captured(ctx context.Context, e Entry) (bool, error) {
-	listed, err := w.Bin.List(ctx, e.Namespace)
+	listed, err := w.Bin.Versions(ctx, e.Namespace, e.Resource.GroupResource(), e.Name)
 	if err != nil {
 		return false, err
 	}
-	return slices.ContainsFunc(listed, func(l Listed) bool {
-		return l.UID == e.UID && l.Resource == e.Resource.GroupResource()
-	}), nil
+	return slices.ContainsFunc(listed, func(l Listed) bool { return l.UID == e.UID }), nil
 }
 
 func inNamespace(ns string) string {

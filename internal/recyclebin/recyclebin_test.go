@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -122,5 +123,26 @@ func mustSeal(t *testing.T, k *Key, plain, ad []byte) []byte {
 func TestKeySize(t *testing.T) {
 	if _, err := NewKey([]byte("short")); err == nil || !strings.Contains(err.Error(), "32 bytes") {
 		t.Errorf("a 5-byte key: %v", err)
+	}
+}
+
+// Versions lists one object's copies only, newest first.
+func TestBinVersionsListsOneObject(t *testing.T) {
+	ctx := context.Background()
+	bin := &Bin{Store: storage.Dir{Root: t.TempDir()}}
+	at := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	for i, name := range []string{"prices", "prices", "prices-eu", "price"} {
+		e := Entry{Resource: configMaps, Namespace: "shop", Name: name, UID: types.UID(fmt.Sprintf("uid-%d", i)), DeletedAt: at.Add(time.Duration(i) * time.Minute),
+			How: HowAPI, State: StateDeleted, Object: json.RawMessage(`{}`)}
+		if _, err := bin.Put(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := bin.Versions(ctx, "shop", configMaps.GroupResource(), "prices")
+	if err != nil || len(got) != 2 || got[0].UID != "uid-1" || got[1].UID != "uid-0" {
+		t.Fatalf("Versions(prices) = %+v, %v; want its two copies, newest first, and no other object's", got, err)
+	}
+	if got, err := bin.Versions(ctx, "other", configMaps.GroupResource(), "prices"); err != nil || len(got) != 0 {
+		t.Fatalf("Versions in a namespace with nothing kept = %+v, %v", got, err)
 	}
 }

@@ -195,12 +195,20 @@ func (d Dir) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 
 func (d Dir) List(ctx context.Context, prefix string) ([]Object, error) {
 	var out []Object
-	err := filepath.WalkDir(d.Root, func(p string, e fs.DirEntry, err error) error {
+	// Only the folder the prefix names is walked: a caller asking for
+	// one object's versions does not pay for the whole store.
+	start := d.Root
+	if dir := path.Dir(prefix); prefix != "" && dir != "." {
+		if clean, err := cleanName(dir); err == nil {
+			start = filepath.Join(d.Root, filepath.FromSlash(clean))
+		}
+	}
+	err := filepath.WalkDir(start, func(p string, e fs.DirEntry, err error) error {
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
 		}
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && p == d.Root {
+			if errors.Is(err, fs.ErrNotExist) && p == start {
 				return fs.SkipAll
 			}
 			return err
