@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # secret-scan.sh DIR...: fails if a log of a local cluster (DIR/logs/*,
 # DIR/audit.log*) holds a secret: a line of any private key the cluster
-# made (DIR/pki, DIR/manager), a PEM private key, a bearer token or a
+# made (DIR/pki, DIR/manager; the recycle bin's key as base64 or hex), a PEM private key, a bearer token or a
 # service-account JWT, or a canary Secret value written by the tests
 # ("rampart-canary-..."). Each DIR is a cluster directory, or a directory
 # of them (what clustertest archives when RAMPART_TEST_LOGS is set).
@@ -17,9 +17,14 @@ leaks=0
 files=0
 for c in "${clusters[@]}"; do
 	needles=$(mktemp)
-	# The base64 body lines of every private key this cluster made.
-	find "$c" -path "$c/logs" -prune -o -type f \( -name '*.key' -o -name 'tls.key' \) -print 2>/dev/null |
+	# The base64 body lines of every private key this cluster made (PEM),
+	# and the recycle bin's raw AES key as base64 and hex.
+	find "$c" -path "$c/logs" -prune -o -type f \( -name '*.key' -o -name 'tls.key' \) ! -name 'recycle-bin.key' -print 2>/dev/null |
 		xargs -r grep -hvE '^-----|^$' | awk 'length($0) >= 32' >"$needles" || true
+	while IFS= read -r k; do
+		base64 -w0 <"$k" >>"$needles" && echo >>"$needles"
+		od -An -tx1 -v <"$k" | tr -d ' \n' >>"$needles" && echo >>"$needles"
+	done < <(find "$c" -path "$c/logs" -prune -o -type f -name 'recycle-bin.key' -print 2>/dev/null)
 	logs=()
 	while IFS= read -r f; do logs+=("$f"); done < <(find "$c/logs" "$c" -maxdepth 1 -type f -name "*.log*" | sort -u)
 	files=$((files + ${#logs[@]}))
