@@ -29,8 +29,10 @@ const RecyclePrefix = "/validate/recycle/"
 // delete is admitted, and refuses the delete when the copy cannot be
 // stored. It judges nothing else: every other delete is allowed.
 type Recycle struct {
-	// Reader reads RecyclePolicies (the manager's cache).
-	Reader client.Reader
+	// Reader reads RecyclePolicies (the manager's cache); Live reads one
+	// the cache has not seen yet: a policy is in force once its webhook
+	// is, which may be before the cache holds it.
+	Reader, Live client.Reader
 	// Bin keeps the copies; nil (the recycle bin off) keeps none.
 	Bin      Capturer
 	Recorder events.EventRecorder
@@ -54,18 +56,22 @@ func (h *Recycle) Handle(ctx context.Context, req admission.Request) admission.R
 		return *bad
 	}
 	p := &v1alpha1.RecyclePolicy{}
-	if err := h.Reader.Get(ctx, client.ObjectKey{Name: name}, p); err != nil {
-		if apierrors.IsNotFound(err) {
-			// Gone: the API server still holds an older configuration.
-			return admission.Allowed("")
-		}
+	err := h.Reader.Get(ctx, client.ObjectKey{Name: name}, p)
+	if apierrors.IsNotFound(err) && h.Live != nil {
+		err = h.Live.Get(ctx, client.ObjectKey{Name: name}, p)
+	}
+	if apierrors.IsNotFound(err) {
+		// Gone: the API server still holds an older configuration.
+		return admission.Allowed("")
+	}
+	if err != nil {
 		return admission.Errored(http.StatusServiceUnavailable, err)
 	}
 	if !recycleCovers(p, gr, old.GetLabels()) {
 		return admission.Allowed("")
 	}
 	o := protection.Object{Resource: gr, Namespace: old.GetNamespace(), Name: old.GetName(), Singular: protection.Singular(h.Mapper, gr)}
-	err := capture(ctx, h.Bin, recyclebin.Entry{
+	err = capture(ctx, h.Bin, recyclebin.Entry{
 		Resource:  schema.GroupVersionResource(req.Resource),
 		Kind:      req.Kind.Kind,
 		Namespace: o.Namespace,

@@ -14,7 +14,7 @@ type recyclePlugin struct{}
 func (recyclePlugin) Name() string { return "recyclepolicy" }
 
 func (recyclePlugin) Routes(d Deps) []Route {
-	return []Route{{Path: RecyclePrefix, Handler: &Recycle{Reader: d.Cache, Bin: d.Bin, Recorder: d.Recorder, Mapper: d.Mapper},
+	return []Route{{Path: RecyclePrefix, Handler: &Recycle{Reader: d.Cache, Live: d.Direct, Bin: d.Bin, Recorder: d.Recorder, Mapper: d.Mapper},
 		WithContext: PolicyFromPath(RecyclePrefix)}}
 }
 
