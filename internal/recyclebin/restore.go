@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -277,6 +278,17 @@ func (p *Plan) Run(ctx context.Context, c Cluster, dryRun bool) ([]Outcome, erro
 			continue
 		}
 		created, err := c.Create(ctx, gvr, obj, dryRun)
+		if apierrors.IsAlreadyExists(err) {
+			// Made meanwhile by someone else (a controller, such as the
+			// one that publishes kube-root-ca.crt in every new
+			// namespace): left alone, as a live object always is.
+			o.Refused = fmt.Sprintf("%s was created meanwhile by someone else: not overwritten", describe(gvr, obj))
+			if live, found, lerr := c.Live(ctx, gvr, obj.GetNamespace(), obj.GetName()); lerr == nil && found {
+				newUIDs[s.Entry.UID] = live.GetUID()
+			}
+			out = append(out, o)
+			continue
+		}
 		if err != nil {
 			return out, fmt.Errorf("creating %s: %w", describe(gvr, obj), err)
 		}

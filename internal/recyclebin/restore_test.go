@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -22,6 +23,9 @@ type fakeCluster struct {
 	created []*unstructured.Unstructured
 	updated []*unstructured.Unstructured
 	dryRuns int
+	// createdMeanwhile names objects someone else creates between the
+	// restore's look and its create.
+	createdMeanwhile map[string]bool
 }
 
 func (f *fakeCluster) Live(_ context.Context, gvr schema.GroupVersionResource, ns, name string) (*unstructured.Unstructured, bool, error) {
@@ -54,6 +58,9 @@ func (f *fakeCluster) Owner(_ context.Context, ref metav1.OwnerReference, ns str
 }
 
 func (f *fakeCluster) Create(_ context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, dryRun bool) (*unstructured.Unstructured, error) {
+	if f.createdMeanwhile[obj.GetName()] {
+		return nil, apierrors.NewAlreadyExists(gvr.GroupResource(), obj.GetName())
+	}
 	if dryRun {
 		f.dryRuns++
 		return obj, nil
@@ -339,6 +346,32 @@ func TestRestoreShowsTheDiffAndOverwritesOnlyWhenTold(t *testing.T) {
 		}
 		if tt.update && (c.updated[0].GetUID() != "live-web" || c.updated[0].GetResourceVersion() != "99" || c.updated[0].GetLabels()["tier"] != "") {
 			t.Errorf("%s: update %+v, want the copy with the live UID and resourceVersion", tt.name, c.updated[0].Object["metadata"])
+		}
+	}
+}
+
+// An object created by someone else between the restore's look and its
+// create is left alone like any live one, and the rest goes on.
+func TestRestoreLeavesAloneWhatAppearsMeanwhile(t *testing.T) {
+	plan, err := PlanRestore([]Entry{kept(configMaps, "ConfigMap", "shop", "kube-root-ca.crt", "old-ca"), kept(configMaps, "ConfigMap", "shop", "prices", "old-prices")}, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &fakeCluster{live: map[string]types.UID{}, createdMeanwhile: map[string]bool{"kube-root-ca.crt": true}}
+	out, err := plan.Run(context.Background(), c, false)
+	if err != nil || len(out) != 2 {
+		t.Fatalf("%+v, %v", out, err)
+	}
+	for _, o := range out {
+		switch o.Step.Object.GetName() {
+		case "kube-root-ca.crt":
+			if o.Created || !strings.Contains(o.Refused, "created meanwhile") {
+				t.Errorf("the object made meanwhile: %+v", o)
+			}
+		case "prices":
+			if !o.Created {
+				t.Errorf("prices not restored: %+v", o)
+			}
 		}
 	}
 }
