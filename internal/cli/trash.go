@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rampart-io/rampart/internal/localcluster"
@@ -281,19 +280,11 @@ live object the restore would leave alone or overwrite.`,
 			if err != nil {
 				return err
 			}
-			cfg, err := o.flags.ToRESTConfig()
+			target, err := restoreTarget(o.flags)
 			if err != nil {
 				return err
 			}
-			dyn, err := dynamic.NewForConfig(cfg)
-			if err != nil {
-				return err
-			}
-			mapper, err := o.flags.ToRESTMapper()
-			if err != nil {
-				return err
-			}
-			outcomes, runErr := plan.Run(ctx, restore.APICluster{Dynamic: dyn, Mapper: mapper}, o.dryRun)
+			outcomes, runErr := plan.Run(ctx, target, o.dryRun)
 			printOutcomes(cmd.OutOrStdout(), outcomes, o.dryRun)
 			if n := restore.Conflicts(outcomes); runErr == nil && n > 0 {
 				return fmt.Errorf("%d of %d objects not restored: see why above", n, len(outcomes))
