@@ -234,6 +234,8 @@ func (c *Creator) write(ctx context.Context, w io.Writer, m *Manifest, candidate
 	// Custom resources found, by group/resource: the CRDs they need come
 	// along when only some namespaces are backed up.
 	found := map[schema.GroupResource]bool{}
+	// Namespaces some object backed up lives in: they come along too.
+	used := map[string]bool{}
 	// CRDs and namespaces go last so that what was found decides which.
 	slices.SortStableFunc(candidates, func(a, b candidate) int {
 		last := func(c candidate) int {
@@ -254,11 +256,10 @@ func (c *Creator) write(ctx context.Context, w io.Writer, m *Manifest, candidate
 		for _, u := range items {
 			keep := true
 			switch {
+			case gr == namespacesGR && len(namespaces) > 0:
+				keep = namespaces[u.GetName()]
 			case gr == namespacesGR:
-				keep = len(namespaces) == 0 || namespaces[u.GetName()]
-				if len(namespaces) == 0 {
-					keep = selector.Matches(labels.Set(u.GetLabels()))
-				}
+				keep = used[u.GetName()] || selector.Matches(labels.Set(u.GetLabels()))
 			case gr == crdsGR:
 				group, _, _ := unstructured.NestedString(u.Object, "spec", "group")
 				plural, _, _ := unstructured.NestedString(u.Object, "spec", "names", "plural")
@@ -271,6 +272,9 @@ func (c *Creator) write(ctx context.Context, w io.Writer, m *Manifest, candidate
 			}
 			if !keep {
 				continue
+			}
+			if u.GetNamespace() != "" {
+				used[u.GetNamespace()] = true
 			}
 			f, data, err := c.file(cand, &u)
 			if err != nil {
