@@ -33,7 +33,9 @@ type discoveryOf struct {
 	lists []*metav1.APIResourceList
 }
 
-func (d discoveryOf) ServerPreferredResources() ([]*metav1.APIResourceList, error) { return d.lists, nil }
+func (d discoveryOf) ServerPreferredResources() ([]*metav1.APIResourceList, error) {
+	return d.lists, nil
+}
 
 func res(name, kind string, namespaced bool, verbs ...string) metav1.APIResource {
 	if len(verbs) == 0 {
