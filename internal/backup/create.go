@@ -143,6 +143,11 @@ func (c *Creator) discover(sel Selection) ([]candidate, []Skipped, []string, err
 // Create writes the backup name of what sel selects, and returns its
 // manifest (with Archive set). A backup of that name must not exist.
 func (c *Creator) Create(ctx context.Context, name string, sel Selection) (*Manifest, error) {
+	return c.CreateFor(ctx, "", name, sel)
+}
+
+// CreateFor is Create for a Backup object, owner (NAMESPACE/NAME).
+func (c *Creator) CreateFor(ctx context.Context, owner, name string, sel Selection) (*Manifest, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
 	}
@@ -157,7 +162,7 @@ func (c *Creator) Create(ctx context.Context, name string, sel Selection) (*Mani
 	if now == nil {
 		now = time.Now
 	}
-	m := &Manifest{FormatVersion: FormatVersion, Name: name, RampartVersion: c.RampartVersion, Started: now().UTC(), Selection: sel, Consistent: true}
+	m := &Manifest{FormatVersion: FormatVersion, Name: name, RampartVersion: c.RampartVersion, Started: now().UTC(), Selection: sel, Owner: owner, Consistent: true}
 	if v, err := c.Discovery.ServerVersion(); err == nil {
 		m.APIServerVersion = v.GitVersion
 	} else {

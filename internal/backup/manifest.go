@@ -29,6 +29,10 @@ type Manifest struct {
 	Started          time.Time `json:"started"`
 	Finished         time.Time `json:"finished"`
 	Selection        Selection `json:"selection"`
+	// Owner is the Backup object (NAMESPACE/NAME) that made it on its
+	// schedule; empty for `rampart backup create`. Its retention prunes
+	// only its own.
+	Owner string `json:"owner,omitempty"`
 	// ResourceVersion is the etcd revision every list was read at: the
 	// objects are as they all were at one moment.
 	ResourceVersion string `json:"resourceVersion"`
