@@ -77,6 +77,9 @@ type Reconciler struct {
 	Clock    clock.Clock
 	// Location names the store in messages, without credentials.
 	Location string
+	// Namespace is Rampart's: a Backup elsewhere is not run (whoever may
+	// create one has the manager read every object for it).
+	Namespace string
 	// LateAfter is how late a run may start before it is reported late
 	// (an Event); default one minute.
 	LateAfter time.Duration
@@ -84,16 +87,15 @@ type Reconciler struct {
 
 // Condition reasons.
 const (
-	ReasonNoStore   = "NoStore"
-	ReasonInvalid   = "InvalidSpec"
-	ReasonScheduled = "Scheduled"
-	ReasonSucceeded = "BackupSucceeded"
-	ReasonFailed    = "BackupFailed"
-	ReasonLate      = "BackupLate"
+	ReasonNoStore        = "NoStore"
+	ReasonWrongNamespace = "WrongNamespace"
+	ReasonInvalid        = "InvalidSpec"
+	ReasonScheduled      = "Scheduled"
+	ReasonSucceeded      = "BackupSucceeded"
+	ReasonFailed         = "BackupFailed"
+	ReasonLate           = "BackupLate"
 )
 
-// +kubebuilder:rbac:groups=rampart.io,resources=backups,verbs=get;list;watch
-// +kubebuilder:rbac:groups=rampart.io,resources=backups/status,verbs=get;update;patch
 
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	b := &v1alpha1.Backup{}
@@ -109,6 +111,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: ReasonScheduled, ObservedGeneration: b.Generation}
 	d, err := Decide(b, now)
 	switch {
+	case r.Namespace != "" && b.Namespace != r.Namespace:
+		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonWrongNamespace
+		ready.Message = fmt.Sprintf("Backups are run only in Rampart's namespace, %s: create it there", r.Namespace)
+		d = Decision{}
 	case r.Creator == nil:
 		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonNoStore
 		ready.Message = "the manager has no backup store: run it with --backup-store DIR or s3://BUCKET/PREFIX (the chart's manager.backup.store)"
