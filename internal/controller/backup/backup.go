@@ -96,7 +96,6 @@ const (
 	ReasonLate           = "BackupLate"
 )
 
-
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	b := &v1alpha1.Backup{}
 	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
