@@ -160,14 +160,15 @@ func (o *backupOptions) createCommand() *cobra.Command {
 // bulkConfig is the REST config of the kubectl-style flags for a verb that
 // makes a request per resource or per object (a backup, a restore):
 // client-go's default of 5 requests a second would make one of an idle
-// cluster take seconds. Deprecation warnings (v1 Endpoints) are no news
-// to the user.
+// cluster take seconds, and at 50 a restore of 2,000 objects took 80 s;
+// the API server's priority and fairness still shares it out. Deprecation
+// warnings (v1 Endpoints) are no news to the user.
 func bulkConfig(flags *genericclioptions.ConfigFlags) (*rest.Config, error) {
 	cfg, err := flags.ToRESTConfig()
 	if err != nil {
 		return nil, err
 	}
-	cfg.QPS, cfg.Burst = 50, 100
+	cfg.QPS, cfg.Burst = 200, 400
 	cfg.WarningHandler = rest.NoWarnings{}
 	return cfg, nil
 }

@@ -41,6 +41,22 @@ func (c APICluster) Live(ctx context.Context, gvr schema.GroupVersionResource, n
 	return obj, true, nil
 }
 
+// List implements Lister, page by page.
+func (c APICluster) List(ctx context.Context, gvr schema.GroupVersionResource, namespace string) ([]unstructured.Unstructured, error) {
+	var out []unstructured.Unstructured
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		l, err := c.resource(gvr, namespace).List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l.Items...)
+		if opts.Continue = l.GetContinue(); opts.Continue == "" {
+			return out, nil
+		}
+	}
+}
+
 // Owner implements Cluster. An owner of a kind the API server no longer
 // serves is gone.
 func (c APICluster) Owner(ctx context.Context, ref metav1.OwnerReference, namespace string) (types.UID, bool, error) {

@@ -273,6 +273,73 @@ type Cluster interface {
 	Update(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, dryRun bool) (*unstructured.Unstructured, error)
 }
 
+// Lister is what a Cluster may offer besides: every live object of a
+// resource in a namespace ("" for cluster-scoped) in one request. A plan
+// with many objects of one resource there then reads them once, not one
+// GET each.
+type Lister interface {
+	List(ctx context.Context, gvr schema.GroupVersionResource, namespace string) ([]unstructured.Unstructured, error)
+}
+
+// listed answers Live from lists read once per resource and namespace
+// that hold two or more of the plan's objects; the rest go to the
+// Cluster. An object made by someone else after the list is met by the
+// create (AlreadyExists) and left alone, as one made after a GET is.
+type listed struct {
+	Cluster
+	objects map[string]*unstructured.Unstructured
+	groups  map[string]bool
+}
+
+func liveKey(gvr schema.GroupVersionResource, namespace, name string) string {
+	return gvr.String() + "|" + namespace + "|" + name
+}
+
+func prefetch(ctx context.Context, c Cluster, steps []Step) (Cluster, error) {
+	l, ok := c.(Lister)
+	if !ok {
+		return c, nil
+	}
+	count := map[string]int{}
+	for _, s := range steps {
+		count[liveKey(s.Item.Resource, s.Object.GetNamespace(), "")]++
+	}
+	out := &listed{Cluster: c, objects: map[string]*unstructured.Unstructured{}, groups: map[string]bool{}}
+	done := map[string]bool{}
+	for _, s := range steps {
+		gvr, ns := s.Item.Resource, s.Object.GetNamespace()
+		group := liveKey(gvr, ns, "")
+		if count[group] < 2 || done[group] {
+			continue
+		}
+		done[group] = true
+		items, err := l.List(ctx, gvr, ns)
+		if apierrors.IsNotFound(err) {
+			// Not served yet: its CRD comes with this restore.
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out.groups[group] = true
+		for i := range items {
+			out.objects[liveKey(gvr, ns, items[i].GetName())] = &items[i]
+		}
+	}
+	return out, nil
+}
+
+func (l *listed) Live(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, bool, error) {
+	if !l.groups[liveKey(gvr, namespace, "")] {
+		return l.Cluster.Live(ctx, gvr, namespace, name)
+	}
+	obj, ok := l.objects[liveKey(gvr, namespace, name)]
+	if !ok {
+		return nil, false, nil
+	}
+	return obj.DeepCopy(), true, nil
+}
+
 // Action is what a restore does, or would do, with one object.
 type Action string
 
@@ -347,6 +414,10 @@ type run struct {
 // would have owned; the rest go on. Run returns an error only when the
 // API server cannot be asked (what was restored stays).
 func (p *Plan) Run(ctx context.Context, c Cluster, dryRun bool) ([]Outcome, error) {
+	c, err := prefetch(ctx, c, p.Steps)
+	if err != nil {
+		return nil, err
+	}
 	r := &run{c: c, dryRun: dryRun, newUIDs: map[types.UID]types.UID{}, failed: map[types.UID]bool{},
 		dryNamespaces: map[string]bool{}, dryCRDs: map[schema.GroupResource]bool{}}
 	var out []Outcome

@@ -454,3 +454,59 @@ func TestRestorePlanActions(t *testing.T) {
 		t.Errorf("an object being deleted: %q", got["dying"].Reason)
 	}
 }
+
+// listingCluster also lists, and counts the GETs it is asked for.
+type listingCluster struct {
+	*fakeCluster
+	gets, lists int
+}
+
+func (l *listingCluster) Live(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (*unstructured.Unstructured, bool, error) {
+	l.gets++
+	return l.fakeCluster.Live(ctx, gvr, ns, name)
+}
+
+func (l *listingCluster) List(ctx context.Context, gvr schema.GroupVersionResource, ns string) ([]unstructured.Unstructured, error) {
+	l.lists++
+	var out []unstructured.Unstructured
+	for key := range l.live {
+		if r, rest, _ := strings.Cut(key, "/"); r == gvr.Resource {
+			if n, name, _ := strings.Cut(rest, "/"); n == ns {
+				u, _, _ := l.fakeCluster.Live(ctx, gvr, ns, name)
+				out = append(out, *u)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Many objects of one resource in a namespace are read with one list, not
+// a GET each; a lone object is read with a GET; the plan is the same.
+func TestRestoreListsWhatItRestoresMany(t *testing.T) {
+	var items []Item
+	for i := range 50 {
+		items = append(items, kept(configMaps, "ConfigMap", "shop", fmt.Sprintf("cm-%02d", i), fmt.Sprintf("old-%d", i)))
+	}
+	items = append(items, kept(deployments, "Deployment", "shop", "web", "old-web"))
+	plan, err := PlanRestore(items, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &listingCluster{fakeCluster: &fakeCluster{live: map[string]types.UID{"configmaps/shop/cm-07": "live-7"}}}
+	out, err := plan.Run(context.Background(), c, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.lists != 1 || c.gets != 1 {
+		t.Errorf("%d lists and %d GETs, want one list (the ConfigMaps) and one GET (the Deployment)", c.lists, c.gets)
+	}
+	for _, o := range out {
+		want := Create
+		if o.Step.Object.GetName() == "cm-07" {
+			want = Skipped
+		}
+		if o.Action != want {
+			t.Errorf("%s: %s, want %s", o.Step.Described(), o.Action, want)
+		}
+	}
+}
