@@ -67,7 +67,7 @@ conflict.`,
 	cmd.PersistentFlags().StringVar(&o.store, "store", "",
 		"where backups are kept: a directory or s3://BUCKET/PREFIX?endpoint=https://HOST:PORT&region=NAME&pathStyle=true&caFile=PATH&credentialsFile=PATH&profile=NAME (default: .rampart/backups of rampart up)")
 	cmd.PersistentFlags().StringVar(&o.keyFile, "key-file", "", "the key Secrets are sealed with, the recycle bin's (32 bytes; default: .rampart/pki/recycle-bin.key of rampart up)")
-	cmd.AddCommand(o.createCommand(), o.listCommand(), o.describeCommand(), o.restoreCommand())
+	cmd.AddCommand(o.createCommand(), o.listCommand(), o.describeCommand(), o.restoreCommand(), o.deleteCommand())
 	return cmd
 }
 
@@ -265,6 +265,29 @@ func (o *backupOptions) describeCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "json: the whole manifest, every file with its SHA-256")
 	return cmd
+}
+
+func (o *backupOptions) deleteCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:     "delete NAME",
+		Short:   "Delete a backup from the store (its manifest first, so it is never listed half gone)",
+		Example: "  rampart backup delete shop-before-upgrade --store /var/lib/rampart/backups",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			store, err := o.openStore(cmd)
+			if err != nil {
+				return err
+			}
+			if _, err := backup.ReadManifest(cmd.Context(), store, args[0]); err != nil {
+				return err
+			}
+			if err := backup.Delete(cmd.Context(), store, args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "backup %s deleted from %s\n", args[0], o.store)
+			return nil
+		},
+	}
 }
 
 func describeBackup(w io.Writer, m *backup.Manifest) {

@@ -287,6 +287,11 @@ spec: {teeth: 12}
 		t.Errorf("restore of a node: %v\n%s", err, out)
 	}
 
+	must("delete", "before", "--store", store)
+	if list := must("list", "--store", store); strings.Contains(list, "before") {
+		t.Errorf("backup list after delete:\n%s", list)
+	}
+
 	// The same through S3.
 	srv := s3test.Start(t)
 	srv.Bucket(t, "rampart-backups")
