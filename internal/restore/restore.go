@@ -14,6 +14,8 @@ package restore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -461,7 +463,7 @@ func (r *run) step(ctx context.Context, s Step, overwrite bool) (Outcome, error)
 			o.Action, o.Reason = Conflict, fmt.Sprintf("%s is being deleted (uid %s): wait until it is gone, then restore again", describe(gvr, obj), live.GetUID())
 			return o, nil
 		}
-		if o.Diff, o.Fields, err = compare(live, obj); err != nil {
+		if o.Diff, o.Fields, err = compare(gvr.GroupResource(), live, obj); err != nil {
 			return o, err
 		}
 		switch {
@@ -572,11 +574,15 @@ func describe(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) s
 // compare is how the object a restore would write differs from the live
 // one, without what the API server sets: a unified diff of their YAML,
 // and field by field.
-func compare(live, restored *unstructured.Unstructured) (string, []FieldChange, error) {
+func compare(gr schema.GroupResource, live, restored *unstructured.Unstructured) (string, []FieldChange, error) {
 	l := live.DeepCopy()
 	stripServerSet(l)
 	c := restored.DeepCopy()
 	stripServerSet(c)
+	if gr == (schema.GroupResource{Resource: "secrets"}) {
+		hideSecretValues(l)
+		hideSecretValues(c)
+	}
 	fields, err := fieldChanges(l.Object, c.Object)
 	if err != nil || len(fields) == 0 {
 		return "", nil, err
@@ -611,4 +617,21 @@ func NotRestored(gr schema.GroupResource) string {
 		return "computed by the metrics server, not stored"
 	}
 	return ""
+}
+
+// hideSecretValues replaces each value of a Secret by a digest of it: a
+// diff says which keys differ, and never shows a value on a terminal or in
+// a log.
+func hideSecretValues(u *unstructured.Unstructured) {
+	for _, field := range []string{"data", "stringData"} {
+		values, ok, _ := unstructured.NestedMap(u.Object, field)
+		if !ok {
+			continue
+		}
+		for k, v := range values {
+			sum := sha256.Sum256([]byte(fmt.Sprint(v)))
+			values[k] = "(hidden, sha256 " + hex.EncodeToString(sum[:4]) + ")"
+		}
+		_ = unstructured.SetNestedMap(u.Object, values, field)
+	}
 }

@@ -510,3 +510,29 @@ func TestRestoreListsWhatItRestoresMany(t *testing.T) {
 		}
 	}
 }
+
+// A Secret that differs from its copy is shown by key, its values hidden.
+func TestRestoreHidesSecretValues(t *testing.T) {
+	it := kept(secrets, "Secret", "shop", "db", "old-db")
+	var m map[string]any
+	_ = json.Unmarshal(it.Object, &m)
+	m["data"] = map[string]any{"password": "c2VjcmV0LWtlcHQ="}
+	it.Object, _ = json.Marshal(m)
+	live := &unstructured.Unstructured{}
+	_ = live.UnmarshalJSON(it.Object)
+	live.SetUID("live-db")
+	_ = unstructured.SetNestedField(live.Object, "c2VjcmV0LWxpdmU=", "data", "password")
+	plan, err := PlanRestore([]Item{it}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &fakeCluster{live: map[string]types.UID{"secrets/shop/db": "live-db"}, objects: map[types.UID]*unstructured.Unstructured{"live-db": live}}
+	out, err := plan.Run(context.Background(), c, true)
+	if err != nil || len(out) != 1 || out[0].Action != Skipped || len(out[0].Fields) != 1 || out[0].Fields[0].Path != ".data.password" {
+		t.Fatalf("%+v, %v", out, err)
+	}
+	shown := out[0].Diff + out[0].Fields[0].String()
+	if strings.Contains(shown, "c2VjcmV0") || !strings.Contains(shown, "(hidden, sha256 ") {
+		t.Errorf("a Secret's diff shows its values:\n%s", shown)
+	}
+}
