@@ -138,7 +138,7 @@ type BackupStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=rbk,categories=rampart
-// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40",message="a Backup's name is at most 40 characters: its backups are named NAME-YYYYMMDD-HHMMSS"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40 && !self.metadata.name.contains('.')",message="a Backup's name is at most 40 characters, without dots: its backups are named NAME-YYYYMMDD-HHMMSS, a DNS label"
 // +kubebuilder:printcolumn:name="Schedule",type=string,JSONPath=`.spec.schedule`
 // +kubebuilder:printcolumn:name="Last",type=string,JSONPath=`.status.lastRun.name`
 // +kubebuilder:printcolumn:name="Succeeded",type=string,JSONPath=`.status.conditions[?(@.type=="Succeeded")].status`

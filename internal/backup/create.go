@@ -378,7 +378,7 @@ func (c *Creator) file(cand candidate, u *unstructured.Unstructured) (File, []by
 	}
 	if cand.gvr.GroupResource() == secretsGR {
 		if c.Key == nil {
-			return f, nil, fmt.Errorf("%s: a Secret is backed up only encrypted, and no key was given: give the recycle bin's key (--key-file), or leave Secrets out (--exclude-resources secrets)", f.Described())
+			return f, nil, fmt.Errorf("%s: a Secret is backed up only encrypted, and no key was given: give the recycle bin's key (rampart backup --key-file; the manager's --backup-key-file), or leave Secrets out (--exclude-resources secrets; a Backup's spec.excludeResources)", f.Described())
 		}
 		if data, err = c.Key.Seal(data, []byte(f.UID)); err != nil {
 			return f, nil, err

@@ -62,6 +62,10 @@ func TestScheduledBackupsRunKeepAndReport(t *testing.T) {
 		t.Errorf("a schedule cron cannot read: %v", err)
 	}
 
+	dotted := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: localcluster.ManagerNamespace, Name: "shop.nightly"}}
+	if err := c.Create(ctx, dotted); err == nil || !strings.Contains(err.Error(), "without dots") {
+		t.Errorf("a Backup named with a dot: %v", err)
+	}
 	get := func(b *v1alpha1.Backup) *v1alpha1.Backup {
 		got := &v1alpha1.Backup{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(b), got); err != nil {
