@@ -69,6 +69,10 @@ type Creator interface {
 // Reconciler runs Backup objects on the leader.
 type Reconciler struct {
 	Client client.Client
+	// Reader reads a Backup before deciding (default Client): the
+	// manager's API reader, so that a status just written, not yet in the
+	// cache, cannot have a run made twice.
+	Reader client.Reader
 	// Creator and Store are the manager's backup store; nil when it has
 	// none (each Backup then says so in its Ready condition).
 	Creator  Creator
@@ -98,7 +102,7 @@ const (
 
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	b := &v1alpha1.Backup{}
-	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
+	if err := r.reader().Get(ctx, req.NamespacedName, b); err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			r.forget(req.String())
 		}
@@ -141,7 +145,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// to a conflict would have the run made again.
 		status := b.Status
 		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
+			if err := r.reader().Get(ctx, req.NamespacedName, b); err != nil {
 				return err
 			}
 			b.Status = status
@@ -153,7 +157,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if d.Next.IsZero() {
 		return reconcile.Result{}, nil
 	}
-	return reconcile.Result{RequeueAfter: max(d.Next.Sub(r.Clock.Now()), 0)}, nil
+	// A run that outlasted its period is due again at once.
+	return reconcile.Result{RequeueAfter: max(d.Next.Sub(r.Clock.Now()), time.Millisecond)}, nil
 }
 
 // run makes one backup for b, due at d.DueAt, prunes b's old ones and
@@ -232,6 +237,13 @@ func (r *Reconciler) prune(ctx context.Context, b *v1alpha1.Backup, key string) 
 		}
 	}
 	return keep, nil
+}
+
+func (r *Reconciler) reader() client.Reader {
+	if r.Reader != nil {
+		return r.Reader
+	}
+	return r.Client
 }
 
 func (r *Reconciler) forget(key string) {
