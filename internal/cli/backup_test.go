@@ -14,6 +14,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,6 +96,14 @@ spec: {teeth: 12}
 		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "web:1"}}}},
 	}}, metav1.CreateOptions{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// A Job: its selector and pod labels carry its UID, which the API
+	// server refuses to take from a restore. (Suspended: no pods.)
+	if _, err := env.Client.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "report"}, Spec: batchv1.JobSpec{
+		Suspend:  ptr.To(true),
+		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "r", Image: "report:1"}}}},
+	}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	oldPods := env.WaitPodsRunning(t, ns, "app=web", 2, 2*time.Minute)
@@ -229,6 +238,9 @@ spec: {teeth: 12}
 	}
 	if s, err := core.Secrets(ns).Get(ctx, "db", metav1.GetOptions{}); err != nil || string(s.Data["password"]) != canary {
 		t.Errorf("the Secret after the restore: %v", err)
+	}
+	if _, err := env.Client.BatchV1().Jobs(ns).Get(ctx, "report", metav1.GetOptions{}); err != nil {
+		t.Errorf("the Job after the restore: %v", err)
 	}
 	widgets := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "widgets"}
 	if w, err := env.Dynamic.Resource(widgets).Namespace(ns).Get(ctx, "gear", metav1.GetOptions{}); err != nil {

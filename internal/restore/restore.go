@@ -256,6 +256,15 @@ func forCreate(gr schema.GroupResource, obj *unstructured.Unstructured) *unstruc
 	case schema.GroupResource{Resource: "pods"}:
 		// Scheduled again: the node it ran on may be gone.
 		unstructured.RemoveNestedField(obj.Object, "spec", "nodeName")
+	case schema.GroupResource{Group: "batch", Resource: "jobs"}:
+		// The API server generates a Job's selector from its new UID and
+		// refuses one carried over, unless the user chose it.
+		if manual, _, _ := unstructured.NestedBool(obj.Object, "spec", "manualSelector"); !manual {
+			unstructured.RemoveNestedField(obj.Object, "spec", "selector")
+			for _, l := range []string{"controller-uid", "batch.kubernetes.io/controller-uid"} {
+				unstructured.RemoveNestedField(obj.Object, "spec", "template", "metadata", "labels", l)
+			}
+		}
 	}
 	return obj
 }
