@@ -361,6 +361,11 @@ func (c *Creator) list(ctx context.Context, cand candidate, m *Manifest) ([]unst
 		m.Warnings = append(m.Warnings, fmt.Sprintf("%s read at a later revision than %s: %v", cand.gvr.GroupResource(), m.ResourceVersion, err))
 		items, rv, err = read("")
 	}
+	if apierrors.IsForbidden(err) {
+		// Never a backup silently without a resource: say how to leave it
+		// out on purpose.
+		return nil, "", fmt.Errorf("listing %s: %w: use credentials that may list it, or leave it out (--exclude-resources %s)", cand.gvr.GroupResource(), err, cand.gvr.GroupResource())
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("listing %s: %w", cand.gvr.GroupResource(), err)
 	}

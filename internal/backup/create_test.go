@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -258,5 +259,21 @@ func TestBackupReadFindsATamperedObject(t *testing.T) {
 	}
 	if _, _, err := Read(ctx, c.store, "b", nil, nil); !errors.Is(err, storage.ErrChecksum) || !strings.Contains(err.Error(), "configmaps/prices in namespace shop") {
 		t.Errorf("reading a tampered archive: %v", err)
+	}
+}
+
+// A resource the credentials may not list fails the backup, naming the
+// way to leave it out: a backup never lacks a resource silently.
+func TestBackupRefusesWhatItMayNotList(t *testing.T) {
+	c := newCluster(t, testKey(t))
+	fake := c.creator.Dynamic.(*dynamicfake.FakeDynamicClient)
+	fake.PrependReactor("list", "secrets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "", errors.New("RBAC"))
+	})
+	if _, err := c.creator.Create(context.Background(), "x", Selection{Namespaces: []string{"shop"}}); err == nil || !strings.Contains(err.Error(), "--exclude-resources secrets") {
+		t.Errorf("a forbidden list: %v", err)
+	}
+	if listed, _ := List(context.Background(), c.store); len(listed) != 0 {
+		t.Errorf("a failed backup is listed: %+v", listed)
 	}
 }
