@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
 var deletedOutside = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -88,21 +88,7 @@ type Scope struct {
 // labels, in a namespace with nsLabels (nil: cluster-scoped, or a
 // namespace no longer known, which is given the benefit of the doubt).
 func (s Scope) covers(gr schema.GroupResource, nsLabels, objLabels map[string]string) bool {
-	if !slices.ContainsFunc(s.Resources, func(r v1alpha1.ResourceRule) bool {
-		return (slices.Contains(r.APIGroups, "*") || slices.Contains(r.APIGroups, gr.Group)) &&
-			(slices.Contains(r.Resources, "*") || slices.Contains(r.Resources, gr.Resource))
-	}) {
-		return false
-	}
-	return (nsLabels == nil || selects(s.NamespaceSelector, nsLabels)) && selects(s.ObjectSelector, objLabels)
-}
-
-func selects(sel *metav1.LabelSelector, set map[string]string) bool {
-	if sel == nil {
-		return true
-	}
-	s, err := metav1.LabelSelectorAsSelector(sel)
-	return err == nil && s.Matches(labels.Set(set))
+	return policy.InScope(s.Resources, s.NamespaceSelector, s.ObjectSelector, gr, nsLabels, objLabels)
 }
 
 // watchKey is one informer: a resource and the label selector it lists.
