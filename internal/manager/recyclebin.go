@@ -133,7 +133,7 @@ func (b *binRunnable) watcher(ctx context.Context, cfg *rest.Config, mgr ctrl.Ma
 	}
 	reader := mgr.GetCache()
 	w := &recyclebin.Watcher{Bin: b.keeper.Bin, Dynamic: dyn, Discovery: cs.Discovery(), MayWatch: clusterview.MayWatch(cs),
-		Alive: b.keeper.Alive, Recorder: recorder, Clock: clock.RealClock{}, Log: b.keeper.Log,
+		Alive: b.keeper.Alive, Captured: b.keeper.Captured, Recorder: recorder, Clock: clock.RealClock{}, Log: b.keeper.Log,
 		NamespaceLabels: namespaces.NamespaceLabels, Scopes: func() []recyclebin.Scope { return keptScopes(reader) }}
 	for _, obj := range []client.Object{&v1alpha1.ProtectionPolicy{}, &v1alpha1.RecyclePolicy{}} {
 		inf, err := mgr.GetCache().GetInformer(ctx, obj)

@@ -68,6 +68,10 @@ type Watcher struct {
 	Scopes func() []Scope
 	// NamespaceLabels are a namespace's labels, if it is known.
 	NamespaceLabels func(string) (map[string]string, bool)
+	// Captured, if set, says whether this replica captured a copy of the
+	// object with the UID lately (Keeper.Captured): asked before the
+	// API server and the store.
+	Captured func(types.UID) bool
 
 	mu      sync.Mutex
 	running map[watchKey]bool
@@ -264,6 +268,9 @@ func (w *Watcher) keepVanished(ctx context.Context, gvr schema.GroupVersionResou
 // through the API.
 func (w *Watcher) vanished(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) error {
 	e := Entry{Resource: gvr, Kind: u.GetKind(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID()}
+	if w.Captured != nil && w.Captured(e.UID) {
+		return nil // deleted through the API, and kept
+	}
 	found, _, err := w.Alive(ctx, gvr, e.Namespace, e.Name, e.UID)
 	if err != nil {
 		return fmt.Errorf("checking whether it is gone: %w", err)
