@@ -47,6 +47,8 @@ type binRunnable struct {
 	// location is where the bin is, as shown in its summary: no
 	// credentials.
 	location string
+	// journal is the bin's when it is a folder (storage.Journaled).
+	journal *storage.Journaled
 }
 
 // openBinWithin bounds opening the bin's store (an S3 bucket is checked).
@@ -69,11 +71,19 @@ func recycleBin(ctx context.Context, cfg *rest.Config, o Options) (*binRunnable,
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
+	log := slog.New(logr.ToSlogHandler(o.Log.WithName("recyclebin")))
+	var journal *storage.Journaled
 	if d, ok := store.(storage.Dir); ok {
 		// Made now, and readable by the manager only.
 		if err := os.MkdirAll(d.Root, 0o700); err != nil {
 			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
+		// A capture waits for one synced append to the journal, not for
+		// the three syncs of a file stored in the folder.
+		if journal, err = storage.OpenJournaled(ctx, d, log); err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		store = journal
 	}
 	if s, ok := store.(fmt.Stringer); ok {
 		location = s.String()
@@ -92,9 +102,8 @@ func recycleBin(ctx context.Context, cfg *rest.Config, o Options) (*binRunnable,
 	if err != nil {
 		return nil, err
 	}
-	log := slog.New(logr.ToSlogHandler(o.Log.WithName("recyclebin")))
 	return &binRunnable{keeper: &recyclebin.Keeper{Bin: bin, Alive: recyclebin.MetadataLiveness(meta), Clock: clock.RealClock{}, Log: log,
-		NotDeletedAfter: o.RecycleBinNotDeletedAfter}, location: location}, nil
+		NotDeletedAfter: o.RecycleBinNotDeletedAfter}, location: location, journal: journal}, nil
 }
 
 // capturer is nil (no recycle bin) or the keeper.
@@ -109,6 +118,11 @@ func (b *binRunnable) capturer() rampartadmission.Capturer {
 func (b *binRunnable) Start(ctx context.Context) error {
 	b.keeper.Start(ctx, resumeWithin)
 	<-ctx.Done()
+	if b.journal != nil {
+		// What is journaled goes to the folder now; captures from here
+		// on go to it directly.
+		return b.journal.Close()
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -205,7 +206,21 @@ func (d Dir) sum(p string) (string, error) {
 	return sum, nil
 }
 
+// Get opens name, from the folder or, while a Journaled process has not
+// stored it there yet, from its journal.
 func (d Dir) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	r, err := d.get(ctx, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		if clean, cerr := cleanName(name); cerr == nil {
+			if data, ok := journaled(d.Root)[clean]; ok {
+				return io.NopCloser(bytes.NewReader(data.data)), nil
+			}
+		}
+	}
+	return r, err
+}
+
+func (d Dir) get(ctx context.Context, name string) (io.ReadCloser, error) {
 	p, err := d.path(name)
 	if err != nil {
 		return nil, err
@@ -224,7 +239,30 @@ func (d Dir) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 	return &verifying{r: f, ctx: ctx, h: sha256.New(), want: want, name: name}, nil
 }
 
+// List lists the folder's objects and those a Journaled process has in
+// its journal but not yet in the folder.
 func (d Dir) List(ctx context.Context, prefix string) ([]Object, error) {
+	out, err := d.list(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	j := journaled(d.Root)
+	if len(j) == 0 {
+		return out, nil
+	}
+	for _, o := range out {
+		delete(j, o.Name)
+	}
+	for name, r := range j {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, Object{Name: name, Size: int64(len(r.data)), SHA256: sha256Hex(r.data), Modified: r.modified})
+		}
+	}
+	sortByName(out)
+	return out, nil
+}
+
+func (d Dir) list(ctx context.Context, prefix string) ([]Object, error) {
 	var out []Object
 	// Only the folder the prefix names is walked: a caller asking for
 	// one object's versions does not pay for the whole store.
@@ -245,6 +283,9 @@ func (d Dir) List(ctx context.Context, prefix string) ([]Object, error) {
 			return err
 		}
 		base := filepath.Base(p)
+		if e.IsDir() && base == journalDir && filepath.Dir(p) == d.Root {
+			return fs.SkipDir // Journaled's, not objects
+		}
 		if e.IsDir() || strings.HasSuffix(p, sumSuffix) || strings.HasPrefix(base, ".put-") || strings.HasPrefix(base, ".sum-") {
 			return nil
 		}
