@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -34,7 +36,17 @@ import (
 	"github.com/rampart-io/rampart/internal/storage"
 )
 
-func init() { metrics.Registry.MustRegister(recyclebin.Collectors()...) }
+// unstoredCopies shows a journal whose copies do not reach their files:
+// safe on disk, but only a restart's replay would store them.
+var unstoredCopies = prometheus.NewGauge(prometheus.GaugeOpts{
+	Name: "rampart_recyclebin_unstored_copies",
+	Help: "Copies this replica's recycle-bin journal holds that are not stored as files in the bin's folder yet (normally 0 within milliseconds; growing: the folder refuses writes, see the log).",
+})
+
+func init() {
+	metrics.Registry.MustRegister(recyclebin.Collectors()...)
+	metrics.Registry.MustRegister(unstoredCopies)
+}
 
 // resumeWithin is how far back a starting manager looks for captures a
 // previous run left unsettled.
@@ -117,6 +129,9 @@ func (b *binRunnable) capturer() rampartadmission.Capturer {
 // Start implements manager.Runnable.
 func (b *binRunnable) Start(ctx context.Context) error {
 	b.keeper.Start(ctx, resumeWithin)
+	if b.journal != nil {
+		go wait.UntilWithContext(ctx, func(context.Context) { unstoredCopies.Set(float64(b.journal.Unstored())) }, 10*time.Second)
+	}
 	<-ctx.Done()
 	if b.journal != nil {
 		// What is journaled goes to the folder now; captures from here

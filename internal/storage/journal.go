@@ -388,6 +388,13 @@ func (j *Journaled) PutLazily(ctx context.Context, name string, r io.Reader) (Ob
 	return j.Dir.PutLazily(ctx, name, r)
 }
 
+// Unstored is how many journaled objects are not in the Dir yet.
+func (j *Journaled) Unstored() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.pending)
+}
+
 // Flush waits until every object journaled so far is in the Dir.
 func (j *Journaled) Flush(ctx context.Context) error {
 	for {
