@@ -69,6 +69,11 @@ const segmentSize = 4 << 20
 // window).
 const idleRotate = 30 * time.Second
 
+// adoptEvery is how often a running process stores what the journals of
+// processes that ended (a replica killed) left, without waiting for one to
+// start again.
+var adoptEvery = 10 * time.Second
+
 // maxPending bounds what waits for the background writer: past it, Put
 // writes to the Dir directly.
 const maxPending = 4096
@@ -125,13 +130,16 @@ func OpenJournaled(ctx context.Context, d Dir, log *slog.Logger) (*Journaled, er
 	return j, nil
 }
 
-// newSegment makes a zero-filled, synced, locked journal file.
+// newSegment makes a zero-filled, synced, locked journal file. It is
+// locked before it takes its .wal name, so that no other process ever
+// takes it for an ended one's.
 func newSegment(dir string) (*segment, error) {
 	p := filepath.Join(dir, strconv.FormatInt(time.Now().UnixNano(), 10)+"-"+strconv.Itoa(os.Getpid())+".wal")
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.OpenFile(p+".new", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
+	defer os.Remove(p + ".new") // gone once renamed
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", p, err)
@@ -141,6 +149,10 @@ func newSegment(dir string) (*segment, error) {
 		return nil, err
 	}
 	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := os.Rename(p+".new", p); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -264,10 +276,18 @@ func (j *Journaled) store() {
 	defer j.wg.Done()
 	tick := time.NewTicker(idleRotate / 3)
 	defer tick.Stop()
+	adopt := time.NewTicker(adoptEvery)
+	defer adopt.Stop()
 	for {
 		select {
 		case p := <-j.todo:
 			j.storeOne(p)
+		case <-adopt.C:
+			// Journals no process holds: a flock on one of ours fails
+			// too (locks belong to the open file), so ours are left.
+			if err := j.replay(context.Background(), filepath.Join(j.Root, journalDir)); err != nil {
+				j.log.Warn("journal: storing what an ended process journaled", "err", err)
+			}
 		case <-tick.C:
 			j.mu.Lock()
 			if a := j.active; !j.closed && a.end > 0 && len(j.pending) == 0 && time.Since(a.used) >= idleRotate {

@@ -112,6 +112,39 @@ func TestJournalLeavesARunningProcessesJournalAlone(t *testing.T) {
 	}
 }
 
+// A running process stores what the journal of a process that ended (a
+// replica killed) left, without waiting for a start.
+func TestJournalAdoptsWhatAnEndedProcessLeft(t *testing.T) {
+	defer func(d time.Duration) { adoptEvery = d }(adoptEvery)
+	adoptEvery = 50 * time.Millisecond
+	root := t.TempDir()
+	j := openJournaled(t, root)
+	left := filepath.Join(root, journalDir, "2-2.wal")
+	if err := os.WriteFile(left, encodeRecord("entries/orphan", []byte("kept")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(left); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ended process's journal was not taken over within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := readAll(t, Dir{Root: root}, "entries/orphan"); got != "kept" {
+		t.Errorf("entries/orphan: %q", got)
+	}
+	if _, err := j.Put(context.Background(), "entries/mine", strings.NewReader("mine")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * adoptEvery) // our own journal is never taken for an ended one's
+	if n := len(wals(t, root)); n != 1 {
+		t.Errorf("%d journals, want ours alone", n)
+	}
+}
+
 // Objects are readable and listed as soon as Put returns, end up in the
 // Dir, and the journal holds nothing once they are: concurrent Puts, one
 // deleted before it reached the Dir, and records over several journals.
