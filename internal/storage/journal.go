@@ -515,6 +515,16 @@ func journaled(root string) map[string]journaledRecord {
 // replay stores the objects of every journal nobody holds that the Dir
 // lacks, then removes the journal.
 func (j *Journaled) replay(ctx context.Context, dir string) error {
+	// A journal a crash left half made holds nothing yet.
+	made, _ := filepath.Glob(filepath.Join(dir, "*.wal.new"))
+	for _, p := range made {
+		if f, err := os.Open(p); err == nil {
+			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+				_ = os.Remove(p)
+			}
+			f.Close()
+		}
+	}
 	files, err := filepath.Glob(filepath.Join(dir, "*.wal"))
 	if err != nil {
 		return err
