@@ -58,8 +58,10 @@ change windows.
 
 The policies come from the cluster (every ProtectionPolicy), or from files
 with -f (YAML; kinds other than ProtectionPolicy are skipped), so they can
-be compiled in CI without a cluster. The API server takes a moment to load
-new policies: check one with a dry run before relying on it, e.g.
+be compiled in CI without a cluster. The API server loads new policies on
+a one-second tick, so the first ones applied can be in force a second
+before the last: check the LAST policy printed with a dry run before
+relying on any of them (it is loaded after the others), e.g.
   kubectl delete configmap NAME --dry-run=server`,
 		Example: `  rampart export policies | kubectl apply -f -
   rampart export policies -f policies.yaml --replicas-exempt-service-accounts kube-system:horizontal-pod-autoscaler
