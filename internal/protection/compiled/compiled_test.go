@@ -1,4 +1,4 @@
-package compiled
+package compiled_test
 
 import (
 	"slices"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/protection"
+	"github.com/rampart-io/rampart/internal/protection/compiled"
+	"github.com/rampart-io/rampart/internal/protection/compiled/compiledtest"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
 	"github.com/rampart-io/rampart/internal/protection/policy"
 	"github.com/rampart-io/rampart/internal/protection/replicas"
@@ -98,38 +100,38 @@ var tablePolicies = []v1alpha1.ProtectionPolicy{
 	},
 }
 
-var tableOptions = Options{OwnNamespace: own, ReplicasExempt: v1alpha1.Subjects{Users: []string{"autoscaler-bot"}}}
+var tableOptions = compiled.Options{OwnNamespace: own, ReplicasExempt: v1alpha1.Subjects{Users: []string{"autoscaler-bot"}}}
 
 // webhooks is what Rampart's webhooks answer for the same request: the Go
 // decisions (deletion.Decide, replicas.Decide), reached as the webhook
 // configuration reaches them (Rampart's namespace left out, each policy's
 // resources and selectors, the object before the write, exemptions).
-func webhooks(t *testing.T, r request, policies []v1alpha1.ProtectionPolicy, o Options, nsByName map[string]*corev1.Namespace) outcome {
+func webhooks(t *testing.T, r compiledtest.Request, policies []v1alpha1.ProtectionPolicy, o compiled.Options, nsByName map[string]*corev1.Namespace) compiledtest.Outcome {
 	t.Helper()
-	if r.namespace == o.OwnNamespace {
-		return outcome{}
+	if r.Namespace == o.OwnNamespace {
+		return compiledtest.Outcome{}
 	}
-	gr := r.gvr.GroupResource()
-	old := &unstructured.Unstructured{Object: r.old}
+	gr := r.GVR.GroupResource()
+	old := &unstructured.Unstructured{Object: r.Old}
 	var nsLabels map[string]string
-	if r.namespace != "" {
-		nsLabels = nsByName[r.namespace].Labels
+	if r.Namespace != "" {
+		nsLabels = nsByName[r.Namespace].Labels
 	}
 	// The webhook names a deleted object from the old object: an item of
 	// a DeleteCollection comes with the collection's request, no name.
 	obj := protection.Object{Resource: gr, Namespace: old.GetNamespace(), Name: old.GetName()}
 	if gr.Group == "" {
-		obj.Singular = lower(r.gvk.Kind)
+		obj.Singular = lower(r.GVK.Kind)
 	}
-	u := authenticationv1.UserInfo{Username: r.user.GetName(), Groups: r.user.GetGroups()}
-	var out outcome
+	u := authenticationv1.UserInfo{Username: r.User.GetName(), Groups: r.User.GetGroups()}
+	var out compiledtest.Outcome
 	decide := func(v protection.Verdict, enforce bool) {
 		switch {
 		case v.Allowed:
 		case !enforce:
-			out.warnings = append(out.warnings, "rampart (Warn mode): "+v.Message)
-		case !out.denied:
-			out.denied, out.message = true, v.Message
+			out.Warnings = append(out.Warnings, "rampart (Warn mode): "+v.Message)
+		case !out.Denied:
+			out.Denied, out.Message = true, v.Message
 		}
 	}
 	covering := func(purpose policy.Purpose) []*v1alpha1.ProtectionPolicy {
@@ -141,7 +143,7 @@ func webhooks(t *testing.T, r request, policies []v1alpha1.ProtectionPolicy, o O
 		}
 		return ps
 	}
-	switch r.op {
+	switch r.Op {
 	case admission.Delete:
 		if v1alpha1.ProtectionLevel(old.GetLabels()[v1alpha1.LabelProtection]) == v1alpha1.ProtectionAlways {
 			decide(deletion.Decide(deletion.Request{Object: obj, Level: v1alpha1.ProtectionAlways}, nil), true)
@@ -153,10 +155,10 @@ func webhooks(t *testing.T, r request, policies []v1alpha1.ProtectionPolicy, o O
 			decide(deletion.Decide(deletion.Request{Object: obj, Level: p.Spec.Protection, Source: protection.Source{Policy: p.Name}}, nil), policy.Enforced(p))
 		}
 	case admission.Update:
-		if !StaticReplicas(gr) {
+		if !compiled.StaticReplicas(gr) {
 			return out
 		}
-		cur := &unstructured.Unstructured{Object: r.obj}
+		cur := &unstructured.Unstructured{Object: r.Obj}
 		base := replicas.Request{Object: obj, Old: replicasOf(old), New: replicasOf(cur),
 			Confirm: cur.GetAnnotations()[v1alpha1.AnnotationConfirmReplicas]}
 		if old.GetLabels()[v1alpha1.LabelExplicitReplicas] == "true" || cur.GetLabels()[v1alpha1.LabelExplicitReplicas] == "true" {
@@ -170,8 +172,8 @@ func webhooks(t *testing.T, r request, policies []v1alpha1.ProtectionPolicy, o O
 			decide(replicas.Decide(req), policy.Enforced(p))
 		}
 	}
-	if out.denied {
-		out.warnings = nil
+	if out.Denied {
+		out.Warnings = nil
 	}
 	return out
 }
@@ -194,31 +196,31 @@ func lower(s string) string {
 	return string(b)
 }
 
-func del(gvk schema.GroupVersionKind, ns, name string, labels map[string]string, u user.Info) request {
+func del(gvk schema.GroupVersionKind, ns, name string, labels map[string]string, u user.Info) compiledtest.Request {
 	objNs := ns
 	if gvk == namespaces {
 		objNs = ""
 	}
-	return request{op: admission.Delete, gvk: gvk, gvr: gvk.GroupVersion().WithResource(resourceOf[gvk]), namespace: ns, name: name,
-		old: object(gvk, objNs, name, labels, nil, nil), user: u}
+	return compiledtest.Request{Op: admission.Delete, GVK: gvk, GVR: gvk.GroupVersion().WithResource(resourceOf[gvk]), Namespace: ns, Name: name,
+		Old: compiledtest.Object(gvk, objNs, name, labels, nil, nil), User: u}
 }
 
 // collectionItem is r as an item of a DeleteCollection: the API server
 // judges each item with the collection's request, which names no object
 // (a namespaced resource has no DeleteCollection across all namespaces:
 // the namespace is always there).
-func collectionItem(r request) request {
-	r.name = ""
+func collectionItem(r compiledtest.Request) compiledtest.Request {
+	r.Name = ""
 	return r
 }
 
-func update(gvk schema.GroupVersionKind, ns, name string, oldLabels, newLabels map[string]string, from, to int64, confirm string, u user.Info) request {
+func update(gvk schema.GroupVersionKind, ns, name string, oldLabels, newLabels map[string]string, from, to int64, confirm string, u user.Info) compiledtest.Request {
 	var ann map[string]string
 	if confirm != "" {
 		ann = map[string]string{v1alpha1.AnnotationConfirmReplicas: confirm}
 	}
-	return request{op: admission.Update, gvk: gvk, gvr: gvk.GroupVersion().WithResource(resourceOf[gvk]), namespace: ns, name: name,
-		old: object(gvk, ns, name, oldLabels, from, nil), obj: object(gvk, ns, name, newLabels, to, ann), user: u}
+	return compiledtest.Request{Op: admission.Update, GVK: gvk, GVR: gvk.GroupVersion().WithResource(resourceOf[gvk]), Namespace: ns, Name: name,
+		Old: compiledtest.Object(gvk, ns, name, oldLabels, from, nil), Obj: compiledtest.Object(gvk, ns, name, newLabels, to, ann), User: u}
 }
 
 var (
@@ -233,11 +235,11 @@ var (
 // the API server's own libraries: the same requests are refused, with the
 // same message, and the same are admitted or warned about.
 func TestBothEnginesAgree(t *testing.T) {
-	api := newAPIServer(t, cluster...)
-	compiled := Compile(tablePolicies, tableOptions)
+	api := compiledtest.NewAPIServer(t, cluster...)
+	policies := compiled.Compile(tablePolicies, tableOptions)
 	tests := []struct {
 		name   string
-		req    request
+		req    compiledtest.Request
 		denied bool
 		warned bool
 	}{
@@ -290,20 +292,20 @@ func TestBothEnginesAgree(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			want := webhooks(t, tt.req, tablePolicies, tableOptions, api.namespaces)
-			got := api.admit(t, compiled, tt.req.attributes())
-			if want.denied != tt.denied || (len(want.warnings) > 0) != tt.warned {
+			want := webhooks(t, tt.req, tablePolicies, tableOptions, api.Namespaces)
+			got := api.Admit(t, policies, tt.req.Attributes())
+			if want.Denied != tt.denied || (len(want.Warnings) > 0) != tt.warned {
 				t.Fatalf("the table says denied=%v warned=%v; the Go decision: %s", tt.denied, tt.warned, want)
 			}
-			if got.denied != want.denied || got.message != want.message {
+			if got.Denied != want.Denied || got.Message != want.Message {
 				t.Fatalf("the engines disagree:\n  Go decision:   %s\n  compiled CEL:  %s", want, got)
 			}
-			if len(got.warnings) != len(want.warnings) {
-				t.Fatalf("warnings differ:\n  Go decision:   %q\n  compiled CEL:  %q", want.warnings, got.warnings)
+			if len(got.Warnings) != len(want.Warnings) {
+				t.Fatalf("warnings differ:\n  Go decision:   %q\n  compiled CEL:  %q", want.Warnings, got.Warnings)
 			}
-			for i := range got.warnings {
-				if got.warnings[i] != want.warnings[i] {
-					t.Fatalf("warnings differ:\n  Go decision:   %q\n  compiled CEL:  %q", want.warnings[i], got.warnings[i])
+			for i := range got.Warnings {
+				if got.Warnings[i] != want.Warnings[i] {
+					t.Fatalf("warnings differ:\n  Go decision:   %q\n  compiled CEL:  %q", want.Warnings[i], got.Warnings[i])
 				}
 			}
 		})
@@ -314,17 +316,17 @@ func TestBothEnginesAgree(t *testing.T) {
 // webhooks, by name.
 func TestCompiledShapes(t *testing.T) {
 	var names []string
-	for _, p := range Compile(tablePolicies, tableOptions) {
+	for _, p := range compiled.Compile(tablePolicies, tableOptions) {
 		names = append(names, p.Policy.Name)
 		if p.Binding.Name != p.Policy.Name || p.Binding.Spec.PolicyName != p.Policy.Name {
 			t.Errorf("%s: binding %s for policy %s", p.Policy.Name, p.Binding.Name, p.Binding.Spec.PolicyName)
 		}
-		if p.Policy.Labels[LabelManagedBy] != ManagedBy || p.Binding.Labels[LabelManagedBy] != ManagedBy {
+		if p.Policy.Labels[compiled.LabelManagedBy] != compiled.ManagedBy || p.Binding.Labels[compiled.LabelManagedBy] != compiled.ManagedBy {
 			t.Errorf("%s: not labelled as Rampart's", p.Policy.Name)
 		}
 	}
-	want := []string{LabelDeletionName, LabelReplicasName,
-		DeletionName("pay-config"), DeletionName("databases"), ReplicasName("databases"), ReplicasName("no-zero"), DeletionName("try-out")}
+	want := []string{compiled.LabelDeletionName, compiled.LabelReplicasName,
+		compiled.DeletionName("pay-config"), compiled.DeletionName("databases"), compiled.ReplicasName("databases"), compiled.ReplicasName("no-zero"), compiled.DeletionName("try-out")}
 	if !slices.Equal(names, want) {
 		t.Errorf("compiled %v, want %v (Cascading is never compiled)", names, want)
 	}

@@ -1,4 +1,8 @@
-package compiled
+// Package compiledtest evaluates compiled policies in process as
+// kube-apiserver's ValidatingAdmissionPolicy plugin does, with its own
+// libraries, so that the Go decisions' tests can run each row through the
+// compiled CEL too (one meaning, two engines). For tests only.
+package compiledtest
 
 import (
 	"context"
@@ -24,21 +28,26 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/rampart-io/rampart/internal/protection/compiled"
 )
 
-// apiServer evaluates compiled policies as kube-apiserver's
+// APIServer evaluates compiled policies as kube-apiserver's
 // ValidatingAdmissionPolicy plugin does, with its own libraries: the
 // matcher (resource rules, namespace and object selectors), the CEL
 // compiler and environment, and the validator (match conditions,
 // variables, validations, message expressions). Only the plumbing that
 // loads policies from informers and dispatches is left out.
-type apiServer struct {
-	matcher    generic.PolicyMatcher
-	namespaces map[string]*corev1.Namespace
+type APIServer struct {
+	matcher generic.PolicyMatcher
+	// Namespaces are the cluster's namespaces by name, labelled as the
+	// API server labels them.
+	Namespaces map[string]*corev1.Namespace
 	ifaces     admission.ObjectInterfaces
 }
 
-func newAPIServer(t testing.TB, namespaces ...*corev1.Namespace) *apiServer {
+// NewAPIServer is an API server with these namespaces.
+func NewAPIServer(t testing.TB, namespaces ...*corev1.Namespace) *APIServer {
 	t.Helper()
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	byName := map[string]*corev1.Namespace{}
@@ -58,7 +67,7 @@ func newAPIServer(t testing.TB, namespaces ...*corev1.Namespace) *apiServer {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	return &apiServer{matcher: generic.NewPolicyMatcher(m), namespaces: byName, ifaces: admission.NewObjectInterfacesFromScheme(scheme)}
+	return &APIServer{matcher: generic.NewPolicyMatcher(m), Namespaces: byName, ifaces: admission.NewObjectInterfacesFromScheme(scheme)}
 }
 
 // compile is the plugin's compilePolicy, which is not exported.
@@ -98,19 +107,19 @@ func compile(p *admissionregistrationv1.ValidatingAdmissionPolicy) validating.Va
 		p.Spec.FailurePolicy, nil)
 }
 
-// outcome is what a client sees of one request: refused with a message,
+// Outcome is what a client sees of one request: refused with a message,
 // or admitted with warnings.
-type outcome struct {
-	denied   bool
-	message  string
-	warnings []string
+type Outcome struct {
+	Denied   bool
+	Message  string
+	Warnings []string
 }
 
-// admit runs a request through every compiled policy, as the API server
+// Admit runs a request through every compiled policy, as the API server
 // would, and says what the client sees.
-func (s *apiServer) admit(t testing.TB, policies []Policy, a admission.Attributes) outcome {
+func (s *APIServer) Admit(t testing.TB, policies []compiled.Policy, a admission.Attributes) Outcome {
 	t.Helper()
-	var out outcome
+	var out Outcome
 	for _, p := range policies {
 		ok, gvr, gvk, err := s.matcher.DefinitionMatches(a, s.ifaces, validating.NewValidatingAdmissionPolicyAccessor(p.Policy))
 		if err != nil {
@@ -127,7 +136,7 @@ func (s *apiServer) admit(t testing.TB, policies []Policy, a admission.Attribute
 			t.Fatalf("%s: %v", p.Policy.Name, err)
 		}
 		va := &admission.VersionedAttributes{Attributes: a, VersionedKind: gvk, VersionedObject: a.GetObject(), VersionedOldObject: a.GetOldObject()}
-		res := v.Validate(context.Background(), gvr, va, nil, s.namespaces[a.GetNamespace()], celconfig.RuntimeCELCostBudget, nil)
+		res := v.Validate(context.Background(), gvr, va, nil, s.Namespaces[a.GetNamespace()], celconfig.RuntimeCELCostBudget, nil)
 		for _, d := range res.Decisions {
 			if d.Evaluation == validating.EvalError {
 				t.Fatalf("%s: evaluation error: %s", p.Policy.Name, d.Message)
@@ -141,46 +150,47 @@ func (s *apiServer) admit(t testing.TB, policies []Policy, a admission.Attribute
 			for _, action := range p.Binding.Spec.ValidationActions {
 				switch action {
 				case admissionregistrationv1.Deny:
-					if !out.denied {
-						out.denied, out.message = true, d.Message
+					if !out.Denied {
+						out.Denied, out.Message = true, d.Message
 					}
 				case admissionregistrationv1.Warn:
-					out.warnings = append(out.warnings, d.Message)
+					out.Warnings = append(out.Warnings, d.Message)
 				}
 			}
 		}
 	}
-	if out.denied {
-		out.warnings = nil
+	if out.Denied {
+		out.Warnings = nil
 	}
 	return out
 }
 
-// request is one request as both engines see it.
-type request struct {
-	op        admission.Operation
-	gvk       schema.GroupVersionKind
-	gvr       schema.GroupVersionResource
-	namespace string
-	name      string
-	// old and obj are the object before and after (old only for DELETE).
-	old, obj map[string]any
-	user     user.Info
+// Request is one request as both engines see it.
+type Request struct {
+	Op        admission.Operation
+	GVK       schema.GroupVersionKind
+	GVR       schema.GroupVersionResource
+	Namespace string
+	Name      string
+	// Old and Obj are the object before and after (Old only for DELETE).
+	Old, Obj map[string]any
+	User     user.Info
 }
 
-func (r request) attributes() admission.Attributes {
+// Attributes are the request as admission plugins see it.
+func (r Request) Attributes() admission.Attributes {
 	var obj, old runtime.Object
-	if r.obj != nil {
-		obj = &unstructured.Unstructured{Object: r.obj}
+	if r.Obj != nil {
+		obj = &unstructured.Unstructured{Object: r.Obj}
 	}
-	if r.old != nil {
-		old = &unstructured.Unstructured{Object: r.old}
+	if r.Old != nil {
+		old = &unstructured.Unstructured{Object: r.Old}
 	}
-	return admission.NewAttributesRecord(obj, old, r.gvk, r.namespace, r.name, r.gvr, "", r.op, nil, false, r.user)
+	return admission.NewAttributesRecord(obj, old, r.GVK, r.Namespace, r.Name, r.GVR, "", r.Op, nil, false, r.User)
 }
 
-// object is a minimal object of kind gvk.
-func object(gvk schema.GroupVersionKind, ns, name string, labels map[string]string, replicas any, annotations map[string]string) map[string]any {
+// Object is a minimal object of kind gvk; replicas nil leaves spec out.
+func Object(gvk schema.GroupVersionKind, ns, name string, labels map[string]string, replicas any, annotations map[string]string) map[string]any {
 	meta := map[string]any{"name": name}
 	if ns != "" {
 		meta["namespace"] = ns
@@ -206,12 +216,12 @@ func object(gvk schema.GroupVersionKind, ns, name string, labels map[string]stri
 	return o
 }
 
-func (o outcome) String() string {
-	if o.denied {
-		return "denied: " + o.message
+func (o Outcome) String() string {
+	if o.Denied {
+		return "denied: " + o.Message
 	}
-	if len(o.warnings) > 0 {
-		return "admitted with warnings: " + strings.Join(o.warnings, " | ")
+	if len(o.Warnings) > 0 {
+		return "admitted with warnings: " + strings.Join(o.Warnings, " | ")
 	}
 	return "admitted"
 }
