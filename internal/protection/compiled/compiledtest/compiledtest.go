@@ -172,6 +172,8 @@ type Request struct {
 	GVR       schema.GroupVersionResource
 	Namespace string
 	Name      string
+	// Subresource is "scale" for a write through the scale subresource.
+	Subresource string
 	// Old and Obj are the object before and after (Old only for DELETE).
 	Old, Obj map[string]any
 	User     user.Info
@@ -186,7 +188,7 @@ func (r Request) Attributes() admission.Attributes {
 	if r.Old != nil {
 		old = &unstructured.Unstructured{Object: r.Old}
 	}
-	return admission.NewAttributesRecord(obj, old, r.GVK, r.Namespace, r.Name, r.GVR, "", r.Op, nil, false, r.User)
+	return admission.NewAttributesRecord(obj, old, r.GVK, r.Namespace, r.Name, r.GVR, r.Subresource, r.Op, nil, false, r.User)
 }
 
 // Object is a minimal object of kind gvk; replicas nil leaves spec out.
@@ -224,4 +226,56 @@ func (o Outcome) String() string {
 		return "admitted with warnings: " + strings.Join(o.Warnings, " | ")
 	}
 	return "admitted"
+}
+
+// Kinds are the kinds of the resources Rampart's tables use, as the API
+// server names them in a request.
+var Kinds = map[schema.GroupResource]schema.GroupVersionKind{
+	{Resource: "namespaces"}:                                               {Version: "v1", Kind: "Namespace"},
+	{Resource: "configmaps"}:                                               {Version: "v1", Kind: "ConfigMap"},
+	{Resource: "replicationcontrollers"}:                                   {Version: "v1", Kind: "ReplicationController"},
+	{Group: "apps", Resource: "deployments"}:                               {Group: "apps", Version: "v1", Kind: "Deployment"},
+	{Group: "apps", Resource: "replicasets"}:                               {Group: "apps", Version: "v1", Kind: "ReplicaSet"},
+	{Group: "apps", Resource: "statefulsets"}:                              {Group: "apps", Version: "v1", Kind: "StatefulSet"},
+	{Group: "apps", Resource: "daemonsets"}:                                {Group: "apps", Version: "v1", Kind: "DaemonSet"},
+	{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}: {Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
+}
+
+// For is a request of op on the object of resource gr in namespace ns
+// (the namespace's own name for a Namespace), by the user named who.
+func For(t testing.TB, op admission.Operation, gr schema.GroupResource, ns, name, who string) Request {
+	t.Helper()
+	gvk, ok := Kinds[gr]
+	if !ok {
+		t.Fatalf("no kind for %v: add it to compiledtest.Kinds", gr)
+	}
+	return Request{Op: op, GVK: gvk, GVR: gvk.GroupVersion().WithResource(gr.Resource), Namespace: ns, Name: name, User: &user.DefaultInfo{Name: who}}
+}
+
+// InNamespace is an API server holding only the namespace ns ("" none),
+// enough for a request in it.
+func InNamespace(t testing.TB, ns string) *APIServer {
+	t.Helper()
+	if ns == "" {
+		return NewAPIServer(t)
+	}
+	return NewAPIServer(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+}
+
+// SameVerdict fails t unless the compiled policies' outcome is the Go
+// decision's: refused with the same message, or admitted.
+func SameVerdict(t testing.TB, allowed bool, message string, got Outcome) {
+	t.Helper()
+	if got.Denied == allowed || got.Message != message {
+		t.Errorf("the engines disagree:\n  Go decision:   allowed=%v %q\n  compiled CEL:  %s", allowed, message, got)
+	}
+}
+
+// Left fails t if a compiled policy judged a request that needs the
+// cluster's state (why), which only the webhook may decide.
+func Left(t testing.TB, why string, got Outcome) {
+	t.Helper()
+	if got.Denied || len(got.Warnings) > 0 {
+		t.Errorf("a compiled policy judged %s, which needs the cluster's state: %s", why, got)
+	}
 }
