@@ -119,8 +119,40 @@ type Outcome struct {
 // would, and says what the client sees.
 func (s *APIServer) Admit(t testing.TB, policies []compiled.Policy, a admission.Attributes) Outcome {
 	t.Helper()
-	var out Outcome
+	return s.Load(t, policies).Admit(t, a)
+}
+
+// Loaded are compiled policies as the API server holds them once loaded:
+// CEL compiled, ready to judge requests (for benchmarks: Admit compiles
+// each time).
+type Loaded struct {
+	server     *APIServer
+	policies   []compiled.Policy
+	validators []validating.Validator
+}
+
+// Load compiles the policies' CEL as the API server does when it loads
+// them, and fails t on a compile error.
+func (s *APIServer) Load(t testing.TB, policies []compiled.Policy) *Loaded {
+	t.Helper()
+	l := &Loaded{server: s, policies: policies}
 	for _, p := range policies {
+		v := compile(p.Policy)
+		if err := v.CompileError(); err != nil {
+			t.Fatalf("%s: %v", p.Policy.Name, err)
+		}
+		l.validators = append(l.validators, v)
+	}
+	return l
+}
+
+// Admit runs a request through the loaded policies and says what the
+// client sees.
+func (l *Loaded) Admit(t testing.TB, a admission.Attributes) Outcome {
+	t.Helper()
+	s := l.server
+	var out Outcome
+	for i, p := range l.policies {
 		ok, gvr, gvk, err := s.matcher.DefinitionMatches(a, s.ifaces, validating.NewValidatingAdmissionPolicyAccessor(p.Policy))
 		if err != nil {
 			t.Fatalf("%s: matching: %v", p.Policy.Name, err)
@@ -131,12 +163,8 @@ func (s *APIServer) Admit(t testing.TB, policies []compiled.Policy, a admission.
 		if ok, err := s.matcher.BindingMatches(a, s.ifaces, validating.NewValidatingAdmissionPolicyBindingAccessor(p.Binding)); err != nil || !ok {
 			t.Fatalf("%s: the binding does not match what its policy matches (%v)", p.Policy.Name, err)
 		}
-		v := compile(p.Policy)
-		if err := v.CompileError(); err != nil {
-			t.Fatalf("%s: %v", p.Policy.Name, err)
-		}
 		va := &admission.VersionedAttributes{Attributes: a, VersionedKind: gvk, VersionedObject: a.GetObject(), VersionedOldObject: a.GetOldObject()}
-		res := v.Validate(context.Background(), gvr, va, nil, s.Namespaces[a.GetNamespace()], celconfig.RuntimeCELCostBudget, nil)
+		res := l.validators[i].Validate(context.Background(), gvr, va, nil, s.Namespaces[a.GetNamespace()], celconfig.RuntimeCELCostBudget, nil)
 		for _, d := range res.Decisions {
 			if d.Evaluation == validating.EvalError {
 				t.Fatalf("%s: evaluation error: %s", p.Policy.Name, d.Message)
