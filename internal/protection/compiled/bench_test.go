@@ -38,6 +38,7 @@ func BenchmarkCompiledAdmission(b *testing.B) {
 		{name: "Always delete denied by a bare policy (floor)", policies: floor, req: del(configMaps, "lab", "settings", always, admin), denied: true},
 		{name: "unconfirmed replica change denied", policies: labels, req: update(deployments, "lab", "web", explicit, explicit, 3, 0, "", admin), denied: true},
 		{name: "confirmed replica change", policies: labels, req: update(deployments, "lab", "web", explicit, explicit, 3, 0, "0", admin)},
+		{name: "update keeping the replicas", policies: labels, req: update(deployments, "lab", "web", explicit, explicit, 3, 3, "", admin)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			a := bc.req.Attributes()
