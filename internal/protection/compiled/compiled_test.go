@@ -1,24 +1,31 @@
 package compiled_test
 
 import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
 	"slices"
 	"testing"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
+	ctrladmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	"github.com/rampart-io/rampart/internal/protection"
+	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
 	"github.com/rampart-io/rampart/internal/protection/compiled/compiledtest"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
 	"github.com/rampart-io/rampart/internal/protection/policy"
-	"github.com/rampart-io/rampart/internal/protection/replicas"
 )
 
 const own = "rampart-system"
@@ -102,74 +109,73 @@ var tablePolicies = []v1alpha1.ProtectionPolicy{
 
 var tableOptions = compiled.Options{OwnNamespace: own, ReplicasExempt: v1alpha1.Subjects{Users: []string{"autoscaler-bot"}}}
 
-// webhooks is what Rampart's webhooks answer for the same request: the Go
-// decisions (deletion.Decide, replicas.Decide), reached as the webhook
-// configuration reaches them (Rampart's namespace left out, each policy's
-// resources and selectors, the object before the write, exemptions).
+// webhooks is what Rampart's webhooks answer for the same request: the
+// manager's own handlers (admission.Deletion, admission.Replicas), called
+// as the API server calls them: through the label webhook, and through
+// the webhook of each policy whose resources and selectors reach the
+// object before or after the write (Rampart's namespace is never
+// reached). The cluster holds nothing else: what needs state has nothing
+// to find.
 func webhooks(t *testing.T, r compiledtest.Request, policies []v1alpha1.ProtectionPolicy, o compiled.Options, nsByName map[string]*corev1.Namespace) compiledtest.Outcome {
 	t.Helper()
 	if r.Namespace == o.OwnNamespace {
 		return compiledtest.Outcome{}
 	}
 	gr := r.GVR.GroupResource()
-	old := &unstructured.Unstructured{Object: r.Old}
+	raw := func(obj map[string]any) runtime.RawExtension {
+		if obj == nil {
+			return runtime.RawExtension{}
+		}
+		b, err := json.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return runtime.RawExtension{Raw: b}
+	}
+	req := ctrladmission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "review", Kind: metav1.GroupVersionKind(r.GVK), Resource: metav1.GroupVersionResource(r.GVR),
+		Namespace: r.Namespace, Name: r.Name, Operation: admissionv1.Operation(r.Op),
+		UserInfo:  authenticationv1.UserInfo{Username: r.User.GetName(), Groups: r.User.GetGroups()},
+		OldObject: raw(r.Old), Object: raw(r.Obj),
+	}}
+	var handler ctrladmission.Handler
+	var purpose policy.Purpose
+	switch r.Op {
+	case admission.Delete:
+		handler, purpose = &rampartadmission.Deletion{View: emptyCluster{}, Policies: rampartadmission.PolicyList(policies)}, policy.Protecting
+	case admission.Update:
+		handler, purpose = &rampartadmission.Replicas{View: emptyCluster{}, Policies: rampartadmission.PolicyList(policies), Exempt: o.ReplicasExempt}, policy.Guarding
+	default:
+		t.Fatalf("no webhook for %s", r.Op)
+	}
 	var nsLabels map[string]string
 	if r.Namespace != "" {
 		nsLabels = nsByName[r.Namespace].Labels
 	}
-	// The webhook names a deleted object from the old object: an item of
-	// a DeleteCollection comes with the collection's request, no name.
-	obj := protection.Object{Resource: gr, Namespace: old.GetNamespace(), Name: old.GetName()}
-	if gr.Group == "" {
-		obj.Singular = lower(r.GVK.Kind)
+	objLabels := []map[string]string{(&unstructured.Unstructured{Object: r.Old}).GetLabels()}
+	if r.Obj != nil {
+		objLabels = append(objLabels, (&unstructured.Unstructured{Object: r.Obj}).GetLabels())
 	}
-	u := authenticationv1.UserInfo{Username: r.User.GetName(), Groups: r.User.GetGroups()}
+	// The label webhook: its handler judges by the labels, and admits
+	// what carries none.
+	answers := []ctrladmission.Response{handler.Handle(context.Background(), req)}
+	for i := range policies {
+		p := &policies[i]
+		reached := false
+		for _, l := range objLabels {
+			reached = reached || (purpose(p) && policy.Covers(p, gr, nsLabels, l))
+		}
+		if reached {
+			answers = append(answers, handler.Handle(throughPolicy(p.Name), req))
+		}
+	}
 	var out compiledtest.Outcome
-	decide := func(v protection.Verdict, enforce bool) {
+	for _, a := range answers {
 		switch {
-		case v.Allowed:
-		case !enforce:
-			out.Warnings = append(out.Warnings, "rampart (Warn mode): "+v.Message)
-		case !out.Denied:
-			out.Denied, out.Message = true, v.Message
-		}
-	}
-	covering := func(purpose policy.Purpose) []*v1alpha1.ProtectionPolicy {
-		var ps []*v1alpha1.ProtectionPolicy
-		for _, p := range policy.Select(policies, purpose, gr, nsLabels, old.GetLabels()) {
-			if !protection.Names(p.Spec.Exempt, u) {
-				ps = append(ps, p)
-			}
-		}
-		return ps
-	}
-	switch r.Op {
-	case admission.Delete:
-		if v1alpha1.ProtectionLevel(old.GetLabels()[v1alpha1.LabelProtection]) == v1alpha1.ProtectionAlways {
-			decide(deletion.Decide(deletion.Request{Object: obj, Level: v1alpha1.ProtectionAlways}, nil), true)
-		}
-		for _, p := range covering(policy.Protecting) {
-			if p.Spec.Protection != v1alpha1.ProtectionAlways {
-				continue // Cascading needs the cluster's state: the webhook's alone
-			}
-			decide(deletion.Decide(deletion.Request{Object: obj, Level: p.Spec.Protection, Source: protection.Source{Policy: p.Name}}, nil), policy.Enforced(p))
-		}
-	case admission.Update:
-		if !compiled.StaticReplicas(gr) {
-			return out
-		}
-		cur := &unstructured.Unstructured{Object: r.Obj}
-		base := replicas.Request{Object: obj, Old: replicasOf(old), New: replicasOf(cur),
-			Confirm: cur.GetAnnotations()[v1alpha1.AnnotationConfirmReplicas]}
-		if old.GetLabels()[v1alpha1.LabelExplicitReplicas] == "true" || cur.GetLabels()[v1alpha1.LabelExplicitReplicas] == "true" {
-			req := base
-			req.Guard, req.Exempt = v1alpha1.GuardAll, protection.Names(o.ReplicasExempt, u)
-			decide(replicas.Decide(req), true)
-		}
-		for _, p := range covering(policy.Guarding) {
-			req := base
-			req.Guard, req.Source = policy.Guard(p), protection.Source{Policy: p.Name}
-			decide(replicas.Decide(req), policy.Enforced(p))
+		case !a.Allowed && !out.Denied:
+			out.Denied, out.Message = true, a.Result.Message
+		case a.Allowed:
+			out.Warnings = append(out.Warnings, a.Warnings...)
 		}
 	}
 	if out.Denied {
@@ -178,23 +184,31 @@ func webhooks(t *testing.T, r compiledtest.Request, policies []v1alpha1.Protecti
 	return out
 }
 
-func replicasOf(u *unstructured.Unstructured) int64 {
-	n, found, err := unstructured.NestedInt64(u.Object, "spec", "replicas")
-	if err != nil || !found {
-		return 1
-	}
-	return n
+// throughPolicy is the context of a request that came through a policy's
+// webhook, as the manager's server builds it from the path.
+func throughPolicy(name string) context.Context {
+	return rampartadmission.PolicyFromPath("/policy/")(context.Background(), &http.Request{URL: &url.URL{Path: "/policy/" + name}})
 }
 
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
+// emptyCluster is the handlers' view of a cluster holding nothing but the
+// request's object: nothing to cascade to, built-in kinds only.
+type emptyCluster struct{}
+
+func (emptyCluster) LivePods(string) deletion.Sample         { return deletion.Sample{} }
+func (emptyCluster) BoundClaims(string) deletion.Sample      { return deletion.Sample{} }
+func (emptyCluster) ScaledWorkloads(string) deletion.Sample  { return deletion.Sample{} }
+func (emptyCluster) ProtectedObjects(string) deletion.Sample { return deletion.Sample{} }
+func (emptyCluster) CustomResources(string) deletion.Sample  { return deletion.Sample{} }
+func (emptyCluster) Dependents(types.UID) deletion.Sample    { return deletion.Sample{} }
+func (emptyCluster) LivePodsOf(types.UID) deletion.Sample    { return deletion.Sample{} }
+func (emptyCluster) HasSynced() bool                         { return true }
+func (emptyCluster) ScaleReplicasPath(schema.GroupResource) (string, bool) {
+	return "", false
 }
+func (emptyCluster) WorkloadLabels(schema.GroupResource, string, string) (map[string]string, types.UID, bool) {
+	return nil, "", false
+}
+func (emptyCluster) NamespaceLabels(string) (map[string]string, bool) { return nil, false }
 
 func del(gvk schema.GroupVersionKind, ns, name string, labels map[string]string, u user.Info) compiledtest.Request {
 	objNs := ns
@@ -230,10 +244,11 @@ var (
 	db       = map[string]string{"tier": "db"}
 )
 
-// TestBothEnginesAgree runs the deletion and replica decision tables
-// through the Go decisions and through the compiled policies evaluated by
-// the API server's own libraries: the same requests are refused, with the
-// same message, and the same are admitted or warned about.
+// TestBothEnginesAgree runs requests through the manager's webhook
+// handlers (policies, selectors, exemptions, Warn mode, Rampart's
+// namespace) and through the compiled policies evaluated by the API
+// server's own libraries: the same requests are refused, with the same
+// message, and the same are admitted or warned about.
 func TestBothEnginesAgree(t *testing.T) {
 	api := compiledtest.NewAPIServer(t, cluster...)
 	policies := compiled.Compile(tablePolicies, tableOptions)
