@@ -18,6 +18,7 @@ import (
 	celvalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
 	apiextensionsvalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
@@ -199,6 +200,10 @@ func checkPolicy(ctx context.Context, p *v1alpha1.ProtectionPolicy, doc []byte) 
 	}
 	if p.Name == "" {
 		return field.ErrorList{field.Required(field.NewPath("metadata", "name"), "a policy needs a name")}, nil
+	}
+	// Names are checked by the API server itself, not by the schema.
+	if msgs := validation.IsDNS1123Subdomain(p.Name); len(msgs) > 0 {
+		return field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), p.Name, strings.Join(msgs, "; "))}, nil
 	}
 	// What the CEL rules may read of metadata, as the API server passes it.
 	obj["metadata"] = map[string]any{"name": p.Name}

@@ -141,6 +141,8 @@ func TestExportPoliciesRefusesBadInput(t *testing.T) {
 			wantIn: []string{"set protection, explicitReplicas, or both"}},
 		{name: "a name too long for its webhook", doc: strings.Replace(exportPolicy, "name: payments", "name: "+strings.Repeat("p", 64), 1),
 			wantIn: []string{"a policy name is at most 63 characters"}},
+		{name: "a name that is no DNS subdomain", doc: strings.Replace(exportPolicy, "name: payments", "name: Payments", 1),
+			wantIn: []string{"metadata.name", `"Payments"`, "lowercase"}},
 		{name: "not YAML", doc: "kind: ProtectionPolicy\n  spec: [\n", wantIn: []string{"yaml"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
