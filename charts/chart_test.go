@@ -588,6 +588,26 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 		checkGatewayAsPod(t, env, containerArgs(t, objs, "rampart-gateway"))
 	})
 
+	// An Always ProtectionPolicy, compiled too: its protection outlives
+	// the manager but not Rampart's uninstall, though the policy stays.
+	policyFile := filepath.Join(t.TempDir(), "vault.yaml")
+	if err := os.WriteFile(policyFile, []byte(`apiVersion: rampart.io/v1alpha1
+kind: ProtectionPolicy
+metadata: {name: chart-vault}
+spec:
+  resources: [{apiGroups: [""], resources: [configmaps]}]
+  objectSelector: {matchLabels: {vault: "yes"}}
+  protection: Always
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := env.Kubectl(t, "apply", "-f", policyFile); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	vault := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "vault", Namespace: ns, Labels: map[string]string{"vault": "yes"}}}
+	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, vault, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	t.Run("the manager has the API server enforce the label rules itself", func(t *testing.T) {
 		poll(t, "the compiled label rules applied and in force", time.Minute, func(ctx context.Context) (bool, error) {
 			list, err := env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{LabelSelector: "rampart.io/applied-by=manager"})
@@ -599,14 +619,16 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 				names = append(names, p.Name)
 			}
 			slices.Sort(names)
-			if !slices.Equal(names, []string{"deletion.rampart.io", "probe.compiled.rampart.io", "replicas.rampart.io"}) {
+			if !slices.Equal(names, []string{"chart-vault.deletion.policy.rampart.io", "deletion.rampart.io", "probe.compiled.rampart.io", "replicas.rampart.io"}) {
 				return false, nil
 			}
 			// Applied is not enforced: the manager records the label
-			// rules on the probe once every API server has loaded them.
+			// rules and the policy on the probe once every API server
+			// has loaded them.
 			for _, p := range list.Items {
 				if p.Name == "probe.compiled.rampart.io" {
-					return strings.Contains(p.Annotations["rampart.io/in-force"], `"labels":`), nil
+					rec := p.Annotations["rampart.io/in-force"]
+					return strings.Contains(rec, `"labels":`) && strings.Contains(rec, `"policy/chart-vault":`), nil
 				}
 			}
 			return false, nil
@@ -627,16 +649,30 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 		!strings.Contains(out, "ValidatingAdmissionPolicy 'deletion.rampart.io'") || !strings.Contains(out, "kubectl label -n "+ns+" configmap/charter rampart.io/protection-") {
 		t.Errorf("with the manager down, deleting an Always-labelled ConfigMap: %v\n%s; want the compiled policy's refusal", err, out)
 	}
+	if out, err := env.Kubectl(t, "delete", "configmap", "-n", ns, "vault", "--dry-run=server"); err == nil ||
+		!strings.Contains(out, "ValidatingAdmissionPolicy 'chart-vault.deletion.policy.rampart.io'") {
+		t.Errorf("with the manager down, deleting a ConfigMap an Always policy selects: %v\n%s; want the compiled policy's refusal", err, out)
+	}
 	// ... until helm uninstall removes Rampart, its webhooks with it.
 	if out, err := helm(t, "uninstall", "rampart", kc, "-n", releaseNamespace, "--wait"); err != nil {
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
 	}
 	t.Run("helm uninstall leaves no webhook behind", func(t *testing.T) {
+		// Every compiled policy goes; a ProtectionPolicy's binding stays
+		// with its ProtectionPolicy (the CRDs stay), bound to nothing.
 		poll(t, "the garbage collector to delete the webhook configurations and the compiled policies", time.Minute, func(ctx context.Context) (bool, error) {
 			_, errV := env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "rampart-validating", metav1.GetOptions{})
 			policies, errP := env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{LabelSelector: "rampart.io/applied-by=manager"})
 			bindings, errB := env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().List(ctx, metav1.ListOptions{LabelSelector: "rampart.io/applied-by=manager"})
-			return apierrors.IsNotFound(errV) && errP == nil && errB == nil && len(policies.Items) == 0 && len(bindings.Items) == 0, nil
+			if errB != nil {
+				return false, nil
+			}
+			for _, b := range bindings.Items {
+				if len(b.OwnerReferences) != 1 || b.OwnerReferences[0].Kind != "ProtectionPolicy" {
+					return false, nil
+				}
+			}
+			return apierrors.IsNotFound(errV) && errP == nil && len(policies.Items) == 0, nil
 		})
 		if out, err := env.Kubectl(t, "delete", "configmap", "-n", ns, "ledger"); err != nil {
 			t.Errorf("delete after helm uninstall: %v\n%s", err, out)
@@ -647,11 +683,27 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 			_, err := env.Kubectl(t, "delete", "configmap", "-n", ns, "charter")
 			return err == nil, nil
 		})
+		poll(t, "the ConfigMap an Always policy selects deletable, the policy still there", 30*time.Second, func(context.Context) (bool, error) {
+			_, err := env.Kubectl(t, "delete", "configmap", "-n", ns, "vault")
+			return err == nil, nil
+		})
+		if out, err := env.Kubectl(t, "get", "protectionpolicy", "chart-vault"); err != nil {
+			t.Errorf("the ProtectionPolicy is gone with helm uninstall: %v\n%s", err, out)
+		}
 	})
 	t.Run("helm uninstall keeps the CRDs and so every policy", func(t *testing.T) {
 		if out, err := env.Kubectl(t, "get", "crd", "trafficpolicies.rampart.io", "protectionpolicies.rampart.io"); err != nil {
 			t.Errorf("CRDs gone after helm uninstall: %v\n%s", err, out)
 		}
+	})
+	t.Run("deleting the ProtectionPolicy takes the rest of its compiled policy", func(t *testing.T) {
+		if out, err := env.Kubectl(t, "delete", "protectionpolicy", "chart-vault"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		poll(t, "the garbage collector to delete the policy's binding", time.Minute, func(ctx context.Context) (bool, error) {
+			bindings, err := env.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().List(ctx, metav1.ListOptions{LabelSelector: "rampart.io/applied-by=manager"})
+			return err == nil && len(bindings.Items) == 0, nil
+		})
 	})
 }
 

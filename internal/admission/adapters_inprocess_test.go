@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 )
 
@@ -116,20 +115,6 @@ func recorded(rec *events.FakeRecorder) []string {
 		}
 	}
 }
-
-// fixedPolicies is a fixed set of ProtectionPolicies.
-type fixedPolicies []v1alpha1.ProtectionPolicy
-
-func (ps fixedPolicies) Policy(_ context.Context, name string) (*v1alpha1.ProtectionPolicy, bool, error) {
-	for i := range ps {
-		if ps[i].Name == name {
-			return &ps[i], true, nil
-		}
-	}
-	return nil, false, nil
-}
-
-func (ps fixedPolicies) List(context.Context) ([]v1alpha1.ProtectionPolicy, error) { return ps, nil }
 
 // throughPolicy is the context of a request that came through a policy's
 // webhook, as the server builds it from the path.

@@ -82,7 +82,7 @@ func TestDeletionHandlerInProcess(t *testing.T) {
 	t.Parallel()
 	view := deletionView{livePods: map[string]int{"shop": 2}, podsOf: map[types.UID]int{"uid-web": 2}}
 	cascadingNS := review{op: admissionv1.Delete, gvr: namespacesGVR, kind: namespaceKind, name: "shop", old: namespaceObj("shop", v1alpha1.ProtectionCascading)}
-	keep := fixedPolicies{
+	keep := rampartadmission.PolicyList{
 		{ObjectMeta: metav1.ObjectMeta{Name: "keep"}, Spec: v1alpha1.ProtectionPolicySpec{Protection: v1alpha1.ProtectionAlways,
 			Resources: []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}}},
 			Exempt:    v1alpha1.Subjects{Users: []string{"ops-bot"}}}},

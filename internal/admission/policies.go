@@ -23,6 +23,24 @@ type Policies interface {
 	List(ctx context.Context) ([]v1alpha1.ProtectionPolicy, error)
 }
 
+// PolicyList is a fixed set of ProtectionPolicies read as Policies, for
+// handlers run outside the manager and its cache (the tests that hold the
+// webhooks' answers against the compiled policies').
+type PolicyList []v1alpha1.ProtectionPolicy
+
+// Policy implements Policies.
+func (ps PolicyList) Policy(_ context.Context, name string) (*v1alpha1.ProtectionPolicy, bool, error) {
+	for i := range ps {
+		if ps[i].Name == name {
+			return &ps[i], true, nil
+		}
+	}
+	return nil, false, nil
+}
+
+// List implements Policies.
+func (ps PolicyList) List(context.Context) ([]v1alpha1.ProtectionPolicy, error) { return ps, nil }
+
 type policyKey struct{}
 
 // PolicyFromPath is a webhook.Admission WithContextFunc: it passes the

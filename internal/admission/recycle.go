@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/protection"
+	"github.com/rampart-io/rampart/internal/protection/policy"
 	"github.com/rampart-io/rampart/internal/recyclebin"
 )
 
@@ -92,13 +90,5 @@ func (h *Recycle) Handle(ctx context.Context, req admission.Request) admission.R
 // recycleCovers re-checks what the API server matched: the configuration
 // it holds may be older than the policy.
 func recycleCovers(p *v1alpha1.RecyclePolicy, gr schema.GroupResource, objLabels map[string]string) bool {
-	covered := slices.ContainsFunc(p.Spec.Resources, func(r v1alpha1.ResourceRule) bool {
-		return (slices.Contains(r.APIGroups, "*") || slices.Contains(r.APIGroups, gr.Group)) &&
-			(slices.Contains(r.Resources, "*") || slices.Contains(r.Resources, gr.Resource))
-	})
-	if !covered || p.Spec.ObjectSelector == nil {
-		return covered
-	}
-	sel, err := metav1.LabelSelectorAsSelector(p.Spec.ObjectSelector)
-	return err == nil && sel.Matches(labels.Set(objLabels))
+	return policy.InScope(p.Spec.Resources, nil, p.Spec.ObjectSelector, gr, nil, objLabels)
 }

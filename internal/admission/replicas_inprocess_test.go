@@ -64,7 +64,7 @@ func TestReplicasHandlerInProcess(t *testing.T) {
 	explicit := map[string]string{v1alpha1.LabelExplicitReplicas: "true"}
 	critical := map[string]string{"tier": "critical"}
 	deployments := []v1alpha1.ResourceRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}}}
-	ps := fixedPolicies{
+	ps := rampartadmission.PolicyList{
 		{ObjectMeta: metav1.ObjectMeta{Name: "critical"}, Spec: v1alpha1.ProtectionPolicySpec{Resources: deployments,
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: critical},
 			ExplicitReplicas:  &v1alpha1.ExplicitReplicas{Guard: v1alpha1.GuardToZero},
@@ -175,7 +175,7 @@ func TestNamespaceRelabelIntoAPolicyWaitsForItsWebhooks(t *testing.T) {
 	t.Parallel()
 	critical := map[string]string{"tier": "critical"}
 	deployments := []v1alpha1.ResourceRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}}}
-	ps := fixedPolicies{
+	ps := rampartadmission.PolicyList{
 		{ObjectMeta: metav1.ObjectMeta{Name: "critical"}, Spec: v1alpha1.ProtectionPolicySpec{Resources: deployments,
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: critical},
 			ExplicitReplicas:  &v1alpha1.ExplicitReplicas{Guard: v1alpha1.GuardToZero}}},

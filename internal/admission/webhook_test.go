@@ -46,7 +46,9 @@ func TestMain(m *testing.M) { clustertest.Main(m, clusterOptions()) }
 func clusterOptions() localcluster.Options {
 	return localcluster.Options{ManagerArgs: []string{"--replicas-exempt-users=autoscaler-bot", "--budget-disruption-timeout=5s", "--compiled-policies=false",
 		// Settle the recycle bin's captures of refused deletes quickly.
-		"--recycle-bin-not-deleted-after=3s"}}
+		"--recycle-bin-not-deleted-after=3s",
+		// For BenchmarkDeleteThroughAPIServer's RAMPART_BENCH_PROFILE.
+		"--profiling"}}
 }
 
 const protectionLabel = "rampart.io/protection"

@@ -192,14 +192,34 @@ func writeCheck(w io.Writer, what string, sum check.Summary, rm check.Removal) {
 func newEtcdSnapshotCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "snapshot", Short: "Save and verify etcd snapshots"}
 	var f etcdFlags
-	var dir, name string
+	var dir, store, name, tmpDir string
 	save := &cobra.Command{
 		Use:   "save",
 		Short: "Save a snapshot to the store, verified: etcd's hash, bbolt's check, the stored copy's checksum",
-		Args:  cobra.NoArgs,
+		Example: `  rampart etcd snapshot save --dir /var/backups/etcd --endpoints https://10.0.0.1:2379 --cacert ca.crt --cert c.crt --key c.key
+  AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... rampart etcd snapshot save --store 's3://backups/etcd?endpoint=https://minio.example:9000&pathStyle=true' ...`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if dir == "" {
-				return errors.New("--dir is required: the directory to store snapshots in")
+			location := dir
+			switch {
+			case dir != "" && store != "":
+				return errors.New("--dir and --store are both set: give one (--store takes a directory too)")
+			case store != "":
+				location = store
+			case dir == "":
+				return errors.New("name the store: --dir DIR, or --store DIR or s3://BUCKET/PREFIX?endpoint=https://HOST:PORT (the recycle bin's and backups' kind of store)")
+			}
+			st, err := storage.Open(cmd.Context(), location)
+			if err != nil {
+				return fmt.Errorf("--store: %w", err)
+			}
+			// The local copy is verified before it is stored: on the
+			// store's file system when it has one, else in --tmp-dir.
+			if d, ok := st.(storage.Dir); ok {
+				if err := os.MkdirAll(d.Root, 0o700); err != nil {
+					return err
+				}
+				tmpDir = d.Root
 			}
 			cli, err := f.dial(cmd.Context())
 			if err != nil {
@@ -209,23 +229,23 @@ func newEtcdSnapshotCommand() *cobra.Command {
 			if name == "" {
 				name = snapshot.DefaultName(time.Now())
 			}
-			store := storage.Dir{Root: dir}
-			// The local copy is verified before it is stored; keep it on
-			// the store's file system when there is one.
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return err
-			}
-			info, err := snapshot.Save(cmd.Context(), cli, store, name, dir)
+			info, err := snapshot.Save(cmd.Context(), cli, st, name, tmpDir)
 			if err != nil {
 				return err
 			}
+			where := location
+			if s, ok := st.(fmt.Stringer); ok {
+				where = s.String() // a bucket's location without its query
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "saved %s in %s: %d bytes, revision %d, %d revisions kept, sha256 %s (etcd hash ok, bbolt check ok, stored copy reads back)\n",
-				info.Name, dir, info.Size, info.Revision, info.Revisions, info.SHA256)
+				info.Name, where, info.Size, info.Revision, info.Revisions, info.SHA256)
 			return nil
 		},
 	}
 	f.add(save, false)
 	save.Flags().StringVar(&dir, "dir", "", "directory store for snapshots")
+	save.Flags().StringVar(&store, "store", "", "store for snapshots: a directory or s3://BUCKET/PREFIX?endpoint=https://HOST:PORT&region=NAME&pathStyle=true&caFile=PATH&credentialsFile=PATH&profile=NAME (credentials: credentialsFile, else AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, else ~/.aws/credentials)")
+	save.Flags().StringVar(&tmpDir, "tmp-dir", os.TempDir(), "where the snapshot is verified before it goes to an S3 store")
 	save.Flags().StringVar(&name, "name", "", "object name in the store (default etcd/<time>.db)")
 	verify := &cobra.Command{
 		Use:   "verify FILE",

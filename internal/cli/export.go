@@ -3,19 +3,30 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	celvalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	apiextensionsvalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	chart "github.com/rampart-io/rampart/charts/rampart"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
 )
 
@@ -58,8 +69,12 @@ change windows.
 
 The policies come from the cluster (every ProtectionPolicy), or from files
 with -f (YAML; kinds other than ProtectionPolicy are skipped), so they can
-be compiled in CI without a cluster. The API server takes a moment to load
-new policies: check one with a dry run before relying on it, e.g.
+be compiled in CI without a cluster; a file's policies are validated as the
+API server would (the CRD's schema and rules), and one it would refuse is
+an error. The API server loads new policies on
+a one-second tick, so the first ones applied can be in force a second
+before the last: check the LAST policy printed with a dry run before
+relying on any of them (it is loaded after the others), e.g.
   kubectl delete configmap NAME --dry-run=server`,
 		Example: `  rampart export policies | kubectl apply -f -
   rampart export policies -f policies.yaml --replicas-exempt-service-accounts kube-system:horizontal-pod-autoscaler
@@ -72,7 +87,7 @@ new policies: check one with a dry run before relying on it, e.g.
 			var policies []v1alpha1.ProtectionPolicy
 			var err error
 			if len(o.files) > 0 {
-				policies, err = policiesFromFiles(cmd.InOrStdin(), cmd.ErrOrStderr(), o.files)
+				policies, err = policiesFromFiles(cmd.Context(), cmd.InOrStdin(), cmd.ErrOrStderr(), o.files)
 			} else {
 				policies, err = policiesFromCluster(cmd, flags)
 			}
@@ -104,9 +119,9 @@ func policiesFromCluster(cmd *cobra.Command, flags *genericclioptions.ConfigFlag
 }
 
 // policiesFromFiles reads ProtectionPolicies from YAML or JSON documents.
-// The API server's validation of the CRD is not there to catch mistakes,
-// so what compiling needs is checked here.
-func policiesFromFiles(stdin io.Reader, stderr io.Writer, files []string) ([]v1alpha1.ProtectionPolicy, error) {
+// The API server is not there to validate them: checkPolicy does as it
+// would.
+func policiesFromFiles(ctx context.Context, stdin io.Reader, stderr io.Writer, files []string) ([]v1alpha1.ProtectionPolicy, error) {
 	var out []v1alpha1.ProtectionPolicy
 	for _, name := range files {
 		var r io.Reader
@@ -146,7 +161,11 @@ func policiesFromFiles(stdin io.Reader, stderr io.Writer, files []string) ([]v1a
 				fmt.Fprintf(stderr, "%s: document %d: skipping %s %s (only ProtectionPolicies are compiled)\n", name, i, p.APIVersion, p.Kind)
 				continue
 			}
-			if errs := checkPolicy(&p); len(errs) > 0 {
+			errs, err := checkPolicy(ctx, &p, doc)
+			if err != nil {
+				return nil, err
+			}
+			if len(errs) > 0 {
 				return nil, fmt.Errorf("%s: document %d: ProtectionPolicy %q: %w", name, i, p.Name, errs.ToAggregate())
 			}
 			out = append(out, p)
@@ -159,38 +178,77 @@ func isProtectionPolicy(apiVersion, kind string) bool {
 	return kind == "ProtectionPolicy" && apiVersion == v1alpha1.GroupVersion.String()
 }
 
-// checkPolicy checks what the CRD's schema would, that compiling relies on.
-func checkPolicy(p *v1alpha1.ProtectionPolicy) field.ErrorList {
-	var errs field.ErrorList
-	spec := field.NewPath("spec")
+// checkPolicy validates a policy read from a file as the API server
+// would on kubectl apply: against the ProtectionPolicy CRD's schema as
+// the chart ships it (required fields, enums, patterns) and its CEL rules.
+// Compiling what the API server would refuse could protect something else
+// than the file says.
+func checkPolicy(ctx context.Context, p *v1alpha1.ProtectionPolicy, doc []byte) (field.ErrorList, error) {
+	v, err := policyValidator()
+	if err != nil {
+		return nil, err
+	}
+	// The document as the API server would read it (integers as int64),
+	// not the typed policy, whose absent lists would read as null.
+	raw, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return nil, err
+	}
+	var obj map[string]any
+	if err := utiljson.Unmarshal(raw, &obj); err != nil {
+		return nil, err
+	}
 	if p.Name == "" {
-		errs = append(errs, field.Required(field.NewPath("metadata", "name"), "a policy needs a name"))
+		return field.ErrorList{field.Required(field.NewPath("metadata", "name"), "a policy needs a name")}, nil
 	}
-	if len(p.Spec.Resources) == 0 {
-		errs = append(errs, field.Required(spec.Child("resources"), "name at least one resource"))
+	// Names are checked by the API server itself, not by the schema.
+	if msgs := validation.IsDNS1123Subdomain(p.Name); len(msgs) > 0 {
+		return field.ErrorList{field.Invalid(field.NewPath("metadata", "name"), p.Name, strings.Join(msgs, "; "))}, nil
 	}
-	if p.Spec.Protection == "" && p.Spec.ExplicitReplicas == nil {
-		errs = append(errs, field.Required(spec, "set protection, explicitReplicas, or both"))
-	}
-	switch p.Spec.Protection {
-	case "", v1alpha1.ProtectionAlways, v1alpha1.ProtectionCascading:
-	default:
-		errs = append(errs, field.NotSupported(spec.Child("protection"), p.Spec.Protection, []string{"Always", "Cascading"}))
-	}
-	switch p.Spec.Mode {
-	case "", v1alpha1.ModeEnforce, v1alpha1.ModeWarn:
-	default:
-		errs = append(errs, field.NotSupported(spec.Child("mode"), p.Spec.Mode, []string{"Enforce", "Warn"}))
-	}
-	if r := p.Spec.ExplicitReplicas; r != nil {
-		switch r.Guard {
-		case "", v1alpha1.GuardAll, v1alpha1.GuardDecrease, v1alpha1.GuardToZero:
-		default:
-			errs = append(errs, field.NotSupported(spec.Child("explicitReplicas", "guard"), r.Guard, []string{"All", "Decrease", "ToZero"}))
-		}
-	}
-	return errs
+	// What the CEL rules may read of metadata, as the API server passes it.
+	obj["metadata"] = map[string]any{"name": p.Name}
+	delete(obj, "status")
+	errs := apiextensionsvalidation.ValidateCustomResource(nil, obj, v.schema)
+	celErrs, _ := v.cel.Validate(ctx, nil, v.structural, obj, nil, celconfig.RuntimeCELCostBudget)
+	return append(errs, celErrs...), nil
 }
+
+type crdValidator struct {
+	schema     apiextensionsvalidation.SchemaValidator
+	structural *structuralschema.Structural
+	cel        *celvalidation.Validator
+}
+
+// policyValidator is built once from the embedded CRD.
+var policyValidator = sync.OnceValues(func() (*crdValidator, error) {
+	raw, err := chart.Manifests.ReadFile("crds/rampart.io_protectionpolicies.yaml")
+	if err != nil {
+		return nil, err
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(raw, &crd); err != nil {
+		return nil, fmt.Errorf("the embedded ProtectionPolicy CRD: %w", err)
+	}
+	for _, ver := range crd.Spec.Versions {
+		if ver.Name != v1alpha1.GroupVersion.Version || ver.Schema == nil {
+			continue
+		}
+		var props apiextensions.JSONSchemaProps
+		if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(ver.Schema.OpenAPIV3Schema, &props, nil); err != nil {
+			return nil, err
+		}
+		sv, _, err := apiextensionsvalidation.NewSchemaValidator(&props)
+		if err != nil {
+			return nil, err
+		}
+		ss, err := structuralschema.NewStructural(&props)
+		if err != nil {
+			return nil, err
+		}
+		return &crdValidator{schema: sv, structural: ss, cel: celvalidation.NewValidator(ss, true, celconfig.PerCallLimit)}, nil
+	}
+	return nil, fmt.Errorf("the embedded ProtectionPolicy CRD has no schema for %s", v1alpha1.GroupVersion.Version)
+})
 
 // writeCompiled prints the compiled policies as one YAML stream, each
 // binding after its policy.

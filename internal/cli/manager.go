@@ -58,6 +58,7 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "Prometheus metrics address ('0' disables)")
 	f.BoolVar(&o.MetricsSecure, "metrics-secure", false, "serve metrics over HTTPS, only to callers allowed to get /metrics")
 	f.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for --metrics-secure (empty: a self-signed certificate made at start)")
+	f.BoolVar(&o.Profiling, "profiling", false, "serve Go profiles at /debug/pprof/ on the metrics address (with --metrics-secure, to callers allowed to get /debug/pprof/*)")
 	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "health and readiness probe address")
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader for controllers (webhooks serve on every replica)")
 	f.DurationVar(&o.BudgetDisruptionTimeout, "budget-disruption-timeout", manager.DefaultBudgetDisruptionTimeout,

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/rampart-io/rampart/internal/localcluster"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
@@ -51,20 +52,7 @@ func TestTrashRestoresANamespaceWithItsContents(t *testing.T) {
 	defer cancel()
 	ns := "trash-" + strings.TrimPrefix(env.Namespace(t), "t-")
 	core := env.Client.CoreV1()
-	if _, err := core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	settings, err := core.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"mode": "live"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := core.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "derived",
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "settings", UID: settings.UID}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := core.Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, StringData: map[string]string{"password": "canary-trash-7f3a"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	settings := createSettingsNamespace(ctx, t, core, ns, nil, "canary-trash-7f3a")
 
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "key")
@@ -193,21 +181,7 @@ spec:
 		t.Fatalf("kubectl apply the RecyclePolicy: %v\n%s", err, out)
 	}
 	core := env.Client.CoreV1()
-	if _, err := core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
-		Labels: map[string]string{"rampart.io/protection": "Cascading"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	settings, err := core.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"mode": "live"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := core.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "derived",
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "settings", UID: settings.UID}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := core.Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, StringData: map[string]string{"password": "canary-kept-91c2"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createSettingsNamespace(ctx, t, core, ns, map[string]string{"rampart.io/protection": "Cascading"}, "canary-kept-91c2")
 	if err := core.Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete of an empty Cascading namespace: %v", err)
 	}
@@ -259,4 +233,27 @@ spec:
 	if cm, err := core.ConfigMaps(ns).Get(ctx, "settings", metav1.GetOptions{}); err != nil || cm.Data["mode"] != "live" || cm.UID != restored.UID {
 		t.Errorf("after --overwrite: %+v, %v; want the copy's data on the live object", cm, err)
 	}
+}
+
+// createSettingsNamespace makes the namespace the trash tests delete and
+// restore: ConfigMap settings, ConfigMap derived owned by settings (its
+// ownerReference must follow settings' new UID), and Secret db holding
+// password (a canary the logs must never show). It returns settings.
+func createSettingsNamespace(ctx context.Context, t *testing.T, core typedcorev1.CoreV1Interface, ns string, nsLabels map[string]string, password string) *corev1.ConfigMap {
+	t.Helper()
+	if _, err := core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: nsLabels}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	settings, err := core.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"mode": "live"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "derived",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "settings", UID: settings.UID}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db"}, StringData: map[string]string{"password": password}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return settings
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,32 +57,51 @@ type metricsScraperToken struct {
 // would with the chart: over HTTPS (checked against the local CA), with
 // the bearer token of a service account bound to rampart-metrics-reader.
 func (c *Cluster) ScrapeManagerMetrics(ctx context.Context, i int) (string, error) {
+	body, err := c.getFromManager(ctx, c.ManagerMetricsURL(i), 0)
+	return string(body), err
+}
+
+// ProfileManager takes a CPU profile of manager replica i for d, from the
+// /debug/pprof/ its metrics address serves with --profiling (pass it in
+// Options.ManagerArgs), as the scraper's account, which the caller must
+// have allowed to get /debug/pprof/*.
+func (c *Cluster) ProfileManager(ctx context.Context, i int, d time.Duration) ([]byte, error) {
+	url := strings.TrimSuffix(c.ManagerMetricsURL(i), "/metrics") + "/debug/pprof/profile?seconds=" + strconv.Itoa(int(d.Seconds()))
+	return c.getFromManager(ctx, url, d+30*time.Second)
+}
+
+// getFromManager gets url from a manager's metrics address with the
+// scraper's bearer token; timeout 0 keeps the client's.
+func (c *Cluster) getFromManager(ctx context.Context, url string, timeout time.Duration) ([]byte, error) {
 	token, err := c.metricsToken(ctx)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.ManagerMetricsURL(i), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	hc, err := c.MetricsHTTPClient()
 	if err != nil {
-		return "", err
+		return nil, err
+	}
+	if timeout > 0 {
+		hc.Timeout = timeout
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("scrape %s: %s: %.200s", c.ManagerMetricsURL(i), resp.Status, body)
+		return nil, fmt.Errorf("get %s: %s: %.200s", url, resp.Status, body)
 	}
-	return string(body), nil
+	return body, nil
 }
 
 // MetricsHTTPClient trusts the local CA, which issued the manager's

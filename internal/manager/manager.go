@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -105,6 +106,10 @@ type Options struct {
 	// MetricsCertDir holds tls.crt and tls.key for secure metrics; empty
 	// serves a self-signed certificate made at start.
 	MetricsCertDir string
+	// Profiling serves Go's profiles at /debug/pprof/ on the metrics
+	// address, behind the same authentication and authorization as the
+	// metrics (get on the non-resource URL /debug/pprof/*).
+	Profiling      bool
 	LeaderElection bool
 	// ReplicasExempt are requesters the explicit-replicas label never
 	// denies, e.g. the horizontal-pod-autoscaler's service account.
@@ -367,6 +372,15 @@ func webhookOwner(ctx context.Context, c client.Client, name string) (*metav1.Ow
 // projects do.
 func metricsOptions(o Options) metricsserver.Options {
 	opts := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.Profiling {
+		opts.ExtraHandlers = map[string]http.Handler{
+			"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+			"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
+			"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+			"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
+			"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+		}
+	}
 	if o.MetricsSecure {
 		opts.SecureServing = true
 		opts.FilterProvider = filters.WithAuthenticationAndAuthorization

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -34,7 +36,17 @@ import (
 	"github.com/rampart-io/rampart/internal/storage"
 )
 
-func init() { metrics.Registry.MustRegister(recyclebin.Collectors()...) }
+// unstoredCopies shows a journal whose copies do not reach their files:
+// safe on disk, but only a restart's replay would store them.
+var unstoredCopies = prometheus.NewGauge(prometheus.GaugeOpts{
+	Name: "rampart_recyclebin_unstored_copies",
+	Help: "Copies this replica's recycle-bin journal holds that are not stored as files in the bin's folder yet (normally 0 within milliseconds; growing: the folder refuses writes, see the log).",
+})
+
+func init() {
+	metrics.Registry.MustRegister(recyclebin.Collectors()...)
+	metrics.Registry.MustRegister(unstoredCopies)
+}
 
 // resumeWithin is how far back a starting manager looks for captures a
 // previous run left unsettled.
@@ -47,6 +59,8 @@ type binRunnable struct {
 	// location is where the bin is, as shown in its summary: no
 	// credentials.
 	location string
+	// journal is the bin's when it is a folder (storage.Journaled).
+	journal *storage.Journaled
 }
 
 // openBinWithin bounds opening the bin's store (an S3 bucket is checked).
@@ -69,11 +83,19 @@ func recycleBin(ctx context.Context, cfg *rest.Config, o Options) (*binRunnable,
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
+	log := slog.New(logr.ToSlogHandler(o.Log.WithName("recyclebin")))
+	var journal *storage.Journaled
 	if d, ok := store.(storage.Dir); ok {
 		// Made now, and readable by the manager only.
 		if err := os.MkdirAll(d.Root, 0o700); err != nil {
 			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
+		// A capture waits for one synced append to the journal, not for
+		// the three syncs of a file stored in the folder.
+		if journal, err = storage.OpenJournaled(ctx, d, log); err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		store = journal
 	}
 	if s, ok := store.(fmt.Stringer); ok {
 		location = s.String()
@@ -92,9 +114,8 @@ func recycleBin(ctx context.Context, cfg *rest.Config, o Options) (*binRunnable,
 	if err != nil {
 		return nil, err
 	}
-	log := slog.New(logr.ToSlogHandler(o.Log.WithName("recyclebin")))
 	return &binRunnable{keeper: &recyclebin.Keeper{Bin: bin, Alive: recyclebin.MetadataLiveness(meta), Clock: clock.RealClock{}, Log: log,
-		NotDeletedAfter: o.RecycleBinNotDeletedAfter}, location: location}, nil
+		NotDeletedAfter: o.RecycleBinNotDeletedAfter}, location: location, journal: journal}, nil
 }
 
 // capturer is nil (no recycle bin) or the keeper.
@@ -108,7 +129,15 @@ func (b *binRunnable) capturer() rampartadmission.Capturer {
 // Start implements manager.Runnable.
 func (b *binRunnable) Start(ctx context.Context) error {
 	b.keeper.Start(ctx, resumeWithin)
+	if b.journal != nil {
+		go wait.UntilWithContext(ctx, func(context.Context) { unstoredCopies.Set(float64(b.journal.Unstored())) }, 10*time.Second)
+	}
 	<-ctx.Done()
+	if b.journal != nil {
+		// What is journaled goes to the folder now; captures from here
+		// on go to it directly.
+		return b.journal.Close()
+	}
 	return nil
 }
 
@@ -133,7 +162,7 @@ func (b *binRunnable) watcher(ctx context.Context, cfg *rest.Config, mgr ctrl.Ma
 	}
 	reader := mgr.GetCache()
 	w := &recyclebin.Watcher{Bin: b.keeper.Bin, Dynamic: dyn, Discovery: cs.Discovery(), MayWatch: clusterview.MayWatch(cs),
-		Alive: b.keeper.Alive, Recorder: recorder, Clock: clock.RealClock{}, Log: b.keeper.Log,
+		Alive: b.keeper.Alive, Captured: b.keeper.Captured, Recorder: recorder, Clock: clock.RealClock{}, Log: b.keeper.Log,
 		NamespaceLabels: namespaces.NamespaceLabels, Scopes: func() []recyclebin.Scope { return keptScopes(reader) }}
 	for _, obj := range []client.Object{&v1alpha1.ProtectionPolicy{}, &v1alpha1.RecyclePolicy{}} {
 		inf, err := mgr.GetCache().GetInformer(ctx, obj)

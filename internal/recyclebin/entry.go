@@ -218,9 +218,13 @@ func (b *Bin) peek(ctx context.Context, name string) (Entry, error) {
 // reader never meets one half replaced.
 const stateSuffix = ".state"
 
-// Settle records what became of the capture stored under name.
+// Settle records what became of the capture stored under name. The marker
+// is written lazily (storage.PutLazily): it is not worth a synced write on
+// a disk that the next delete's capture waits for, since a marker a crash
+// loses is only a capture settled again (Keeper.Start resumes those of the
+// last day) and one it garbles reads as absent.
 func (b *Bin) Settle(ctx context.Context, name, state string) error {
-	_, err := b.Store.Put(ctx, name+stateSuffix, strings.NewReader(state))
+	_, err := storage.PutLazily(ctx, b.Store, name+stateSuffix, strings.NewReader(state))
 	return err
 }
 
@@ -235,6 +239,9 @@ func (b *Bin) settled(ctx context.Context, name string, e *Entry) error {
 	}
 	defer r.Close()
 	state, err := io.ReadAll(r)
+	if errors.Is(err, storage.ErrChecksum) {
+		return nil // a marker a crash cut short: not settled yet
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", name+stateSuffix, err)
 	}

@@ -45,6 +45,8 @@ type Keeper struct {
 	flight singleflight.Group
 	mu     sync.Mutex
 	recent map[string]captured
+	// uids are the objects of recent, for Captured.
+	uids map[types.UID]time.Time
 }
 
 // captured is a copy stored lately, by object version.
@@ -143,7 +145,7 @@ func (k *Keeper) Capture(ctx context.Context, e Entry) (string, error) {
 	name, err, _ := k.flight.Do(key, func() (any, error) {
 		name, err := k.capture(ctx, e)
 		if err == nil {
-			k.remember(key, name, now)
+			k.remember(key, e.UID, name, now)
 		}
 		return name, err
 	})
@@ -151,18 +153,36 @@ func (k *Keeper) Capture(ctx context.Context, e Entry) (string, error) {
 }
 
 // remember records a capture, forgetting the old ones.
-func (k *Keeper) remember(key, name string, now time.Time) {
+func (k *Keeper) remember(key string, uid types.UID, name string, now time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.recent == nil {
-		k.recent = map[string]captured{}
+		k.recent, k.uids = map[string]captured{}, map[types.UID]time.Time{}
 	}
 	for key, c := range k.recent {
 		if now.Sub(c.at) >= recentFor {
 			delete(k.recent, key)
 		}
 	}
+	for uid, at := range k.uids {
+		if now.Sub(at) >= recentFor {
+			delete(k.uids, uid)
+		}
+	}
 	k.recent[key] = captured{name: name, at: now}
+	k.uids[uid] = now
+}
+
+// Captured says whether this keeper stored a copy of the object with uid
+// in the last two minutes: the outside-API watch asks it first, so that
+// the delete of a kept object, which it sees moments after the capture,
+// costs it no lookup in the store (a Dir lists the object's whole folder).
+// A capture by another replica is found in the store.
+func (k *Keeper) Captured(uid types.UID) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	at, ok := k.uids[uid]
+	return ok && k.Clock.Since(at) < recentFor
 }
 
 // resourceVersion is an object's metadata.resourceVersion ("" if none).
@@ -182,7 +202,9 @@ func (k *Keeper) capture(ctx context.Context, e Entry) (string, error) {
 		e.DeletedAt = k.Clock.Now()
 	}
 	resource := e.Resource.GroupResource().String()
+	start := time.Now()
 	name, err := k.Bin.Put(ctx, e)
+	captureSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		captureFailures.WithLabelValues(resource).Inc()
 		k.Log.Warn("recycle bin: storing a copy before a delete failed; the delete is refused", "object", e.Described(), "err", err)

@@ -243,3 +243,17 @@ func TestKeeperKeepsOneCopyPerObjectVersion(t *testing.T) {
 		t.Fatalf("a second version: %d copies, want 2", len(l))
 	}
 }
+
+// Captured answers for the objects this keeper stored a copy of in the
+// last two minutes, and no others.
+func TestKeeperSaysWhatItCapturedLately(t *testing.T) {
+	k, _, clock := newKeeper(t)
+	capture(t, k, "uid-kept")
+	if !k.Captured("uid-kept") || k.Captured("uid-other") {
+		t.Fatalf("right after a capture: kept %v, other %v; want true, false", k.Captured("uid-kept"), k.Captured("uid-other"))
+	}
+	clock.Step(recentFor)
+	if k.Captured("uid-kept") {
+		t.Fatal("two minutes later: still captured lately; want the store to answer")
+	}
+}

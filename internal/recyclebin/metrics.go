@@ -8,6 +8,13 @@ var (
 		Name: "rampart_recyclebin_captures_total",
 		Help: "Copies the recycle bin stored before admitting a delete, by resource.",
 	}, []string{"resource"})
+	// captureSeconds is what a kept delete waits for its copy, the
+	// recycle bin's share of the delete's latency.
+	captureSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "rampart_recyclebin_capture_duration_seconds",
+		Help:    "Time the deletion webhook waited for a copy to be stored before admitting a delete, failed captures included.",
+		Buckets: []float64{0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.25, 0.5, 1, 2, 4},
+	})
 	captureFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rampart_recyclebin_capture_failures_total",
 		Help: "Deletes of kept objects refused because their copy could not be stored, by resource.",
@@ -32,5 +39,5 @@ var (
 
 // Collectors are the metrics to register.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{captures, captureFailures, settled, evictions, storedEntries, storedBytes, deletedOutside, watched}
+	return []prometheus.Collector{captures, captureSeconds, captureFailures, settled, evictions, storedEntries, storedBytes, deletedOutside, watched}
 }

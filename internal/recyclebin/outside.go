@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
 var deletedOutside = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -68,6 +68,10 @@ type Watcher struct {
 	Scopes func() []Scope
 	// NamespaceLabels are a namespace's labels, if it is known.
 	NamespaceLabels func(string) (map[string]string, bool)
+	// Captured, if set, says whether this replica captured a copy of the
+	// object with the UID lately (Keeper.Captured): asked before the
+	// API server and the store.
+	Captured func(types.UID) bool
 
 	mu      sync.Mutex
 	running map[watchKey]bool
@@ -88,21 +92,7 @@ type Scope struct {
 // labels, in a namespace with nsLabels (nil: cluster-scoped, or a
 // namespace no longer known, which is given the benefit of the doubt).
 func (s Scope) covers(gr schema.GroupResource, nsLabels, objLabels map[string]string) bool {
-	if !slices.ContainsFunc(s.Resources, func(r v1alpha1.ResourceRule) bool {
-		return (slices.Contains(r.APIGroups, "*") || slices.Contains(r.APIGroups, gr.Group)) &&
-			(slices.Contains(r.Resources, "*") || slices.Contains(r.Resources, gr.Resource))
-	}) {
-		return false
-	}
-	return (nsLabels == nil || selects(s.NamespaceSelector, nsLabels)) && selects(s.ObjectSelector, objLabels)
-}
-
-func selects(sel *metav1.LabelSelector, set map[string]string) bool {
-	if sel == nil {
-		return true
-	}
-	s, err := metav1.LabelSelectorAsSelector(sel)
-	return err == nil && s.Matches(labels.Set(set))
+	return policy.InScope(s.Resources, s.NamespaceSelector, s.ObjectSelector, gr, nsLabels, objLabels)
 }
 
 // watchKey is one informer: a resource and the label selector it lists.
@@ -278,6 +268,9 @@ func (w *Watcher) keepVanished(ctx context.Context, gvr schema.GroupVersionResou
 // through the API.
 func (w *Watcher) vanished(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) error {
 	e := Entry{Resource: gvr, Kind: u.GetKind(), Namespace: u.GetNamespace(), Name: u.GetName(), UID: u.GetUID()}
+	if w.Captured != nil && w.Captured(e.UID) {
+		return nil // deleted through the API, and kept
+	}
 	found, _, err := w.Alive(ctx, gvr, e.Namespace, e.Name, e.UID)
 	if err != nil {
 		return fmt.Errorf("checking whether it is gone: %w", err)

@@ -146,3 +146,28 @@ func TestBinVersionsListsOneObject(t *testing.T) {
 		t.Fatalf("Versions in a namespace with nothing kept = %+v, %v", got, err)
 	}
 }
+
+// A settle marker is written lazily: one a crash left garbled reads as
+// not settled yet, never as an entry that cannot be read.
+func TestAGarbledSettleMarkerReadsAsNotSettled(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	b := &Bin{Store: storage.Dir{Root: root}}
+	name, err := b.Put(ctx, Entry{Resource: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Kind: "ConfigMap",
+		Namespace: "shop", Name: "prices", UID: "uid-1", State: StateCaptured, Object: []byte(`{"metadata":{"name":"prices"}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Settle(ctx, name, StateDeleted); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := b.Get(ctx, name); err != nil || e.State != StateDeleted {
+		t.Fatalf("settled: %v, %v; want Deleted", e.State, err)
+	}
+	if err := os.WriteFile(filepath.Join(root, filepath.FromSlash(name+stateSuffix)), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := b.Get(ctx, name); err != nil || e.State != StateCaptured {
+		t.Fatalf("with the marker emptied by a crash: %v, %v; want Captured, to be settled again", e.State, err)
+	}
+}

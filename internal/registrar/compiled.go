@@ -69,8 +69,9 @@ const (
 // A ProtectionPolicy's webhooks stay wide: the webhook holds the policy
 // from the moment the API accepts it (the compiled policy only once every
 // API server has loaded it), counts its denials and records Events. Its
-// compiled policies are owned by it, so that the garbage collector removes
-// them with it.
+// compiled policies' bindings are owned by it, so that the garbage
+// collector ends them with it; the policies themselves are owned like the
+// webhook configurations, so that uninstalling Rampart ends them too.
 type Compiled struct {
 	Client  client.Client
 	Servers func(ctx context.Context) ([]kubernetes.Interface, error)
@@ -148,12 +149,16 @@ func (c *Compiled) wanted(ctx context.Context) (all []compiled.Policy, record ma
 		if len(ps) == 0 {
 			continue
 		}
+		// The API server enforces a policy only with its binding: the
+		// binding is owned by the ProtectionPolicy (deleting it ends the
+		// rule, manager running or not), the policy like the webhook
+		// configurations (uninstalling Rampart ends it, though the CRDs
+		// and so the ProtectionPolicies stay). Owned by the
+		// ProtectionPolicy alone, it outlived helm uninstall.
 		owner := metav1.NewControllerRef(p, v1alpha1.GroupVersion.WithKind("ProtectionPolicy"))
 		owner.BlockOwnerDeletion = ptr.To(false)
 		for _, cp := range ps {
-			for _, obj := range []client.Object{cp.Policy, cp.Binding} {
-				obj.SetOwnerReferences([]metav1.OwnerReference{*owner})
-			}
+			cp.Binding.SetOwnerReferences([]metav1.OwnerReference{*owner})
 		}
 		all = append(all, ps...)
 		record[PolicyKey(p.Name)] = Hash(ps)

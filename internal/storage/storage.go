@@ -5,6 +5,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -44,6 +45,22 @@ type Store interface {
 	Delete(ctx context.Context, name string) error
 }
 
+// Lazy is a Store that can also store an object without waiting for it to
+// reach the disk, for records whose loss in a crash only costs work done
+// again. After a crash such an object may be absent, or fail its checksum.
+type Lazy interface {
+	PutLazily(ctx context.Context, name string, r io.Reader) (Object, error)
+}
+
+// PutLazily stores r under name with s's PutLazily, or Put when s has
+// none (a bucket's put is as durable as it gets).
+func PutLazily(ctx context.Context, s Store, name string, r io.Reader) (Object, error) {
+	if l, ok := s.(Lazy); ok {
+		return l.PutLazily(ctx, name, r)
+	}
+	return s.Put(ctx, name, r)
+}
+
 // ErrChecksum says stored content no longer matches its checksum.
 var ErrChecksum = errors.New("stored content does not match its checksum")
 
@@ -74,6 +91,16 @@ func (d Dir) path(name string) (string, error) {
 }
 
 func (d Dir) Put(ctx context.Context, name string, r io.Reader) (Object, error) {
+	return d.put(ctx, name, r, true)
+}
+
+// PutLazily is Put without the syncs: the object is on disk once the
+// kernel writes it back (seconds), not when PutLazily returns.
+func (d Dir) PutLazily(ctx context.Context, name string, r io.Reader) (Object, error) {
+	return d.put(ctx, name, r, false)
+}
+
+func (d Dir) put(ctx context.Context, name string, r io.Reader, durable bool) (Object, error) {
 	p, err := d.path(name)
 	if err != nil {
 		return Object{}, err
@@ -104,7 +131,7 @@ func (d Dir) Put(ctx context.Context, name string, r io.Reader) (Object, error) 
 		sumFile.Close()
 		return Object{}, err
 	}
-	if err := syncAndClose(data, sumFile); err != nil {
+	if err := closeFiles(durable, data, sumFile); err != nil {
 		return Object{}, fmt.Errorf("store %s: %w", name, err)
 	}
 	// The checksum first: a reader of a name being replaced sees the old
@@ -118,8 +145,10 @@ func (d Dir) Put(ctx context.Context, name string, r io.Reader) (Object, error) 
 	// The renames are durable only once the directory is synced: the
 	// recycle bin admits a delete after Put returns, and a crash must not
 	// take the copy back.
-	if err := syncDir(filepath.Dir(p)); err != nil {
-		return Object{}, fmt.Errorf("store %s: %w", name, err)
+	if durable {
+		if err := syncDir(filepath.Dir(p)); err != nil {
+			return Object{}, fmt.Errorf("store %s: %w", name, err)
+		}
 	}
 	st, err := os.Stat(p)
 	if err != nil {
@@ -128,12 +157,15 @@ func (d Dir) Put(ctx context.Context, name string, r io.Reader) (Object, error) 
 	return Object{Name: name, Size: n, SHA256: sum, Modified: st.ModTime()}, nil
 }
 
-// syncAndClose syncs and closes the files. (Syncing them in parallel
-// measured no faster on ext4: BenchmarkDirPut.)
-func syncAndClose(files ...*os.File) error {
+// closeFiles closes the files, syncing them first when durable. (Syncing
+// them in parallel measured no faster on ext4: BenchmarkDirPut.)
+func closeFiles(durable bool, files ...*os.File) error {
 	var errs []error
 	for _, f := range files {
-		errs = append(errs, f.Sync(), f.Close())
+		if durable {
+			errs = append(errs, f.Sync())
+		}
+		errs = append(errs, f.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -174,7 +206,21 @@ func (d Dir) sum(p string) (string, error) {
 	return sum, nil
 }
 
+// Get opens name, from the folder or, while a Journaled process has not
+// stored it there yet, from its journal.
 func (d Dir) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	r, err := d.get(ctx, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		if clean, cerr := cleanName(name); cerr == nil {
+			if data, ok := journaled(d.Root)[clean]; ok {
+				return io.NopCloser(bytes.NewReader(data.data)), nil
+			}
+		}
+	}
+	return r, err
+}
+
+func (d Dir) get(ctx context.Context, name string) (io.ReadCloser, error) {
 	p, err := d.path(name)
 	if err != nil {
 		return nil, err
@@ -193,7 +239,30 @@ func (d Dir) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 	return &verifying{r: f, ctx: ctx, h: sha256.New(), want: want, name: name}, nil
 }
 
+// List lists the folder's objects and those a Journaled process has in
+// its journal but not yet in the folder.
 func (d Dir) List(ctx context.Context, prefix string) ([]Object, error) {
+	out, err := d.list(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	j := journaled(d.Root)
+	if len(j) == 0 {
+		return out, nil
+	}
+	for _, o := range out {
+		delete(j, o.Name)
+	}
+	for name, r := range j {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, Object{Name: name, Size: int64(len(r.data)), SHA256: sha256Hex(r.data), Modified: r.modified})
+		}
+	}
+	sortByName(out)
+	return out, nil
+}
+
+func (d Dir) list(ctx context.Context, prefix string) ([]Object, error) {
 	var out []Object
 	// Only the folder the prefix names is walked: a caller asking for
 	// one object's versions does not pay for the whole store.
@@ -214,6 +283,9 @@ func (d Dir) List(ctx context.Context, prefix string) ([]Object, error) {
 			return err
 		}
 		base := filepath.Base(p)
+		if e.IsDir() && base == journalDir && filepath.Dir(p) == d.Root {
+			return fs.SkipDir // Journaled's, not objects
+		}
 		if e.IsDir() || strings.HasSuffix(p, sumSuffix) || strings.HasPrefix(base, ".put-") || strings.HasPrefix(base, ".sum-") {
 			return nil
 		}

@@ -5,7 +5,6 @@ package flowcontrolstatus
 
 import (
 	"context"
-	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,14 +33,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	before := f.Status.DeepCopy()
-	if err := ready.Set(ctx, r.Client, f, &f.Status.Conditions, &f.Status.ObservedGeneration, before, &f.Status, cond); err != nil {
-		return reconcile.Result{}, err
-	}
-	if cond.Reason == ready.Registering {
-		return reconcile.Result{RequeueAfter: time.Second}, nil
-	}
-	return reconcile.Result{}, nil
+	return ready.Apply(ctx, r.Client, f, &f.Status.Conditions, &f.Status.ObservedGeneration, f.Status.DeepCopy(), &f.Status, cond, 0)
 }
 
 // SetupWithManager runs the reconciler on the leader.

@@ -2,38 +2,31 @@ package flowcontrolstatus
 
 import (
 	"context"
-	"errors"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/controller/ready/readytest"
 )
 
 // A flow control changed since it was registered is not Ready until its
 // webhook is registered as the new spec makes it.
 func TestReadyWaitsForTheCurrentSpec(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(s), v1alpha1.AddToScheme(s)); err != nil {
-		t.Fatal(err)
-	}
 	f := &v1alpha1.DeletionFlowControl{ObjectMeta: metav1.ObjectMeta{Name: "pods", Generation: 1}, Spec: v1alpha1.DeletionFlowControlSpec{
 		Resources: []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"pods"}}}}}
-	base := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
+	base := readytest.Registration()
 	reg := base
 	reg.FlowControls = []v1alpha1.DeletionFlowControl{*f}
 	cfg := rampartadmission.ValidatingConfig(reg)
 	changed := f.DeepCopy()
 	changed.Generation = 2
 	changed.Spec.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "batch"}}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(changed, cfg).WithStatusSubresource(changed).Build()
+	c := readytest.Client(t, changed, cfg)
 	r := &Reconciler{Client: c, Registration: func() rampartadmission.Registration { return base }}
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "pods"}}
 	ready := func() *metav1.Condition {

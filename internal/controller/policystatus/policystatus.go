@@ -71,17 +71,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	before := p.Status.DeepCopy()
-	if err := ready.Set(ctx, r.Client, p, &p.Status.Conditions, &p.Status.ObservedGeneration, before, &p.Status, cond); err != nil {
-		return reconcile.Result{}, err
-	}
-	if cond.Reason == ready.Registering {
-		return reconcile.Result{RequeueAfter: time.Second}, nil
-	}
+	var later time.Duration
 	if len(compiledNames) > 0 && !compiledInForce {
-		return reconcile.Result{RequeueAfter: compiledWait}, nil
+		later = compiledWait
 	}
-	return reconcile.Result{}, nil
+	return ready.Apply(ctx, r.Client, p, &p.Status.Conditions, &p.Status.ObservedGeneration, p.Status.DeepCopy(), &p.Status, cond, later)
 }
 
 // SetupWithManager runs the reconciler on the leader.

@@ -2,33 +2,26 @@ package policystatus
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/controller/ready/readytest"
 )
 
 func TestReadyFollowsTheRegisteredConfiguration(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(s), v1alpha1.AddToScheme(s)); err != nil {
-		t.Fatal(err)
-	}
-	base := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
+	base := readytest.Registration()
 	p := &v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ledger", Generation: 2}, Spec: v1alpha1.ProtectionPolicySpec{
 		Resources:  []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
 		Protection: v1alpha1.ProtectionAlways}}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(p).WithStatusSubresource(p).Build()
+	c := readytest.Client(t, p)
 	r := &Reconciler{Client: c, Registration: func() rampartadmission.Registration { return base }}
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "ledger"}}
 	ready := func() metav1.Condition {
@@ -79,17 +72,13 @@ func (c *compiledState) PolicyState(context.Context, *v1alpha1.ProtectionPolicy)
 // from the start, and the API server itself once every API server has
 // loaded the compiled static rules; until then it is looked at again.
 func TestReadySaysWhichEngineEnforces(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(s), v1alpha1.AddToScheme(s)); err != nil {
-		t.Fatal(err)
-	}
-	base := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
+	base := readytest.Registration()
 	p := &v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ledger", Generation: 1}, Spec: v1alpha1.ProtectionPolicySpec{
 		Resources:  []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
 		Protection: v1alpha1.ProtectionAlways}}
 	reg := base
 	reg.Policies = []v1alpha1.ProtectionPolicy{*p}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(p, rampartadmission.ValidatingConfig(reg)).WithStatusSubresource(p).Build()
+	c := readytest.Client(t, p, rampartadmission.ValidatingConfig(reg))
 	state := &compiledState{names: []string{"ledger.deletion.policy.rampart.io"}}
 	r := &Reconciler{Client: c, Registration: func() rampartadmission.Registration { return base }, Compiled: state}
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "ledger"}}

@@ -7,6 +7,7 @@ package ready
 import (
 	"context"
 	"strings"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -86,6 +87,19 @@ func Set(ctx context.Context, c client.Client, obj client.Object, conds *[]metav
 	}
 	// A conflict (a counted delete wrote the status meanwhile) requeues.
 	return c.Status().Update(ctx, obj)
+}
+
+// Apply is Set, then when to look again: in a second while the webhooks
+// are still being registered (the configuration's own changes may not
+// come as an event for every owner), else after later, zero for never.
+func Apply(ctx context.Context, c client.Client, obj client.Object, conds *[]metav1.Condition, observed *int64, before, status any, cond metav1.Condition, later time.Duration) (reconcile.Result, error) {
+	if err := Set(ctx, c, obj, conds, observed, before, status, cond); err != nil {
+		return reconcile.Result{}, err
+	}
+	if cond.Reason == Registering {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	return reconcile.Result{RequeueAfter: later}, nil
 }
 
 // Controller runs r for each object of a kind whose webhooks Rampart

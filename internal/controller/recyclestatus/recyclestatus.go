@@ -6,7 +6,6 @@ package recyclestatus
 
 import (
 	"context"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -45,14 +44,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 	}
-	before := p.Status.DeepCopy()
-	if err := ready.Set(ctx, r.Client, p, &p.Status.Conditions, &p.Status.ObservedGeneration, before, &p.Status, cond); err != nil {
-		return reconcile.Result{}, err
-	}
-	if cond.Reason == ready.Registering {
-		return reconcile.Result{RequeueAfter: time.Second}, nil
-	}
-	return reconcile.Result{}, nil
+	return ready.Apply(ctx, r.Client, p, &p.Status.Conditions, &p.Status.ObservedGeneration, p.Status.DeepCopy(), &p.Status, cond, 0)
 }
 
 // SetupWithManager runs the reconciler on the leader.

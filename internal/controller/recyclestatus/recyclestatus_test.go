@@ -2,33 +2,27 @@ package recyclestatus
 
 import (
 	"context"
-	"errors"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/controller/ready/readytest"
 )
 
 // A policy is Ready once its webhook is registered; with the recycle bin
 // off it says so and how to turn it on.
 func TestReadySaysWhetherDeletesAreKept(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(s), v1alpha1.AddToScheme(s)); err != nil {
-		t.Fatal(err)
-	}
 	p := &v1alpha1.RecyclePolicy{ObjectMeta: metav1.ObjectMeta{Name: "configs", Generation: 1}, Spec: v1alpha1.RecyclePolicySpec{
 		Resources: []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}}}}
-	base := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system", RecycleBin: true}
+	base := readytest.Registration()
+	base.RecycleBin = true
 	empty := rampartadmission.ValidatingConfig(base)
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(p, empty).WithStatusSubresource(p).Build()
+	c := readytest.Client(t, p, empty)
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "configs"}}
 	ready := func(r *Reconciler) *metav1.Condition {
 		t.Helper()

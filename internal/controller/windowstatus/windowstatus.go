@@ -55,14 +55,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if cond, err = ready.Condition(ctx, r.Client, reg, rampartadmission.WindowOwner(cw.Namespace, cw.Name), cw.Generation, "Enforced", ""); err != nil {
 			return reconcile.Result{}, err
 		}
-		if cond.Reason == ready.Registering {
-			requeue = time.Second
-		}
 	}
-	if err := ready.Set(ctx, r.Client, cw, &cw.Status.Conditions, &cw.Status.ObservedGeneration, before, &cw.Status, cond); err != nil {
-		return reconcile.Result{}, err
-	}
-	return reconcile.Result{RequeueAfter: requeue}, nil
+	return ready.Apply(ctx, r.Client, cw, &cw.Status.Conditions, &cw.Status.ObservedGeneration, before, &cw.Status, cond, requeue)
 }
 
 func metaTime(t *time.Time) *metav1.Time {

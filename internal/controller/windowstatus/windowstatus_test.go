@@ -2,37 +2,30 @@ package windowstatus
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/controller/ready/readytest"
 )
 
 // The status says whether the window is open and when it next changes,
 // requeues at that change, and turns Ready once the webhook is registered.
 func TestStatusFollowsTheScheduleAndTheRegistration(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(s), v1alpha1.AddToScheme(s)); err != nil {
-		t.Fatal(err)
-	}
 	// Monday 03:30 UTC, inside a 02:00-04:00 window.
 	now := time.Date(2026, 11, 23, 3, 30, 0, 0, time.UTC)
 	cw := &v1alpha1.ChangeWindow{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "nightly", Generation: 1}, Spec: v1alpha1.ChangeWindowSpec{
 		Resources: []v1alpha1.ResourceRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}}},
 		TimeZone:  "UTC",
 		Schedules: []v1alpha1.Schedule{{Days: []v1alpha1.Weekday{"Mon"}, Start: "02:00", End: "04:00"}}}}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(cw).WithStatusSubresource(cw).Build()
-	base := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
+	c := readytest.Client(t, cw)
+	base := readytest.Registration()
 	r := &Reconciler{Client: c, Registration: func() rampartadmission.Registration { return base }, Now: func() time.Time { return now }}
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "shop", Name: "nightly"}}
 	get := func() *v1alpha1.ChangeWindow {

@@ -98,7 +98,7 @@ func LabelRules(o Options) []Policy {
 	// object before and after: removing the label in the same write does
 	// not escape it, as with the webhook.
 	rep.Policy.Spec.MatchConstraints.ObjectSelector = labelIn(v1alpha1.LabelExplicitReplicas, "true")
-	rep.Policy.Spec.MatchConditions = exemptCondition(o.ReplicasExempt)
+	rep.Policy.Spec.MatchConditions = append([]admissionregistrationv1.MatchCondition{changesReplicas}, exemptCondition(o.ReplicasExempt)...)
 	rep.Policy.Spec.Variables = append(rep.Policy.Spec.Variables, replicaVariables()...)
 	rep.Policy.Spec.Validations = []admissionregistrationv1.Validation{replicasValidation(v1alpha1.GuardAll, labelSource(v1alpha1.LabelExplicitReplicas))}
 	return []Policy{del, rep}
@@ -133,7 +133,7 @@ func FromPolicy(p *v1alpha1.ProtectionPolicy, o Options) []Policy {
 		if len(covered) > 0 {
 			rep := newPolicy(ReplicasName(p.Name), p.Name, replicaRules(covered), o.notOwn(p.Spec.NamespaceSelector))
 			rep.Policy.Spec.MatchConstraints.ObjectSelector = orEverything(p.Spec.ObjectSelector)
-			rep.Policy.Spec.MatchConditions = exemptCondition(p.Spec.Exempt)
+			rep.Policy.Spec.MatchConditions = append([]admissionregistrationv1.MatchCondition{changesReplicas}, exemptCondition(p.Spec.Exempt)...)
 			if sel := selectorCondition(p.Spec.ObjectSelector, "oldObject"); sel != "" {
 				// The webhook judges an update by the policy that selected
 				// the object before the write; the API server's selector
@@ -312,11 +312,23 @@ func deletionValidation(s source) admissionregistrationv1.Validation {
 	}
 }
 
+// A workload's replicas before and after the write; they default to 1.
+const (
+	oldReplicas = `(has(oldObject.spec.replicas) ? oldObject.spec.replicas : 1)`
+	newReplicas = `(has(object.spec.replicas) ? object.spec.replicas : 1)`
+)
+
+// changesReplicas leaves out, before any validation or message runs, the
+// writes that keep the replicas (most updates of a workload): the API
+// server then converts the object once for the condition instead of once
+// for each of its three passes (validations, messages, audit
+// annotations). The validation admits them anyway.
+var changesReplicas = admissionregistrationv1.MatchCondition{Name: "changes-replicas", Expression: oldReplicas + " != " + newReplicas}
+
 func replicaVariables() []admissionregistrationv1.Variable {
 	return []admissionregistrationv1.Variable{
-		// A workload's replicas default to 1.
-		{Name: "old", Expression: `has(oldObject.spec.replicas) ? oldObject.spec.replicas : 1`},
-		{Name: "new", Expression: `has(object.spec.replicas) ? object.spec.replicas : 1`},
+		{Name: "old", Expression: oldReplicas},
+		{Name: "new", Expression: newReplicas},
 		{Name: "confirm", Expression: `has(object.metadata.annotations) && "` + v1alpha1.AnnotationConfirmReplicas + `" in object.metadata.annotations ? ` +
 			`object.metadata.annotations["` + v1alpha1.AnnotationConfirmReplicas + `"] : ""`},
 	}

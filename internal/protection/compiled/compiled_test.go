@@ -1,22 +1,31 @@
-package compiled
+package compiled_test
 
 import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
 	"slices"
 	"testing"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
+	ctrladmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	"github.com/rampart-io/rampart/internal/protection"
+	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/protection/compiled"
+	"github.com/rampart-io/rampart/internal/protection/compiled/compiledtest"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
 	"github.com/rampart-io/rampart/internal/protection/policy"
-	"github.com/rampart-io/rampart/internal/protection/replicas"
 )
 
 const own = "rampart-system"
@@ -98,127 +107,134 @@ var tablePolicies = []v1alpha1.ProtectionPolicy{
 	},
 }
 
-var tableOptions = Options{OwnNamespace: own, ReplicasExempt: v1alpha1.Subjects{Users: []string{"autoscaler-bot"}}}
+var tableOptions = compiled.Options{OwnNamespace: own, ReplicasExempt: v1alpha1.Subjects{Users: []string{"autoscaler-bot"}}}
 
-// webhooks is what Rampart's webhooks answer for the same request: the Go
-// decisions (deletion.Decide, replicas.Decide), reached as the webhook
-// configuration reaches them (Rampart's namespace left out, each policy's
-// resources and selectors, the object before the write, exemptions).
-func webhooks(t *testing.T, r request, policies []v1alpha1.ProtectionPolicy, o Options, nsByName map[string]*corev1.Namespace) outcome {
+// webhooks is what Rampart's webhooks answer for the same request: the
+// manager's own handlers (admission.Deletion, admission.Replicas), called
+// as the API server calls them: through the label webhook, and through
+// the webhook of each policy whose resources and selectors reach the
+// object before or after the write (Rampart's namespace is never
+// reached). The cluster holds nothing else: what needs state has nothing
+// to find.
+func webhooks(t *testing.T, r compiledtest.Request, policies []v1alpha1.ProtectionPolicy, o compiled.Options, nsByName map[string]*corev1.Namespace) compiledtest.Outcome {
 	t.Helper()
-	if r.namespace == o.OwnNamespace {
-		return outcome{}
+	if r.Namespace == o.OwnNamespace {
+		return compiledtest.Outcome{}
 	}
-	gr := r.gvr.GroupResource()
-	old := &unstructured.Unstructured{Object: r.old}
-	var nsLabels map[string]string
-	if r.namespace != "" {
-		nsLabels = nsByName[r.namespace].Labels
-	}
-	// The webhook names a deleted object from the old object: an item of
-	// a DeleteCollection comes with the collection's request, no name.
-	obj := protection.Object{Resource: gr, Namespace: old.GetNamespace(), Name: old.GetName()}
-	if gr.Group == "" {
-		obj.Singular = lower(r.gvk.Kind)
-	}
-	u := authenticationv1.UserInfo{Username: r.user.GetName(), Groups: r.user.GetGroups()}
-	var out outcome
-	decide := func(v protection.Verdict, enforce bool) {
-		switch {
-		case v.Allowed:
-		case !enforce:
-			out.warnings = append(out.warnings, "rampart (Warn mode): "+v.Message)
-		case !out.denied:
-			out.denied, out.message = true, v.Message
+	gr := r.GVR.GroupResource()
+	raw := func(obj map[string]any) runtime.RawExtension {
+		if obj == nil {
+			return runtime.RawExtension{}
 		}
-	}
-	covering := func(purpose policy.Purpose) []*v1alpha1.ProtectionPolicy {
-		var ps []*v1alpha1.ProtectionPolicy
-		for _, p := range policy.Select(policies, purpose, gr, nsLabels, old.GetLabels()) {
-			if !protection.Names(p.Spec.Exempt, u) {
-				ps = append(ps, p)
-			}
+		b, err := json.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return ps
+		return runtime.RawExtension{Raw: b}
 	}
-	switch r.op {
+	req := ctrladmission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "review", Kind: metav1.GroupVersionKind(r.GVK), Resource: metav1.GroupVersionResource(r.GVR),
+		Namespace: r.Namespace, Name: r.Name, Operation: admissionv1.Operation(r.Op),
+		UserInfo:  authenticationv1.UserInfo{Username: r.User.GetName(), Groups: r.User.GetGroups()},
+		OldObject: raw(r.Old), Object: raw(r.Obj),
+	}}
+	var handler ctrladmission.Handler
+	var purpose policy.Purpose
+	switch r.Op {
 	case admission.Delete:
-		if v1alpha1.ProtectionLevel(old.GetLabels()[v1alpha1.LabelProtection]) == v1alpha1.ProtectionAlways {
-			decide(deletion.Decide(deletion.Request{Object: obj, Level: v1alpha1.ProtectionAlways}, nil), true)
-		}
-		for _, p := range covering(policy.Protecting) {
-			if p.Spec.Protection != v1alpha1.ProtectionAlways {
-				continue // Cascading needs the cluster's state: the webhook's alone
-			}
-			decide(deletion.Decide(deletion.Request{Object: obj, Level: p.Spec.Protection, Source: protection.Source{Policy: p.Name}}, nil), policy.Enforced(p))
-		}
+		handler, purpose = &rampartadmission.Deletion{View: emptyCluster{}, Policies: rampartadmission.PolicyList(policies)}, policy.Protecting
 	case admission.Update:
-		if !StaticReplicas(gr) {
-			return out
+		handler, purpose = &rampartadmission.Replicas{View: emptyCluster{}, Policies: rampartadmission.PolicyList(policies), Exempt: o.ReplicasExempt}, policy.Guarding
+	default:
+		t.Fatalf("no webhook for %s", r.Op)
+	}
+	var nsLabels map[string]string
+	if r.Namespace != "" {
+		nsLabels = nsByName[r.Namespace].Labels
+	}
+	objLabels := []map[string]string{(&unstructured.Unstructured{Object: r.Old}).GetLabels()}
+	if r.Obj != nil {
+		objLabels = append(objLabels, (&unstructured.Unstructured{Object: r.Obj}).GetLabels())
+	}
+	// The label webhook: its handler judges by the labels, and admits
+	// what carries none.
+	answers := []ctrladmission.Response{handler.Handle(context.Background(), req)}
+	for i := range policies {
+		p := &policies[i]
+		reached := false
+		for _, l := range objLabels {
+			reached = reached || (purpose(p) && policy.Covers(p, gr, nsLabels, l))
 		}
-		cur := &unstructured.Unstructured{Object: r.obj}
-		base := replicas.Request{Object: obj, Old: replicasOf(old), New: replicasOf(cur),
-			Confirm: cur.GetAnnotations()[v1alpha1.AnnotationConfirmReplicas]}
-		if old.GetLabels()[v1alpha1.LabelExplicitReplicas] == "true" || cur.GetLabels()[v1alpha1.LabelExplicitReplicas] == "true" {
-			req := base
-			req.Guard, req.Exempt = v1alpha1.GuardAll, protection.Names(o.ReplicasExempt, u)
-			decide(replicas.Decide(req), true)
-		}
-		for _, p := range covering(policy.Guarding) {
-			req := base
-			req.Guard, req.Source = policy.Guard(p), protection.Source{Policy: p.Name}
-			decide(replicas.Decide(req), policy.Enforced(p))
+		if reached {
+			answers = append(answers, handler.Handle(throughPolicy(p.Name), req))
 		}
 	}
-	if out.denied {
-		out.warnings = nil
+	var out compiledtest.Outcome
+	for _, a := range answers {
+		switch {
+		case !a.Allowed && !out.Denied:
+			out.Denied, out.Message = true, a.Result.Message
+		case a.Allowed:
+			out.Warnings = append(out.Warnings, a.Warnings...)
+		}
+	}
+	if out.Denied {
+		out.Warnings = nil
 	}
 	return out
 }
 
-func replicasOf(u *unstructured.Unstructured) int64 {
-	n, found, err := unstructured.NestedInt64(u.Object, "spec", "replicas")
-	if err != nil || !found {
-		return 1
-	}
-	return n
+// throughPolicy is the context of a request that came through a policy's
+// webhook, as the manager's server builds it from the path.
+func throughPolicy(name string) context.Context {
+	return rampartadmission.PolicyFromPath("/policy/")(context.Background(), &http.Request{URL: &url.URL{Path: "/policy/" + name}})
 }
 
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
-}
+// emptyCluster is the handlers' view of a cluster holding nothing but the
+// request's object: nothing to cascade to, built-in kinds only.
+type emptyCluster struct{}
 
-func del(gvk schema.GroupVersionKind, ns, name string, labels map[string]string, u user.Info) request {
+func (emptyCluster) LivePods(string) deletion.Sample         { return deletion.Sample{} }
+func (emptyCluster) BoundClaims(string) deletion.Sample      { return deletion.Sample{} }
+func (emptyCluster) ScaledWorkloads(string) deletion.Sample  { return deletion.Sample{} }
+func (emptyCluster) ProtectedObjects(string) deletion.Sample { return deletion.Sample{} }
+func (emptyCluster) CustomResources(string) deletion.Sample  { return deletion.Sample{} }
+func (emptyCluster) Dependents(types.UID) deletion.Sample    { return deletion.Sample{} }
+func (emptyCluster) LivePodsOf(types.UID) deletion.Sample    { return deletion.Sample{} }
+func (emptyCluster) HasSynced() bool                         { return true }
+func (emptyCluster) ScaleReplicasPath(schema.GroupResource) (string, bool) {
+	return "", false
+}
+func (emptyCluster) WorkloadLabels(schema.GroupResource, string, string) (map[string]string, types.UID, bool) {
+	return nil, "", false
+}
+func (emptyCluster) NamespaceLabels(string) (map[string]string, bool) { return nil, false }
+
+func del(gvk schema.GroupVersionKind, ns, name string, labels map[string]string, u user.Info) compiledtest.Request {
 	objNs := ns
 	if gvk == namespaces {
 		objNs = ""
 	}
-	return request{op: admission.Delete, gvk: gvk, gvr: gvk.GroupVersion().WithResource(resourceOf[gvk]), namespace: ns, name: name,
-		old: object(gvk, objNs, name, labels, nil, nil), user: u}
+	return compiledtest.Request{Op: admission.Delete, GVK: gvk, GVR: gvk.GroupVersion().WithResource(resourceOf[gvk]), Namespace: ns, Name: name,
+		Old: compiledtest.Object(gvk, objNs, name, labels, nil, nil), User: u}
 }
 
 // collectionItem is r as an item of a DeleteCollection: the API server
 // judges each item with the collection's request, which names no object
 // (a namespaced resource has no DeleteCollection across all namespaces:
 // the namespace is always there).
-func collectionItem(r request) request {
-	r.name = ""
+func collectionItem(r compiledtest.Request) compiledtest.Request {
+	r.Name = ""
 	return r
 }
 
-func update(gvk schema.GroupVersionKind, ns, name string, oldLabels, newLabels map[string]string, from, to int64, confirm string, u user.Info) request {
+func update(gvk schema.GroupVersionKind, ns, name string, oldLabels, newLabels map[string]string, from, to int64, confirm string, u user.Info) compiledtest.Request {
 	var ann map[string]string
 	if confirm != "" {
 		ann = map[string]string{v1alpha1.AnnotationConfirmReplicas: confirm}
 	}
-	return request{op: admission.Update, gvk: gvk, gvr: gvk.GroupVersion().WithResource(resourceOf[gvk]), namespace: ns, name: name,
-		old: object(gvk, ns, name, oldLabels, from, nil), obj: object(gvk, ns, name, newLabels, to, ann), user: u}
+	return compiledtest.Request{Op: admission.Update, GVK: gvk, GVR: gvk.GroupVersion().WithResource(resourceOf[gvk]), Namespace: ns, Name: name,
+		Old: compiledtest.Object(gvk, ns, name, oldLabels, from, nil), Obj: compiledtest.Object(gvk, ns, name, newLabels, to, ann), User: u}
 }
 
 var (
@@ -228,16 +244,17 @@ var (
 	db       = map[string]string{"tier": "db"}
 )
 
-// TestBothEnginesAgree runs the deletion and replica decision tables
-// through the Go decisions and through the compiled policies evaluated by
-// the API server's own libraries: the same requests are refused, with the
-// same message, and the same are admitted or warned about.
+// TestBothEnginesAgree runs requests through the manager's webhook
+// handlers (policies, selectors, exemptions, Warn mode, Rampart's
+// namespace) and through the compiled policies evaluated by the API
+// server's own libraries: the same requests are refused, with the same
+// message, and the same are admitted or warned about.
 func TestBothEnginesAgree(t *testing.T) {
-	api := newAPIServer(t, cluster...)
-	compiled := Compile(tablePolicies, tableOptions)
+	api := compiledtest.NewAPIServer(t, cluster...)
+	policies := compiled.Compile(tablePolicies, tableOptions)
 	tests := []struct {
 		name   string
-		req    request
+		req    compiledtest.Request
 		denied bool
 		warned bool
 	}{
@@ -290,20 +307,20 @@ func TestBothEnginesAgree(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			want := webhooks(t, tt.req, tablePolicies, tableOptions, api.namespaces)
-			got := api.admit(t, compiled, tt.req.attributes())
-			if want.denied != tt.denied || (len(want.warnings) > 0) != tt.warned {
+			want := webhooks(t, tt.req, tablePolicies, tableOptions, api.Namespaces)
+			got := api.Admit(t, policies, tt.req.Attributes())
+			if want.Denied != tt.denied || (len(want.Warnings) > 0) != tt.warned {
 				t.Fatalf("the table says denied=%v warned=%v; the Go decision: %s", tt.denied, tt.warned, want)
 			}
-			if got.denied != want.denied || got.message != want.message {
+			if got.Denied != want.Denied || got.Message != want.Message {
 				t.Fatalf("the engines disagree:\n  Go decision:   %s\n  compiled CEL:  %s", want, got)
 			}
-			if len(got.warnings) != len(want.warnings) {
-				t.Fatalf("warnings differ:\n  Go decision:   %q\n  compiled CEL:  %q", want.warnings, got.warnings)
+			if len(got.Warnings) != len(want.Warnings) {
+				t.Fatalf("warnings differ:\n  Go decision:   %q\n  compiled CEL:  %q", want.Warnings, got.Warnings)
 			}
-			for i := range got.warnings {
-				if got.warnings[i] != want.warnings[i] {
-					t.Fatalf("warnings differ:\n  Go decision:   %q\n  compiled CEL:  %q", want.warnings[i], got.warnings[i])
+			for i := range got.Warnings {
+				if got.Warnings[i] != want.Warnings[i] {
+					t.Fatalf("warnings differ:\n  Go decision:   %q\n  compiled CEL:  %q", want.Warnings[i], got.Warnings[i])
 				}
 			}
 		})
@@ -314,17 +331,17 @@ func TestBothEnginesAgree(t *testing.T) {
 // webhooks, by name.
 func TestCompiledShapes(t *testing.T) {
 	var names []string
-	for _, p := range Compile(tablePolicies, tableOptions) {
+	for _, p := range compiled.Compile(tablePolicies, tableOptions) {
 		names = append(names, p.Policy.Name)
 		if p.Binding.Name != p.Policy.Name || p.Binding.Spec.PolicyName != p.Policy.Name {
 			t.Errorf("%s: binding %s for policy %s", p.Policy.Name, p.Binding.Name, p.Binding.Spec.PolicyName)
 		}
-		if p.Policy.Labels[LabelManagedBy] != ManagedBy || p.Binding.Labels[LabelManagedBy] != ManagedBy {
+		if p.Policy.Labels[compiled.LabelManagedBy] != compiled.ManagedBy || p.Binding.Labels[compiled.LabelManagedBy] != compiled.ManagedBy {
 			t.Errorf("%s: not labelled as Rampart's", p.Policy.Name)
 		}
 	}
-	want := []string{LabelDeletionName, LabelReplicasName,
-		DeletionName("pay-config"), DeletionName("databases"), ReplicasName("databases"), ReplicasName("no-zero"), DeletionName("try-out")}
+	want := []string{compiled.LabelDeletionName, compiled.LabelReplicasName,
+		compiled.DeletionName("pay-config"), compiled.DeletionName("databases"), compiled.ReplicasName("databases"), compiled.ReplicasName("no-zero"), compiled.DeletionName("try-out")}
 	if !slices.Equal(names, want) {
 		t.Errorf("compiled %v, want %v (Cascading is never compiled)", names, want)
 	}

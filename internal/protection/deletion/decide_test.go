@@ -44,6 +44,10 @@ var (
 	crdGR    = schema.GroupResource{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}
 )
 
+// TestDecide is the deletion decision table. Each row also runs through
+// the compiled policies, evaluated with kube-apiserver's own libraries
+// (agreeCompiled): a row the compiled policies cannot decide (Cascading)
+// must be left to the webhook by them.
 func TestDecide(t *testing.T) {
 	busy := fakeView{
 		pods:       map[string]int{"shop": 12},
@@ -174,6 +178,10 @@ func TestDecide(t *testing.T) {
 					t.Errorf("message %q lacks %q", v.Message, frag)
 				}
 			}
+			// One meaning, two engines: the compiled policies
+			// (rampart export policies, the manager's hybrid mode)
+			// answer each row as Decide does.
+			agreeCompiled(t, tt.req, v)
 		})
 	}
 }

@@ -16,26 +16,36 @@ import (
 
 // CoversResource says whether the policy names the resource.
 func CoversResource(p *v1alpha1.ProtectionPolicy, gr schema.GroupResource) bool {
-	for _, r := range p.Spec.Resources {
-		if (slices.Contains(r.APIGroups, "*") || slices.Contains(r.APIGroups, gr.Group)) &&
-			(slices.Contains(r.Resources, "*") || slices.Contains(r.Resources, gr.Resource)) {
-			return true
-		}
-	}
-	return false
+	return NamesResource(p.Spec.Resources, gr)
+}
+
+// NamesResource says whether any of rules names the resource ("*" for
+// every group or resource), as a webhook rule does.
+func NamesResource(rules []v1alpha1.ResourceRule, gr schema.GroupResource) bool {
+	return slices.ContainsFunc(rules, func(r v1alpha1.ResourceRule) bool {
+		return (slices.Contains(r.APIGroups, "*") || slices.Contains(r.APIGroups, gr.Group)) &&
+			(slices.Contains(r.Resources, "*") || slices.Contains(r.Resources, gr.Resource))
+	})
 }
 
 // Covers says whether the policy applies to an object of resource gr with
 // the given labels, in a namespace with nsLabels (nil for cluster-scoped
 // objects, whose namespaceSelector is ignored as the API server does).
 func Covers(p *v1alpha1.ProtectionPolicy, gr schema.GroupResource, nsLabels, objLabels map[string]string) bool {
-	if !CoversResource(p, gr) {
+	return InScope(p.Spec.Resources, p.Spec.NamespaceSelector, p.Spec.ObjectSelector, gr, nsLabels, objLabels)
+}
+
+// InScope is Covers for any of Rampart's policies (protection, recycling):
+// rules name the resource, nsSel matches nsLabels (nil: not checked) and
+// objSel the object's labels; an absent selector matches everything.
+func InScope(rules []v1alpha1.ResourceRule, nsSel, objSel *v1.LabelSelector, gr schema.GroupResource, nsLabels, objLabels map[string]string) bool {
+	if !NamesResource(rules, gr) {
 		return false
 	}
-	if nsLabels != nil && !matches(p.Spec.NamespaceSelector, nsLabels) {
+	if nsLabels != nil && !matches(nsSel, nsLabels) {
 		return false
 	}
-	return matches(p.Spec.ObjectSelector, objLabels)
+	return matches(objSel, objLabels)
 }
 
 // matches treats an absent selector as matching everything, as webhook

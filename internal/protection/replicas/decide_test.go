@@ -10,9 +10,15 @@ import (
 	"github.com/rampart-io/rampart/internal/protection"
 )
 
+// TestDecide is the replica decision table. Each row also runs through
+// the compiled policies, evaluated with kube-apiserver's own libraries
+// (agreeCompiled): a write through the scale subresource must be left to
+// the webhook by them. A guard other than All comes from a policy (the
+// label guards every change), so such rows name one.
 func TestDecide(t *testing.T) {
 	web := protection.Object{Resource: schema.GroupResource{Group: "apps", Resource: "deployments"}, Namespace: "shop", Name: "web"}
 	all, dec, zero := v1alpha1.GuardAll, v1alpha1.GuardDecrease, v1alpha1.GuardToZero
+	noZero, noShrink := protection.Source{Policy: "no-zero"}, protection.Source{Policy: "no-shrink"}
 	tests := []struct {
 		name    string
 		req     Request
@@ -40,10 +46,14 @@ func TestDecide(t *testing.T) {
 			wantIn: []string{"scale subresource", "kubectl rampart scale -n shop deployments.apps/web --replicas 0"},
 		},
 		{name: "an exempt requester passes through the scale subresource", req: Request{Object: web, Guard: all, Old: 3, New: 10, Scale: true, Exempt: true}, allowed: true},
-		{name: "Decrease lets increases through", req: Request{Object: web, Guard: dec, Old: 3, New: 6, Scale: true}, allowed: true},
-		{name: "Decrease guards decreases", req: Request{Object: web, Guard: dec, Old: 3, New: 2, Scale: true}, wantIn: []string{"guard Decrease"}},
-		{name: "ToZero lets 3 -> 1 through", req: Request{Object: web, Guard: zero, Old: 3, New: 1}, allowed: true},
-		{name: "ToZero guards 3 -> 0", req: Request{Object: web, Guard: zero, Old: 3, New: 0}, wantIn: []string{"guard ToZero"}},
+		{name: "Decrease lets increases through", req: Request{Object: web, Guard: dec, Old: 3, New: 6, Scale: true, Source: noShrink}, allowed: true},
+		{name: "Decrease guards decreases", req: Request{Object: web, Guard: dec, Old: 3, New: 2, Scale: true, Source: noShrink}, wantIn: []string{"guard Decrease"}},
+		{name: "Decrease guards decreases of the object too", req: Request{Object: web, Guard: dec, Old: 3, New: 2, Source: noShrink}, wantIn: []string{"guard Decrease"}},
+		{name: "Decrease: a confirmed decrease passes", req: Request{Object: web, Guard: dec, Old: 3, New: 2, Confirm: "2", Source: noShrink}, allowed: true},
+		{name: "a policy's exempt requester passes", req: Request{Object: web, Guard: all, Old: 3, New: 0, Exempt: true, Source: noShrink}, allowed: true},
+		{name: "the label's exempt requester passes", req: Request{Object: web, Guard: all, Old: 3, New: 0, Exempt: true}, allowed: true},
+		{name: "ToZero lets 3 -> 1 through", req: Request{Object: web, Guard: zero, Old: 3, New: 1, Source: noZero}, allowed: true},
+		{name: "ToZero guards 3 -> 0", req: Request{Object: web, Guard: zero, Old: 3, New: 0, Source: noZero}, wantIn: []string{"guard ToZero"}},
 		{
 			name:   "a policy source says how to lift it",
 			req:    Request{Object: web, Guard: all, Old: 3, New: 0, Source: protection.Source{Policy: "critical"}},
@@ -64,6 +74,10 @@ func TestDecide(t *testing.T) {
 					t.Errorf("message %q lacks %q", v.Message, w)
 				}
 			}
+			// One meaning, two engines: the compiled policies
+			// (rampart export policies, the manager's hybrid mode)
+			// answer each row as Decide does.
+			agreeCompiled(t, tt.req, v)
 		})
 	}
 }
