@@ -140,6 +140,9 @@ var everything = []string{
 	"--set", "monitoring.dashboard.enabled=true",
 	"--set", "gateway.trafficLog.enabled=true",
 	"--set", "gateway.trafficLog.to=file",
+	"--set", "manager.backup.enabled=true",
+	"--set", "manager.backup.store=s3://rampart-backups/cluster-a?endpoint=https://minio.example:9000&pathStyle=true",
+	"--set", "manager.backup.credentialsSecret=s3-credentials",
 }
 
 func TestChartLints(t *testing.T) {
@@ -168,6 +171,10 @@ func TestChartRejectsBadValues(t *testing.T) {
 		// A wildcard would let the manager read every Secret.
 		{set: "manager.customResourceGroups={*}", want: "/manager/customResourceGroups/0"},
 		{set: "manager.webhookClientCA.allowedNames={kube-apiserver}", want: "allowedNames needs manager.webhookClientCA.configMap"},
+		// Only the leader writes backups, and any replica may lead: a
+		// bucket, not a volume.
+		{set: "manager.backup.enabled=true", want: "manager.backup.store is required"},
+		{set: "manager.backup.store=/var/backups", want: "/manager/backup/store"},
 		{set: "manager.networkPolicy.webhookFrom[0].ipblock.cidr=10.0.0.0/8", want: "additional properties 'ipblock' not allowed"},
 		// The gateway forwards by constrained impersonation, which older
 		// API servers do not have.

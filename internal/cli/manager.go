@@ -28,6 +28,7 @@ func newManagerCommand() *cobra.Command {
 			log := zap.New(zap.UseFlagOptions(&zapOpts))
 			ctrl.SetLogger(log)
 			o.Log = log
+			o.Version = Version
 			if err := exemptServiceAccounts(&o.ReplicasExempt, exemptSAs); err != nil {
 				return err
 			}
@@ -78,6 +79,10 @@ func newManagerCommand() *cobra.Command {
 		"how often the leader evicts copies past their retention or size cap and publishes the bin's summary (ConfigMap rampart-recycle-bin, shown by rampart status)")
 	f.DurationVar(&o.RecycleBinNotDeletedAfter, "recycle-bin-not-deleted-after", recyclebin.DefaultNotDeletedAfter,
 		"how long after its copy was stored an object still alive counts as not deleted (its delete was refused after the copy, e.g. by another webhook); longer than any admission of a delete can take")
+	f.StringVar(&o.BackupStore, "backup-store", "",
+		"where the leader writes the backups Backup objects in --namespace ask for: a directory or s3://BUCKET/PREFIX?endpoint=... as --recycle-bin-store takes it (the manager then needs to get and list every resource)")
+	f.StringVar(&o.BackupKeyFile, "backup-key-file", "",
+		"32-byte key that seals Secrets in backups (default: --recycle-bin-key-file); without one, a Backup that would hold a Secret fails, saying so")
 	return cmd
 }
 

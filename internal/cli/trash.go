@@ -14,11 +14,11 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rampart-io/rampart/internal/localcluster"
 	"github.com/rampart-io/rampart/internal/recyclebin"
+	"github.com/rampart-io/rampart/internal/restore"
 	"github.com/rampart-io/rampart/internal/storage"
 )
 
@@ -276,24 +276,19 @@ live object the restore would leave alone or overwrite.`,
 					entries = append(entries, deps...)
 				}
 			}
-			plan, err := recyclebin.PlanRestore(entries, recyclebin.PlanOptions{AsNewName: o.asNewName, Overwrite: o.overwrite})
+			plan, err := recyclebin.PlanRestore(entries, restore.Options{AsNewName: o.asNewName, Overwrite: o.overwrite})
 			if err != nil {
 				return err
 			}
-			cfg, err := o.flags.ToRESTConfig()
+			target, err := restoreTarget(o.flags)
 			if err != nil {
 				return err
 			}
-			dyn, err := dynamic.NewForConfig(cfg)
-			if err != nil {
-				return err
-			}
-			mapper, err := o.flags.ToRESTMapper()
-			if err != nil {
-				return err
-			}
-			outcomes, runErr := plan.Run(ctx, recyclebin.APICluster{Dynamic: dyn, Mapper: mapper}, o.dryRun)
+			outcomes, runErr := plan.Run(ctx, target, o.dryRun)
 			printOutcomes(cmd.OutOrStdout(), outcomes, o.dryRun)
+			if n := restore.Conflicts(outcomes); runErr == nil && n > 0 {
+				return fmt.Errorf("%d of %d objects not restored: see why above", n, len(outcomes))
+			}
 			return runErr
 		},
 	}
@@ -305,7 +300,7 @@ live object the restore would leave alone or overwrite.`,
 	return cmd
 }
 
-func printOutcomes(w io.Writer, outcomes []recyclebin.Outcome, dryRun bool) {
+func printOutcomes(w io.Writer, outcomes []restore.Outcome, dryRun bool) {
 	verb := "created"
 	if dryRun {
 		verb = "would create"
@@ -316,9 +311,11 @@ func printOutcomes(w io.Writer, outcomes []recyclebin.Outcome, dryRun bool) {
 	}
 	for _, o := range outcomes {
 		switch {
-		case o.Refused != "":
-			fmt.Fprintf(w, "left alone: %s\n", o.Refused)
-		case o.Replaced:
+		case o.Action == restore.Conflict:
+			fmt.Fprintf(w, "not restored: %s\n", o.Reason)
+		case o.Reason != "":
+			fmt.Fprintf(w, "left alone: %s\n", o.Reason)
+		case o.Action == restore.Update:
 			fmt.Fprintf(w, "%s %s (uid %s)\n", replaced, o.Step.Described(), o.UID)
 		case o.UID != "":
 			fmt.Fprintf(w, "%s %s (uid %s)\n", verb, o.Step.Described(), o.UID)

@@ -26,6 +26,7 @@ func defaultAssets() string {
 
 func newUpCommand() *cobra.Command {
 	opts := localcluster.Options{Nodes: 3}
+	backups := false
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start a real local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok nodes) protected by Rampart",
@@ -45,6 +46,10 @@ stops it.`,
 			}
 			opts.Rampart = exe
 			opts.Progress = out
+			if backups {
+				// Where rampart backup looks by default.
+				opts.BackupStore = filepath.Join(opts.Dir, localBackupsDir)
+			}
 			start := time.Now()
 			mode := "protected by Rampart"
 			if opts.Unprotected {
@@ -93,6 +98,7 @@ stops it.`,
 	f.BoolVar(&opts.Gateway, "gateway", false, "start rampart gateway in front of the API servers and write DIR/kubeconfig-gateway")
 	f.StringSliceVar(&opts.GatewayCountCustomResourceGroups, "gateway-count-custom-resource-groups", nil, "API groups of custom resources the gateway's LIST guard may count per namespace (the chart's gateway.countCustomResourceGroups); others are priced by their cluster-wide count")
 	f.BoolVar(&opts.ComponentsViaGateway, "components-via-gateway", false, "point kube-controller-manager, kube-scheduler and kwok at the gateway (with --gateway)")
+	f.BoolVar(&backups, "backups", false, "run Backup objects of "+localcluster.ManagerNamespace+" into DIR/backups (the manager may then read every resource, as with the chart's manager.backup)")
 	f.StringVar(&opts.Assets, "assets", defaultAssets(), "directory with the binaries `make assets` builds")
 	return cmd
 }

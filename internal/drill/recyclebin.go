@@ -21,6 +21,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/etcdtool/source"
 	"github.com/rampart-io/rampart/internal/recyclebin"
+	"github.com/rampart-io/rampart/internal/restore"
 )
 
 // LedgerGroup is the API group of etcd-direct-delete's custom resources:
@@ -86,12 +87,12 @@ func (t Target) restoreFromBin(ctx context.Context, gr schema.GroupResource, nam
 	if err != nil {
 		return err
 	}
-	plan, err := recyclebin.PlanRestore(append([]recyclebin.Entry{e}, deps...), recyclebin.PlanOptions{})
+	plan, err := recyclebin.PlanRestore(append([]recyclebin.Entry{e}, deps...), restore.Options{})
 	if err != nil {
 		return err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(t.Client.Discovery()))
-	_, err = plan.Run(ctx, recyclebin.APICluster{Dynamic: t.Dynamic, Mapper: mapper}, false)
+	_, err = plan.Run(ctx, restore.APICluster{Dynamic: t.Dynamic, Mapper: mapper}, false)
 	return err
 }
 
@@ -289,12 +290,12 @@ var etcdDirectDelete = Drill{
 				return loss, fmt.Errorf("%d of %d deleted objects detected: %w", len(detected), len(objs), err)
 			}
 			loss.Measured["detect_seconds"] = seconds(time.Since(start))
-			plan, err := recyclebin.PlanRestore(detected, recyclebin.PlanOptions{})
+			plan, err := recyclebin.PlanRestore(detected, restore.Options{})
 			if err != nil {
 				return loss, err
 			}
 			mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(t.Client.Discovery()))
-			if _, err := plan.Run(ctx, recyclebin.APICluster{Dynamic: t.Dynamic, Mapper: mapper}, false); err != nil {
+			if _, err := plan.Run(ctx, restore.APICluster{Dynamic: t.Dynamic, Mapper: mapper}, false); err != nil {
 				return loss, err
 			}
 			loss.Measured["restored_seconds"] = seconds(time.Since(start))

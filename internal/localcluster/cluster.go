@@ -47,6 +47,10 @@ type Options struct {
 	// bin (--recycle-bin-store: a directory or s3://BUCKET/PREFIX?...)
 	// instead of the cluster's recycle-bin directory.
 	RecycleBinStore string
+	// BackupStore, when set, has the managers run Backup objects into it
+	// (--backup-store), with the rights to read every resource (the
+	// chart's manager.backup).
+	BackupStore string
 	// NoRecycleBin starts the managers without the recycle bin (it is on
 	// by default): protected deletes are judged and nothing is kept.
 	NoRecycleBin bool

@@ -36,6 +36,7 @@ func (c *Cluster) installRampart(ctx context.Context) error {
 	}
 	objs = append(objs, localBindings()...)
 	objs = append(objs, customResourceRights(c.opts.CustomResourceGroups)...)
+	objs = append(objs, backupRights(c.opts.BackupStore)...)
 	objs = append(objs, metricsScraper()...)
 	cl, err := c.applyAll(ctx, objs)
 	if err != nil {
@@ -160,11 +161,24 @@ func customResourceRights(groups []string) []*unstructured.Unstructured {
 	for _, g := range groups {
 		apiGroups = append(apiGroups, g)
 	}
-	name := "rampart-manager-custom-resources"
+	return managerRights("rampart-manager-custom-resources", map[string]any{"apiGroups": apiGroups, "resources": []any{"*"}, "verbs": []any{"list", "watch"}})
+}
+
+// backupRights let the manager read every resource for Backups, as the
+// chart does with manager.backup.
+func backupRights(store string) []*unstructured.Unstructured {
+	if store == "" {
+		return nil
+	}
+	return managerRights("rampart-manager-backup", map[string]any{"apiGroups": []any{"*"}, "resources": []any{"*"}, "verbs": []any{"get", "list"}})
+}
+
+// managerRights are a ClusterRole of one rule bound to the manager's user.
+func managerRights(name string, rule map[string]any) []*unstructured.Unstructured {
 	return []*unstructured.Unstructured{
 		{Object: map[string]any{
 			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": map[string]any{"name": name},
-			"rules": []any{map[string]any{"apiGroups": apiGroups, "resources": []any{"*"}, "verbs": []any{"list", "watch"}}},
+			"rules": []any{rule},
 		}},
 		{Object: map[string]any{
 			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": map[string]any{"name": name},
@@ -211,6 +225,9 @@ func (c *Cluster) managerArgs(i int) []string {
 		bin = []string{"--recycle-bin-store=" + c.opts.RecycleBinStore, key}
 	default:
 		bin = []string{"--recycle-bin-dir=" + c.path(RecycleBinDir), key}
+	}
+	if c.opts.BackupStore != "" {
+		bin = append(bin, "--backup-store="+c.opts.BackupStore, "--backup-key-file="+c.pkiFile(RecycleBinKey))
 	}
 	args := append([]string{"manager",
 		"--kubeconfig=" + c.path(managerID.file),

@@ -143,7 +143,17 @@ type Options struct {
 	// RecycleBinMaintainEvery is how often the leader evicts what
 	// retention and size caps no longer keep and publishes the summary.
 	RecycleBinMaintainEvery time.Duration
-	Log                     logr.Logger
+	// BackupStore, when set, is where the leader writes the backups
+	// Backup objects in Namespace ask for (storage.Open's locations). The
+	// manager then needs to read every resource (the chart's
+	// manager.backup grants it).
+	BackupStore string
+	// BackupKeyFile seals Secrets in backups (default: RecycleBinKeyFile);
+	// without a key a Backup that would hold a Secret fails, saying so.
+	BackupKeyFile string
+	// Version is Rampart's, written in backups' manifests.
+	Version string
+	Log     logr.Logger
 }
 
 // DefaultBudgetDisruptionTimeout bounds how long a budget stays consumed

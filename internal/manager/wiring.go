@@ -193,5 +193,8 @@ func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registra
 	if err := (&generatedbudgets.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	if err := backups(ctx, mgr, o, recorder); err != nil {
+		return err
+	}
 	return quotawatch.Setup(ctx, mgr, views.Informers, o.Namespace, o.Log.WithName("quotawatch"))
 }

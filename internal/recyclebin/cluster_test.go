@@ -17,6 +17,7 @@ import (
 	"github.com/rampart-io/rampart/internal/localcluster"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
 	"github.com/rampart-io/rampart/internal/recyclebin"
+	"github.com/rampart-io/rampart/internal/restore"
 )
 
 var configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
@@ -82,24 +83,24 @@ func TestRestoredDependentsSurviveTheGarbageCollector(t *testing.T) {
 	}
 
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.Client.Discovery()))
-	plan, err := recyclebin.PlanRestore(entries, recyclebin.PlanOptions{})
+	plan, err := recyclebin.PlanRestore(entries, restore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A dry run asks the API server and creates nothing.
-	if _, err := plan.Run(ctx, recyclebin.APICluster{Dynamic: env.Dynamic, Mapper: mapper}, true); err != nil {
+	if _, err := plan.Run(ctx, restore.APICluster{Dynamic: env.Dynamic, Mapper: mapper}, true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cms.Get(ctx, "parent", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("after a dry run, parent: %v; want nothing created", err)
 	}
-	outcomes, err := plan.Run(ctx, recyclebin.APICluster{Dynamic: env.Dynamic, Mapper: mapper}, false)
+	outcomes, err := plan.Run(ctx, restore.APICluster{Dynamic: env.Dynamic, Mapper: mapper}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range outcomes {
-		if !o.Created {
-			t.Fatalf("%s not restored: %+v", o.Step.Entry.Described(), o)
+		if o.Action != restore.Create {
+			t.Fatalf("%s not restored: %+v", o.Step.Described(), o)
 		}
 	}
 	// The naive restore: the kept object as it was, old owner UID and all

@@ -25,9 +25,11 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/rampart-io/rampart/internal/restore"
 	"github.com/rampart-io/rampart/internal/storage"
 )
 
@@ -87,6 +89,26 @@ func (e *Entry) Described() string {
 		return gr + "/" + e.Name
 	}
 	return gr + "/" + e.Name + " in namespace " + e.Namespace
+}
+
+// Item is the kept object, for a restore.
+func (e *Entry) Item() restore.Item {
+	return restore.Item{Resource: e.Resource, Namespace: e.Namespace, Name: e.Name, UID: e.UID, Object: e.Object}
+}
+
+// Owners are the ownerReferences of the kept object.
+func (e *Entry) Owners() []metav1.OwnerReference {
+	it := e.Item()
+	return it.Owners()
+}
+
+// PlanRestore plans the restore of kept copies.
+func PlanRestore(entries []Entry, o restore.Options) (*restore.Plan, error) {
+	items := make([]restore.Item, len(entries))
+	for i := range entries {
+		items[i] = entries[i].Item()
+	}
+	return restore.PlanRestore(items, o)
 }
 
 // clusterScope stands for "no namespace" in a store name: no namespace

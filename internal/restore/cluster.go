@@ -1,7 +1,8 @@
-package recyclebin
+package restore
 
 import (
 	"context"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 )
 
@@ -37,6 +39,22 @@ func (c APICluster) Live(ctx context.Context, gvr schema.GroupVersionResource, n
 		return nil, false, err
 	}
 	return obj, true, nil
+}
+
+// List implements Lister, page by page.
+func (c APICluster) List(ctx context.Context, gvr schema.GroupVersionResource, namespace string) ([]unstructured.Unstructured, error) {
+	var out []unstructured.Unstructured
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		l, err := c.resource(gvr, namespace).List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l.Items...)
+		if opts.Continue = l.GetContinue(); opts.Continue == "" {
+			return out, nil
+		}
+	}
 }
 
 // Owner implements Cluster. An owner of a kind the API server no longer
@@ -69,7 +87,25 @@ func (c APICluster) Create(ctx context.Context, gvr schema.GroupVersionResource,
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	return c.resource(gvr, obj.GetNamespace()).Create(ctx, obj, opts)
+	created, err := c.resource(gvr, obj.GetNamespace()).Create(ctx, obj, opts)
+	if err != nil || dryRun || gvr.GroupResource() != crdsGR {
+		return created, err
+	}
+	// Its custom resources, next in the plan, can be created only once
+	// the API server serves them.
+	return created, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		crd, err := c.resource(gvr, "").Get(ctx, obj.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		conditions, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+		for _, cond := range conditions {
+			if m, ok := cond.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }
 
 // Update implements Cluster.

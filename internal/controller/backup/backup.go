@@ -1,0 +1,265 @@
+package backup
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	objbackup "github.com/rampart-io/rampart/internal/backup"
+	"github.com/rampart-io/rampart/internal/storage"
+)
+
+// The metrics of scheduled backups, by Backup (NAMESPACE/NAME).
+var (
+	runs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rampart_backup_runs_total",
+		Help: "Backups the manager made for Backup objects, by Backup and result (succeeded, failed).",
+	}, []string{"backup", "result"})
+	lastFailed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rampart_backup_last_run_failed",
+		Help: "1 when the Backup's last run failed (its status says why), else 0.",
+	}, []string{"backup"})
+	lastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rampart_backup_last_success_timestamp_seconds",
+		Help: "When the Backup's last successful run finished.",
+	}, []string{"backup"})
+	nextRun = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rampart_backup_next_run_timestamp_seconds",
+		Help: "When the Backup's next scheduled run is due; a value long past means runs are late (the leader is down, stuck or slower than the schedule).",
+	}, []string{"backup"})
+	lastDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rampart_backup_last_duration_seconds",
+		Help: "How long the Backup's last successful run took.",
+	}, []string{"backup"})
+	lastSize = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rampart_backup_last_size_bytes",
+		Help: "The size of the Backup's last successful archive.",
+	}, []string{"backup"})
+	lastObjects = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "rampart_backup_last_objects",
+		Help: "The objects the Backup's last successful run holds.",
+	}, []string{"backup"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(runs, lastFailed, lastSuccess, nextRun, lastDuration, lastSize, lastObjects)
+}
+
+// Creator makes one backup (internal/backup's Creator).
+type Creator interface {
+	CreateFor(ctx context.Context, owner, name string, sel objbackup.Selection) (*objbackup.Manifest, error)
+}
+
+// Reconciler runs Backup objects on the leader.
+type Reconciler struct {
+	Client client.Client
+	// Reader reads a Backup before deciding (default Client): the
+	// manager's API reader, so that a status just written, not yet in the
+	// cache, cannot have a run made twice.
+	Reader client.Reader
+	// Creator and Store are the manager's backup store; nil when it has
+	// none (each Backup then says so in its Ready condition).
+	Creator  Creator
+	Store    storage.Store
+	Recorder events.EventRecorder
+	Clock    clock.Clock
+	// Location names the store in messages, without credentials.
+	Location string
+	// Namespace is Rampart's: a Backup elsewhere is not run (whoever may
+	// create one has the manager read every object for it).
+	Namespace string
+	// LateAfter is how late a run may start before it is reported late
+	// (an Event); default one minute.
+	LateAfter time.Duration
+}
+
+// Condition reasons.
+const (
+	ReasonNoStore        = "NoStore"
+	ReasonWrongNamespace = "WrongNamespace"
+	ReasonInvalid        = "InvalidSpec"
+	ReasonScheduled      = "Scheduled"
+	ReasonSucceeded      = "BackupSucceeded"
+	ReasonFailed         = "BackupFailed"
+	ReasonLate           = "BackupLate"
+)
+
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	b := &v1alpha1.Backup{}
+	if err := r.reader().Get(ctx, req.NamespacedName, b); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			r.forget(req.String())
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	before := b.Status.DeepCopy()
+	key := req.String()
+	now := r.Clock.Now()
+	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: ReasonScheduled, ObservedGeneration: b.Generation}
+	d, err := Decide(b, now)
+	switch {
+	case r.Namespace != "" && b.Namespace != r.Namespace:
+		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonWrongNamespace
+		ready.Message = fmt.Sprintf("Backups are run only in Rampart's namespace, %s: create it there", r.Namespace)
+		d = Decision{}
+	case r.Creator == nil:
+		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonNoStore
+		ready.Message = "the manager has no backup store: run it with --backup-store DIR or s3://BUCKET/PREFIX (the chart's manager.backup.store)"
+		d = Decision{}
+	case err != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonInvalid, err.Error()
+		d = Decision{}
+	default:
+		ready.Message = "backing up to " + r.Location
+	}
+	meta.SetStatusCondition(&b.Status.Conditions, ready)
+	b.Status.ObservedGeneration = b.Generation
+	if d.Run {
+		r.run(ctx, b, d, now)
+	}
+	b.Status.NextScheduleTime = nil
+	if !d.Next.IsZero() {
+		b.Status.NextScheduleTime = &metav1.Time{Time: d.Next}
+		nextRun.WithLabelValues(key).Set(float64(d.Next.Unix()))
+	} else {
+		nextRun.DeleteLabelValues(key)
+	}
+	if !equality.Semantic.DeepEqual(before, &b.Status) {
+		// Written even if the object changed during a run: a status lost
+		// to a conflict would have the run made again.
+		status := b.Status
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := r.reader().Get(ctx, req.NamespacedName, b); err != nil {
+				return err
+			}
+			b.Status = status
+			return r.Client.Status().Update(ctx, b)
+		}); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	if d.Next.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	// A run that outlasted its period is due again at once.
+	return reconcile.Result{RequeueAfter: max(d.Next.Sub(r.Clock.Now()), time.Millisecond)}, nil
+}
+
+// run makes one backup for b, due at d.DueAt, prunes b's old ones and
+// records the outcome in b's status, an Event and the metrics.
+func (r *Reconciler) run(ctx context.Context, b *v1alpha1.Backup, d Decision, now time.Time) {
+	key := b.Namespace + "/" + b.Name
+	if late := now.Sub(d.DueAt); b.Spec.Schedule != "" && (late > cmp.Or(r.LateAfter, time.Minute) || d.Missed > 0) {
+		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, ReasonLate, "Backup",
+			"the run due at %s starts %s late, %d run(s) missed before it (the leader was down, or a run outlasted the schedule)",
+			d.DueAt.UTC().Format(time.RFC3339), late.Round(time.Second), d.Missed)
+	}
+	name := b.Name + "-" + now.UTC().Format("20060102-150405")
+	sel := objbackup.Selection{Namespaces: b.Spec.Namespaces, Resources: b.Spec.Resources, ExcludeResources: b.Spec.ExcludeResources, LabelSelector: b.Spec.LabelSelector}
+	b.Status.LastScheduleTime = &metav1.Time{Time: d.DueAt}
+	m, err := r.Creator.CreateFor(ctx, key, name, sel)
+	finished := r.Clock.Now()
+	run := &v1alpha1.BackupRun{Name: name, Started: metav1.Time{Time: now}, Finished: &metav1.Time{Time: finished},
+		Duration: finished.Sub(now).Round(time.Millisecond).String()}
+	succeeded := metav1.Condition{Type: "Succeeded", ObservedGeneration: b.Generation}
+	if err == nil {
+		run.Objects, run.Resources, run.Size = int64(m.Objects), int64(len(m.Resources)), m.Size()
+		var kept []string
+		kept, err = r.prune(ctx, b, key)
+		b.Status.Kept = kept
+		if err != nil {
+			err = fmt.Errorf("backup %s made, but pruning the old ones failed: %w", name, err)
+		}
+	}
+	if err != nil {
+		run.Error = err.Error()
+		b.Status.ConsecutiveFailures++
+		succeeded.Status, succeeded.Reason, succeeded.Message = metav1.ConditionFalse, ReasonFailed, run.Error
+		runs.WithLabelValues(key, "failed").Inc()
+		lastFailed.WithLabelValues(key).Set(1)
+		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, ReasonFailed, "Backup", "backup %s failed: %v", name, err)
+	} else {
+		b.Status.ConsecutiveFailures = 0
+		b.Status.LastSuccessfulRun = run
+		succeeded.Status, succeeded.Reason = metav1.ConditionTrue, ReasonSucceeded
+		succeeded.Message = fmt.Sprintf("backup %s: %d objects of %d resources, %d bytes, in %s", name, run.Objects, run.Resources, run.Size, run.Duration)
+		runs.WithLabelValues(key, "succeeded").Inc()
+		lastFailed.WithLabelValues(key).Set(0)
+		lastSuccess.WithLabelValues(key).Set(float64(finished.Unix()))
+		lastDuration.WithLabelValues(key).Set(finished.Sub(now).Seconds())
+		lastSize.WithLabelValues(key).Set(float64(run.Size))
+		lastObjects.WithLabelValues(key).Set(float64(run.Objects))
+		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, ReasonSucceeded, "Backup", "%s; restore with: rampart backup restore %s --dry-run", succeeded.Message, name)
+	}
+	b.Status.LastRun = run
+	meta.SetStatusCondition(&b.Status.Conditions, succeeded)
+}
+
+// prune deletes b's backups past its keepLast and retention and returns
+// the names kept, oldest first.
+func (r *Reconciler) prune(ctx context.Context, b *v1alpha1.Backup, key string) ([]string, error) {
+	all, err := objbackup.List(ctx, r.Store)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	var started []time.Time
+	for _, m := range all { // oldest first
+		if m.Owner == key {
+			names = append(names, m.Name)
+			started = append(started, m.Started)
+		}
+	}
+	var retention time.Duration
+	if b.Spec.Retention != "" {
+		retention, _ = time.ParseDuration(b.Spec.Retention) // checked by Validate
+	}
+	keep, drop := Prune(names, started, int(cmp.Or(b.Spec.KeepLast, 7)), retention, r.Clock.Now())
+	for _, n := range drop {
+		if err := objbackup.Delete(ctx, r.Store, n); err != nil {
+			return append(keep, drop[slices.Index(drop, n):]...), err
+		}
+	}
+	return keep, nil
+}
+
+func (r *Reconciler) reader() client.Reader {
+	if r.Reader != nil {
+		return r.Reader
+	}
+	return r.Client
+}
+
+func (r *Reconciler) forget(key string) {
+	for _, g := range []*prometheus.GaugeVec{lastFailed, lastSuccess, nextRun, lastDuration, lastSize, lastObjects} {
+		g.DeleteLabelValues(key)
+	}
+	runs.DeleteLabelValues(key, "succeeded")
+	runs.DeleteLabelValues(key, "failed")
+}
+
+// SetupWithManager runs the reconciler on the leader, one Backup at a
+// time: a backup reads every object selected, and two at once would
+// double the load on the API server.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	return ctrl.NewControllerManagedBy(mgr).Named("backup").For(&v1alpha1.Backup{}).Complete(r)
+}

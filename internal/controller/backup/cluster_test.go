@@ -1,0 +1,150 @@
+package backup_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	objbackup "github.com/rampart-io/rampart/internal/backup"
+	"github.com/rampart-io/rampart/internal/localcluster"
+	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
+	"github.com/rampart-io/rampart/internal/storage"
+)
+
+// On a real control plane with the manager given a backup store: a
+// scheduled Backup runs every few seconds into the store, keeps its newest
+// two, and says so in its status and an Event; one that cannot run
+// (a resource that does not exist) fails with the reason in its status, a
+// Warning Event and rampart_backup_last_run_failed; one outside Rampart's
+// namespace is not run; a schedule cron cannot read is refused by the API
+// server.
+func TestScheduledBackupsRunKeepAndReport(t *testing.T) {
+	store := storage.Dir{Root: t.TempDir()}
+	env := clustertest.Start(t, localcluster.Options{BackupStore: store.Root})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	scheme := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(scheme)
+	_ = corev1.AddToScheme(scheme)
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := env.Namespace(t)
+	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "prices"}, Data: map[string]string{"apple": "3"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}, StringData: map[string]string{"password": "canary-sched-4b7e"}}); err != nil {
+		t.Fatal(err)
+	}
+	every := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: localcluster.ManagerNamespace, Name: "often"},
+		Spec: v1alpha1.BackupSpec{Namespaces: []string{ns}, Schedule: "@every 2s", KeepLast: 2}}
+	broken := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: localcluster.ManagerNamespace, Name: "broken"},
+		Spec: v1alpha1.BackupSpec{Resources: []string{"gizmos"}}}
+	elsewhere := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "elsewhere"}, Spec: v1alpha1.BackupSpec{Namespaces: []string{ns}}}
+	for _, b := range []*v1alpha1.Backup{every, broken, elsewhere} {
+		if err := c.Create(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: localcluster.ManagerNamespace, Name: "bad"}, Spec: v1alpha1.BackupSpec{Schedule: "every day"}}
+	if err := c.Create(ctx, bad); err == nil || !strings.Contains(err.Error(), "spec.schedule") {
+		t.Errorf("a schedule cron cannot read: %v", err)
+	}
+
+	dotted := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: localcluster.ManagerNamespace, Name: "shop.nightly"}}
+	if err := c.Create(ctx, dotted); err == nil || !strings.Contains(err.Error(), "without dots") {
+		t.Errorf("a Backup named with a dot: %v", err)
+	}
+	get := func(b *v1alpha1.Backup) *v1alpha1.Backup {
+		got := &v1alpha1.Backup{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(b), got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	var runs []string
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		got := get(every)
+		if r := got.Status.LastSuccessfulRun; r != nil && !slices.Contains(runs, r.Name) {
+			runs = append(runs, r.Name)
+		}
+		return len(runs) >= 3 && len(got.Status.Kept) == 2, nil
+	}); err != nil {
+		t.Fatalf("never three runs with two kept: runs %v, status %+v", runs, get(every).Status)
+	}
+	got := get(every)
+	if r := got.Status.LastSuccessfulRun; r.Objects < 4 || r.Size == 0 || r.Duration == "" || got.Status.NextScheduleTime == nil ||
+		!meta.IsStatusConditionTrue(got.Status.Conditions, "Ready") || !meta.IsStatusConditionTrue(got.Status.Conditions, "Succeeded") {
+		t.Errorf("status after runs: %+v", got.Status)
+	}
+	listed, err := objbackup.List(ctx, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var owned []string
+	for _, m := range listed {
+		if m.Owner == localcluster.ManagerNamespace+"/often" {
+			owned = append(owned, m.Name)
+		}
+	}
+	if len(owned) > 3 || !slices.Contains(owned, got.Status.Kept[1]) || slices.Contains(owned, runs[0]) {
+		t.Errorf("the store holds %v of often's backups (kept %v, first %s): want the oldest pruned", owned, got.Status.Kept, runs[0])
+	}
+	// What was backed up reads back, the Secret sealed with the local
+	// cluster's key.
+	_, objs, err := objbackup.Read(ctx, store, got.Status.Kept[1], nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(objs, func(o objbackup.Object) bool { return o.File.Name == "db" && o.File.KeyID != "" && o.Data == nil }) ||
+		!slices.ContainsFunc(objs, func(o objbackup.Object) bool { return o.File.Name == "prices" }) {
+		t.Errorf("backup %s holds %d objects, want prices and the sealed db", got.Status.Kept[1], len(objs))
+	}
+
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return get(broken).Status.LastRun != nil, nil
+	}); err != nil {
+		t.Fatal("the broken Backup never ran")
+	}
+	b := get(broken)
+	if !strings.Contains(b.Status.LastRun.Error, "gizmos") || b.Status.ConsecutiveFailures != 1 || !meta.IsStatusConditionFalse(b.Status.Conditions, "Succeeded") {
+		t.Errorf("the broken Backup's status: %+v", b.Status)
+	}
+	if cond := meta.FindStatusCondition(get(elsewhere).Status.Conditions, "Ready"); cond == nil || cond.Reason != "WrongNamespace" || get(elsewhere).Status.LastRun != nil {
+		t.Errorf("a Backup outside Rampart's namespace: %+v", get(elsewhere).Status)
+	}
+	var evs corev1.EventList
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		if err := c.List(ctx, &evs, client.InNamespace(localcluster.ManagerNamespace)); err != nil {
+			return false, nil
+		}
+		var reasons []string
+		for _, e := range evs.Items {
+			reasons = append(reasons, e.Reason+"/"+e.InvolvedObject.Name)
+		}
+		return slices.Contains(reasons, "BackupSucceeded/often") && slices.Contains(reasons, "BackupFailed/broken"), nil
+	}); err != nil {
+		t.Errorf("no BackupSucceeded and BackupFailed Events")
+	}
+	metrics, err := env.ScrapeManagerMetrics(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`rampart_backup_last_run_failed{backup="rampart-system/broken"} 1`, `rampart_backup_last_run_failed{backup="rampart-system/often"} 0`,
+		`rampart_backup_runs_total{backup="rampart-system/often",result="succeeded"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("the manager's metrics lack %s", want)
+		}
+	}
+}
