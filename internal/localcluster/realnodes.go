@@ -385,3 +385,21 @@ func writeJSON(path string, v any) error {
 	}
 	return os.WriteFile(path, data, 0o600)
 }
+
+// RealNodePod is a pod that runs on real nodes without a registry: one
+// container of RealNodeImage (it sleeps), never pulled, ended one second
+// after a delete (sleep as PID 1 ignores SIGTERM, so the kubelet's
+// SIGKILL ends it).
+func RealNodePod(name string, labels, nodeSelector map[string]string) *corev1.Pod {
+	grace := int64(1)
+	automount := false
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  nodeSelector,
+			TerminationGracePeriodSeconds: &grace,
+			AutomountServiceAccountToken:  &automount,
+			Containers:                    []corev1.Container{{Name: "app", Image: RealNodeImage, ImagePullPolicy: corev1.PullNever}},
+		},
+	}
+}
