@@ -20,7 +20,7 @@ type nodeFile struct {
 // realNodeFiles are a real node's configuration files, from the recipe
 // that works on these machines (/work/shared/design/real-kubelet).
 func realNodeFiles(n *realNode) []nodeFile {
-	r := strings.NewReplacer("$DIR", n.Dir, "$RUNC", n.Runc, "$NET", strconv.Itoa(n.Net),
+	r := strings.NewReplacer("$DIR", n.Short, "$RUNC", n.Runc, "$NET", strconv.Itoa(n.Net),
 		"$KUBELET_PORT", strconv.Itoa(n.KubeletPort), "$HEALTHZ_PORT", strconv.Itoa(n.HealthzPort))
 	return []nodeFile{
 		{n.path("containerd.toml"), r.Replace(containerdConfig), 0o600},

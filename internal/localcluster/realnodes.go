@@ -104,8 +104,12 @@ func staticBinary(path string) bool {
 type realNode struct {
 	Name string `json:"name"`
 	Dir  string `json:"dir"`
-	Runc string `json:"runc"`
-	// Net is the index of the node's bridge (rampartN) and subnet.
+	// Short is a short path to Dir (reserveNet's link), which every
+	// component is given: a unix socket's path may not pass 104 bytes in
+	// containerd (108 in the kernel), and a test's directory is long.
+	Short string `json:"short"`
+	Runc  string `json:"runc"`
+	// Net is the index of the node's bridge (rampartN), subnet and link.
 	Net         int `json:"net"`
 	KubeletPort int `json:"kubeletPort"`
 	HealthzPort int `json:"healthzPort"`
@@ -114,8 +118,9 @@ type realNode struct {
 
 const realNodeRecord = "realnode.json"
 
+// path is a file of the node, by its short path.
 func (n *realNode) path(elem ...string) string {
-	return filepath.Join(append([]string{n.Dir}, elem...)...)
+	return filepath.Join(append([]string{n.Short}, elem...)...)
 }
 
 func (n *realNode) socket() string      { return n.path("containerd.sock") }
@@ -192,7 +197,7 @@ func (c *Cluster) startRealNode(ctx context.Context, name string) error {
 		return err
 	}
 	node := &realNode{Name: name, Dir: dir, Runc: runc, KubeletPort: p[0], HealthzPort: p[1], GuardPort: p[2]}
-	if node.Net, err = reserveNet(dir); err != nil {
+	if node.Net, node.Short, err = reserveNet(dir); err != nil {
 		return err
 	}
 	c.realNodes = append(c.realNodes, node)

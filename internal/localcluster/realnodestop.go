@@ -103,7 +103,7 @@ func cleanupRealNode(dir string) error {
 		return err
 	}
 	var errs []error
-	runcRoot := n.path("runc", "k8s.io")
+	runcRoot := filepath.Join(dir, "runc", "k8s.io")
 	if out, err := exec.Command(n.Runc, "--root", runcRoot, "list", "-q").Output(); err == nil {
 		for _, id := range strings.Fields(string(out)) {
 			if out, err := exec.Command(n.Runc, "--root", runcRoot, "delete", "--force", id).CombinedOutput(); err != nil {
@@ -191,17 +191,18 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
-// netReservations holds one file per bridge/subnet index in use on this
-// machine, naming the node directory that holds it: clusters of different
-// test packages run side by side, and two nodes on one bridge and subnet
-// would hand out the same pod IPs. Under /run, so a reboot frees them.
-const netReservations = "/run/rampart-real-node-nets"
+// netReservations holds one link per index in use on this machine,
+// /run/rampart-real-nodes/N -> the node directory that holds it: clusters
+// of different test packages run side by side, and two nodes on one bridge
+// and subnet would hand out the same pod IPs. The link is also the node's
+// short path. Under /run, so a reboot frees them.
+const netReservations = "/run/rampart-real-nodes"
 
-// reserveNet picks a free index in 0..249 for the node at dir: bridge
-// rampartN, subnet 10.88.N.0/24.
-func reserveNet(dir string) (int, error) {
+// reserveNet picks a free index in 0..249 for the node at dir (bridge
+// rampartN, subnet 10.88.N.0/24) and returns it with the link to dir.
+func reserveNet(dir string) (int, string, error) {
 	if err := os.MkdirAll(netReservations, 0o700); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(dir))
@@ -209,44 +210,39 @@ func reserveNet(dir string) (int, error) {
 	for i := range 250 {
 		k := (first + i) % 250
 		path := filepath.Join(netReservations, strconv.Itoa(k))
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		err := os.Symlink(dir, path)
 		if errors.Is(err, os.ErrExist) {
 			if !staleReservation(path) {
 				continue
 			}
 			_ = os.Remove(path)
-			f, err = os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-			if errors.Is(err, os.ErrExist) {
+			if err = os.Symlink(dir, path); errors.Is(err, os.ErrExist) {
 				continue
 			}
 		}
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
-		_, err = f.WriteString(dir)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return k, err
+		return k, path, nil
 	}
-	return 0, fmt.Errorf("no free subnet for a real node: %s holds 250 reservations", netReservations)
+	return 0, "", fmt.Errorf("no free subnet for a real node: %s holds 250 reservations", netReservations)
 }
 
 // staleReservation: its node directory is gone, or has had no containerd
 // answering for a while (a cluster that crashed without cleaning up).
 func staleReservation(path string) bool {
-	owner, err := os.ReadFile(path)
+	owner, err := os.Readlink(path)
 	if err != nil {
 		return false
 	}
-	if _, err := os.Stat(string(owner)); err != nil {
+	if _, err := os.Stat(owner); err != nil {
 		return true
 	}
-	fi, err := os.Stat(path)
+	fi, err := os.Lstat(path)
 	if err != nil || time.Since(fi.ModTime()) < 2*time.Minute {
 		return false
 	}
-	c, err := net.DialTimeout("unix", filepath.Join(string(owner), "containerd.sock"), time.Second)
+	c, err := net.DialTimeout("unix", filepath.Join(path, "containerd.sock"), time.Second)
 	if err != nil {
 		return true
 	}
@@ -256,7 +252,7 @@ func staleReservation(path string) bool {
 
 func releaseNet(k int, dir string) {
 	path := filepath.Join(netReservations, strconv.Itoa(k))
-	if owner, err := os.ReadFile(path); err == nil && string(owner) == dir {
+	if owner, err := os.Readlink(path); err == nil && owner == dir {
 		_ = os.Remove(path)
 	}
 }
