@@ -19,8 +19,8 @@ type nodeFile struct {
 
 // realNodeFiles are a real node's configuration files, from the recipe
 // that works on these machines (/work/shared/design/real-kubelet).
-func realNodeFiles(n *realNode) []nodeFile {
-	r := strings.NewReplacer("$DIR", n.Short, "$RUNC", n.Runc, "$NET", strconv.Itoa(n.Net),
+func realNodeFiles(n *realNode, ca string) []nodeFile {
+	r := strings.NewReplacer("$CA", ca, "$DIR", n.Short, "$RUNC", n.Runc, "$NET", strconv.Itoa(n.Net),
 		"$KUBELET_PORT", strconv.Itoa(n.KubeletPort), "$HEALTHZ_PORT", strconv.Itoa(n.HealthzPort))
 	return []nodeFile{
 		{n.path("containerd.toml"), r.Replace(containerdConfig), 0o600},
@@ -68,7 +68,9 @@ const cniConfig = `{"cniVersion":"1.0.0","name":"rampart-local","plugins":[
 // kubeletConfig: this machine has cgroup v1 and no systemd (cgroupfs,
 // failCgroupV1: false, no per-QoS cgroups), may not reserve node resources
 // or evict; the ports and the pod logs directory are the node's own. The
-// runtime endpoint is the node guard, not containerd.
+// runtime endpoint is the node guard, not containerd. It serves on the
+// node's address (the API server's logs and exec reach it there) to
+// clients of the cluster CA, who are authorised by the API server.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
@@ -76,9 +78,8 @@ failSwapOn: false
 failCgroupV1: false
 cgroupsPerQOS: false
 enforceNodeAllocatable: []
-authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
-authorization: {mode: AlwaysAllow}
-address: 127.0.0.1
+authentication: {anonymous: {enabled: false}, webhook: {enabled: true}, x509: {clientCAFile: "$CA"}}
+authorization: {mode: Webhook}
 port: $KUBELET_PORT
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1

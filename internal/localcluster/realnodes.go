@@ -250,7 +250,7 @@ func kubeletArgs(n *realNode) []string {
 // server's Node authorizer gives the kubelet's rights on its own pods. The
 // node guard uses it too: it watches the node's pods and writes Events.
 func (c *Cluster) writeRealNodeFiles(n *realNode) error {
-	for _, f := range realNodeFiles(n) {
+	for _, f := range realNodeFiles(n, c.pkiFile("ca.crt")) {
 		if err := os.MkdirAll(filepath.Dir(f.path), 0o700); err != nil {
 			return err
 		}

@@ -22,7 +22,8 @@ func TestRealNodePrerequisitesNameTheFix(t *testing.T) {
 }
 
 // Two real nodes of one cluster run side by side (their own ports,
-// sockets, bridges and subnets), each runs a pod, and stopping the cluster
+// sockets, bridges and subnets), each runs a pod that kubectl exec
+// reaches, and stopping the cluster
 // leaves no container, shim, mount or bridge of theirs behind.
 func TestRealNodesRunSideBySideAndStopCompletely(t *testing.T) {
 	env := clustertest.Start(t, localcluster.Options{Unprotected: true, Nodes: 1})
@@ -42,6 +43,14 @@ func TestRealNodesRunSideBySideAndStopCompletely(t *testing.T) {
 	}
 	if len(ips) != 2 {
 		t.Errorf("the two real nodes' pods have IPs %v, want two distinct ones", ips)
+	}
+	// The API server reaches each kubelet (exec, logs) with its client
+	// certificate, through the node guard to containerd.
+	for _, p := range pods {
+		out, err := env.Kubectl(t, "exec", "-n", ns, p.Name, "--", "echo", "hello from "+p.Spec.NodeName)
+		if err != nil || strings.TrimSpace(out) != "hello from "+p.Spec.NodeName {
+			t.Errorf("kubectl exec in %s on %s: %v: %q", p.Name, p.Spec.NodeName, err, out)
+		}
 	}
 	var shortDirs []string
 	for _, node := range nodes {
