@@ -204,6 +204,7 @@ func reserveNet(dir string) (int, string, error) {
 	if err := os.MkdirAll(netReservations, 0o700); err != nil {
 		return 0, "", err
 	}
+	sweepStaleNodes()
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(dir))
 	first := int(h.Sum32() % 250)
@@ -212,13 +213,7 @@ func reserveNet(dir string) (int, string, error) {
 		path := filepath.Join(netReservations, strconv.Itoa(k))
 		err := os.Symlink(dir, path)
 		if errors.Is(err, os.ErrExist) {
-			if !staleReservation(path) {
-				continue
-			}
-			_ = os.Remove(path)
-			if err = os.Symlink(dir, path); errors.Is(err, os.ErrExist) {
-				continue
-			}
+			continue
 		}
 		if err != nil {
 			return 0, "", err
@@ -226,6 +221,22 @@ func reserveNet(dir string) (int, string, error) {
 		return k, path, nil
 	}
 	return 0, "", fmt.Errorf("no free subnet for a real node: %s holds 250 reservations", netReservations)
+}
+
+// sweepStaleNodes cleans up after real nodes whose cluster died without
+// stopping them (a test binary killed: containerd dies with it, the
+// containers and shims do not) and frees their reservations.
+func sweepStaleNodes() {
+	links, _ := filepath.Glob(filepath.Join(netReservations, "*"))
+	for _, path := range links {
+		if !staleReservation(path) {
+			continue
+		}
+		if owner, err := os.Readlink(path); err == nil {
+			_ = cleanupRealNode(owner)
+		}
+		_ = os.Remove(path)
+	}
 }
 
 // staleReservation: its node directory is gone, or has had no containerd
