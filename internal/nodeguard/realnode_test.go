@@ -25,7 +25,8 @@ import (
 // the guard; the kubelet-bad-restart incident (a kubelet restarted after a
 // node label its pods select on was removed rejects them at re-admission
 // and kills them) kills the unprotected pod and leaves the protected one
-// running, with the refusal as an Event.
+// running, with the refusal as an Event. A restart the pod's spec asks for
+// (a failing liveness probe) still happens.
 func TestRealNodeGuard(t *testing.T) {
 	env := clustertest.Start(t, localcluster.Options{Nodes: 1})
 	node := env.RealNodes(t, 1)[0]
@@ -52,6 +53,36 @@ func TestRealNodeGuard(t *testing.T) {
 		}
 		if n := runningContainers(t, env, node)[string(pod.UID)]; n != 0 {
 			t.Errorf("%d containers of the deleted pod still run in containerd", n)
+		}
+	})
+
+	t.Run("a failing liveness probe still restarts a protected pod's container", func(t *testing.T) {
+		pod := localcluster.RealNodePod("probed", protected, onNode)
+		pod.Spec.Containers[0].LivenessProbe = &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "exit 1"}}},
+			PeriodSeconds:    1,
+			FailureThreshold: 1,
+		}
+		pod = createPod(t, env, ns, pod)
+		t.Cleanup(func() { _, _ = env.Kubectl(t, "delete", "pod", "-n", ns, pod.Name, "--grace-period=1", "--wait=false") })
+		start := time.Now()
+		var restarts int32
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := env.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, cs := range p.Status.ContainerStatuses {
+				restarts = cs.RestartCount
+			}
+			return restarts >= 1, nil
+		})
+		if err != nil {
+			t.Fatalf("the container of a protected pod failing its liveness probe was not restarted within a minute (%d restarts)", restarts)
+		}
+		t.Logf("restarted %.1fs after the pod's creation", time.Since(start).Seconds())
+		if n := runningContainers(t, env, node)[string(pod.UID)]; n > 1 {
+			t.Errorf("%d containers of the probed pod run at once", n)
 		}
 	})
 
