@@ -31,7 +31,10 @@ func newUpCommand() *cobra.Command {
 		Short: "Start a real local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok nodes) protected by Rampart",
 		Long: `up starts, on this machine, etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kwok with simulated nodes, plus Rampart's manager (unless
---unprotected), and writes an admin kubeconfig to DIR/kubeconfig.
+--unprotected), and writes an admin kubeconfig to DIR/kubeconfig. With
+--real-nodes N it also starts N real kubelet nodes, each with containerd
+and rampart node-guard between them (root, make assets, and Debian's
+containerd, containernetworking-plugins and busybox-static needed).
 
 Without --detach it runs until interrupted and then stops everything; with
 --detach it returns once the cluster is ready and 'rampart down --dir DIR'
