@@ -13,7 +13,7 @@ build: ## build bin/rampart (and bin/kubectl-rampart, the kubectl plugin)
 	$(GO) build -ldflags "-X github.com/rampart-io/rampart/internal/cli.Version=$(VERSION)" -o $(BIN)/rampart ./cmd/rampart
 	ln -sf rampart $(BIN)/kubectl-rampart
 
-assets: ## build the local control plane's binaries into bin/k8s and the storage tests' S3 server into bin/s3 (only what is missing or outdated)
+assets: ## build the local control plane's binaries (and the real nodes' kubelet and runc) into bin/k8s and the storage tests' S3 server into bin/s3 (only what is missing or outdated)
 	bash hack/assets.sh
 
 generate: ## regenerate deepcopy code, CRDs and RBAC from the API types and markers

@@ -6,7 +6,10 @@
 # install charts/rampart with, and the Prometheus operator's ServiceMonitor
 # and PrometheusRule CRDs (hack/assets/monitoring) into bin/k8s/crds; and
 # SeaweedFS's weed (hack/assets/s3), the S3 server of the storage tests, into
-# bin/s3. Each group is rebuilt only when a binary is
+# bin/s3; and for real nodes (`rampart up --real-nodes`) the kubelet
+# (hack/assets/kubelet, the same k8s.io/kubernetes as hack/assets/kubernetes)
+# and runc (hack/assets/runc, with seccomp: needs libseccomp-dev and
+# pkg-config) into bin/k8s. Each group is rebuilt only when a binary is
 # missing or its module's go.mod/go.sum changed since the last build, so a
 # warm run takes a second. No prebuilt binary is downloaded.
 # `hack/assets.sh s3` builds only the S3 server (what the storage tests run
@@ -68,6 +71,29 @@ fresh kubernetes kube-apiserver kube-controller-manager kube-scheduler kubectl |
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 
+# The kubelet is a module of its own so that adding it left the control
+# plane's stamp alone; it must still be the same Kubernetes.
+kubelet_version=$(modversion kubelet k8s.io/kubernetes)
+if [ "$kubelet_version" != "$k8s_version" ]; then
+  echo "assets: hack/assets/kubelet pins k8s.io/kubernetes $kubelet_version but hack/assets/kubernetes pins $k8s_version;" \
+    "set both go.mod files (require and replace) to one version and run go mod tidy in each" >&2
+  exit 1
+fi
+fresh kubelet kubelet ||
+  build kubelet go build -trimpath -ldflags "$ldflags" -o "$out/kubelet" k8s.io/kubernetes/cmd/kubelet
+
+# runc links libseccomp (Debian's runc 1.1.5 cannot start a CRI sandbox
+# here); without the headers real nodes cannot run, the rest still can.
+runc_version=$(modversion runc github.com/opencontainers/runc)
+if fresh runc runc; then
+  :
+elif pkg-config --exists libseccomp 2>/dev/null; then
+  build runc go build -trimpath -tags seccomp -ldflags "-s -w -X main.version=${runc_version#v}" -o "$out/runc" github.com/opencontainers/runc
+else
+  echo "assets: runc NOT built: it needs libseccomp-dev and pkg-config (apt-get install libseccomp-dev pkg-config);" \
+    "rampart up --real-nodes and the real-node tests need it" >&2
+fi
+
 fresh etcd etcd etcdutl ||
   build etcd sh -c "go build -trimpath -ldflags '-s -w' -o '$out/etcd' go.etcd.io/etcd/server/v3 &&
     go build -trimpath -ldflags '-s -w' -o '$out/etcdutl' go.etcd.io/etcd/etcdutl/v3"
@@ -94,4 +120,4 @@ fresh monitoring crds/monitoring.coreos.com_servicemonitors.yaml crds/monitoring
 s3build
 
 echo "assets: bin/s3 has SeaweedFS $(modversion s3 github.com/seaweedfs/seaweedfs)"
-echo "assets: bin/k8s has kubernetes $k8s_version, $("$out/etcd" --version | head -1), kwok $(modversion kwok sigs.k8s.io/kwok), helm $helm_version"
+echo "assets: bin/k8s has kubernetes $k8s_version (and its kubelet), runc $runc_version, $("$out/etcd" --version | head -1), kwok $(modversion kwok sigs.k8s.io/kwok), helm $helm_version"

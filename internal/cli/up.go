@@ -32,7 +32,10 @@ func newUpCommand() *cobra.Command {
 		Short: "Start a real local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok nodes) protected by Rampart",
 		Long: `up starts, on this machine, etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kwok with simulated nodes, plus Rampart's manager (unless
---unprotected), and writes an admin kubeconfig to DIR/kubeconfig.
+--unprotected), and writes an admin kubeconfig to DIR/kubeconfig. With
+--real-nodes N it also starts N real kubelet nodes, each with containerd
+and rampart node-guard between them (root, make assets, and Debian's
+containerd, containernetworking-plugins and busybox-static needed).
 
 Without --detach it runs until interrupted and then stops everything; with
 --detach it returns once the cluster is ready and 'rampart down --dir DIR'
@@ -68,6 +71,9 @@ stops it.`,
 			fmt.Fprintf(out, "  kubectl create namespace demo\n")
 			fmt.Fprintf(out, "  kubectl label namespace demo rampart.io/protection=Always\n")
 			fmt.Fprintf(out, "  kubectl delete namespace demo    # denied by Rampart, with the way to proceed\n\n")
+			if nodes := c.RealNodes(); len(nodes) > 0 {
+				fmt.Fprintf(out, "Real nodes %v run the image %s (imagePullPolicy: Never); each one's kubelet talks to containerd through rampart node-guard.\n\n", nodes, localcluster.RealNodeImage)
+			}
 			if !opts.Unprotected {
 				// As in a cluster: HTTPS, for callers allowed to get /metrics.
 				fmt.Fprintf(out, "The manager's metrics (HTTPS, for rampart-metrics-reader, which %s/%s is bound to):\n", localcluster.ManagerNamespace, localcluster.MetricsScraper)
@@ -91,6 +97,7 @@ stops it.`,
 	f.StringVar(&opts.Dir, "dir", ".rampart", "directory for the cluster's state, kubeconfig and logs")
 	f.BoolVar(&opts.Detached, "detach", false, "return once ready and leave the cluster running")
 	f.IntVar(&opts.Nodes, "nodes", 3, "number of simulated (kwok) nodes")
+	f.IntVar(&opts.RealNodes, "real-nodes", 0, "number of real kubelet nodes (containerd, runc and rampart node-guard on this machine; needs root and Debian's containerd, containernetworking-plugins and busybox-static, and make assets)")
 	f.BoolVar(&opts.Unprotected, "unprotected", false, "start no Rampart manager: a plain cluster, for comparison")
 	f.IntVar(&opts.Managers, "managers", 1, "manager replicas; with more than one the API server spreads webhook calls over them")
 	f.IntVar(&opts.APIServers, "apiservers", 1, "kube-apiservers on the one etcd")

@@ -57,7 +57,7 @@ func TestDrills(t *testing.T) {
 		t.Fatalf("%d results for %d drills", len(results), len(drill.All()))
 	}
 	for _, r := range results {
-		t.Logf("%-22s unprotected %-45s protected %s", r.Drill, r.Unprotected, r.Protected)
+		t.Logf("%-22s unprotected %-45s protected %s (%.1fs)", r.Drill, r.Unprotected, r.Protected, r.Duration.Seconds())
 		if r.Drill == "gateway-restart" {
 			checkGatewayRestart(t, r)
 			continue

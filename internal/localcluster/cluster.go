@@ -71,6 +71,10 @@ type Options struct {
 	// manager may list and watch, as the chart's
 	// manager.customResourceGroups.
 	CustomResourceGroups []string
+	// RealNodes is the number of real kubelet nodes (containerd, runc,
+	// `rampart node-guard`) started besides the simulated ones; see
+	// realnodes.go for what this machine needs.
+	RealNodes int
 	// GatewayCountCustomResourceGroups are the API groups of custom
 	// resources the gateway's LIST guard may count per namespace, as the
 	// chart's gateway.countCustomResourceGroups.
@@ -89,6 +93,8 @@ type Cluster struct {
 	ports   ports
 	procs   []*Process
 	scraper metricsScraperToken
+	// realNodes are the real kubelet nodes started so far.
+	realNodes []*realNode
 }
 
 // Binaries the cluster needs from Options.Assets.
@@ -179,6 +185,14 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if opts.Nodes < 0 {
 		return nil, errors.New("--nodes must be 0 or more")
 	}
+	if opts.RealNodes < 0 {
+		return nil, errors.New("--real-nodes must be 0 or more")
+	}
+	if opts.RealNodes > 0 {
+		if err := CheckRealNodePrerequisites(opts.Assets); err != nil {
+			return nil, err
+		}
+	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
 		return nil, err
@@ -187,8 +201,13 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("a cluster already runs in %s (%v): run `rampart down --dir %s` first", dir, running, dir)
 	}
 	// A fresh start: state of a previous cluster in dir would not match the
-	// new PKI.
-	for _, sub := range []string{"pki", "kubeconfigs", "etcd", "manager", "kcm", "scheduler", gatewayKubeconfig} {
+	// new PKI. A real node's directory may hold mounts a crash left.
+	for _, n := range realNodeDirs(dir) {
+		if err := teardownRealNode(n); err != nil {
+			return nil, fmt.Errorf("cleaning the real node of a previous cluster: %w", err)
+		}
+	}
+	for _, sub := range []string{"real-nodes", "pki", "kubeconfigs", "etcd", "manager", "kcm", "scheduler", gatewayKubeconfig} {
 		if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
 			return nil, err
 		}
@@ -253,6 +272,9 @@ func (c *Cluster) steps() []step {
 		{fmt.Sprintf("%d simulated nodes Ready", c.opts.Nodes), func(ctx context.Context) error { return c.AddNodes(ctx, c.opts.Nodes) }},
 		{"default service account", c.waitDefaultServiceAccount},
 	}...)
+	if c.opts.RealNodes > 0 {
+		s = append(s, step{fmt.Sprintf("%d real nodes Ready", c.opts.RealNodes), func(ctx context.Context) error { return c.AddRealNodes(ctx, c.opts.RealNodes) }})
+	}
 	if !c.opts.Unprotected {
 		s = append(s,
 			step{"rampart CRDs and RBAC", c.installRampart},
@@ -266,7 +288,7 @@ func (c *Cluster) steps() []step {
 // Stop stops every process of the cluster and removes its record. Data and
 // logs stay in Dir for a post-mortem.
 func (c *Cluster) Stop() error {
-	err := stopAll(c.procs)
+	err := stopCluster(c.Dir, c.procs)
 	c.procs = nil
 	if rmErr := os.Remove(c.path(stateFile)); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) && err == nil {
 		err = rmErr

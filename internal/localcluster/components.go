@@ -77,6 +77,10 @@ func (c *Cluster) startAPIServerOn(ctx context.Context, name string, port int, a
 		"--secure-port="+strconv.Itoa(port),
 		"--tls-cert-file="+c.pkiFile("apiserver.crt"), "--tls-private-key-file="+c.pkiFile("apiserver.key"),
 		"--client-ca-file="+c.pkiFile("ca.crt"),
+		"--kubelet-client-certificate="+c.pkiFile("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key="+c.pkiFile("apiserver-kubelet-client.key"),
+		// A real node's name does not resolve; its address does.
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--authorization-mode=Node,RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+c.pkiFile("sa.key"),

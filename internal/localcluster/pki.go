@@ -75,6 +75,9 @@ func (c *Cluster) makePKI(now time.Time) error {
 		{ca, "apiserver", pki.Request{CommonName: "kube-apiserver", Hosts: []string{
 			"127.0.0.1", "localhost", "10.0.0.1", "kubernetes", "kubernetes.default",
 			"kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}}},
+		// How the API server authenticates to real nodes' kubelets (logs,
+		// exec, port-forward); they accept only this CA's clients.
+		{ca, "apiserver-kubelet-client", pki.Request{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}, Client: true}},
 	}
 	for _, i := range issue {
 		i.req.Now, i.req.Validity = now, certValidity

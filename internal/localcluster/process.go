@@ -34,15 +34,20 @@ type state struct {
 }
 
 func readState(dir string) (*state, error) {
-	data, err := os.ReadFile(filepath.Join(dir, stateFile))
-	if err != nil {
-		return nil, err
-	}
 	var s state
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, stateFile), err)
+	return &s, readJSON(filepath.Join(dir, stateFile), &s)
+}
+
+// readJSON decodes a record this package wrote, naming the file on error.
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
 	}
-	return &s, nil
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 func writeState(dir string, procs []*Process) error {
@@ -177,7 +182,7 @@ func Stop(dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := stopAll(s.Processes); err != nil {
+	if err := stopCluster(dir, s.Processes); err != nil {
 		return err
 	}
 	return os.Remove(filepath.Join(dir, stateFile))

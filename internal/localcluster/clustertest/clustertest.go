@@ -31,6 +31,9 @@ type Env struct {
 	*localcluster.Cluster
 	Client  kubernetes.Interface
 	Dynamic dynamic.Interface
+
+	// realNodes serialises the tests that ask for real nodes.
+	realNodes sync.Mutex
 }
 
 var (
@@ -260,6 +263,30 @@ func (e *Env) AddNodes(t testing.TB, n int) {
 	if err := e.Cluster.AddNodes(context.Background(), n); err != nil {
 		t.Fatalf("add %d nodes: %v", n, err)
 	}
+}
+
+// RealNodes makes sure the cluster has at least n real kubelet nodes
+// (containerd, runc, rampart node-guard; see localcluster/realnodes.go),
+// starting the missing ones, and returns their names. Only -short skips:
+// a machine without the prerequisites fails the test with what to install,
+// because make test must run these (.ci/run installs them).
+func (e *Env) RealNodes(t testing.TB, n int) []string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs real kubelet nodes (run without -short)")
+	}
+	e.realNodes.Lock()
+	defer e.realNodes.Unlock()
+	if missing := n - len(e.Cluster.RealNodes()); missing > 0 {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if err := e.AddRealNodes(ctx, missing); err != nil {
+			t.Fatalf("start %d real nodes: %v", missing, err)
+		}
+		t.Logf("%d real nodes Ready in %.1fs", missing, time.Since(start).Seconds())
+	}
+	return e.Cluster.RealNodes()[:n]
 }
 
 // WaitPodsRunning waits until exactly n pods match selector in ns and all

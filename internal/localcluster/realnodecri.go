@@ -1,0 +1,92 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// runtimeClient speaks the CRI to a real node's containerd directly,
+// around the node guard: to wait for it, to see what really runs, and to
+// end every pod at teardown.
+type runtimeClient struct {
+	conn *grpc.ClientConn
+	rt   runtimeapi.RuntimeServiceClient
+}
+
+func dialRuntime(socket string) (*runtimeClient, error) {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeClient{conn: conn, rt: runtimeapi.NewRuntimeServiceClient(conn)}, nil
+}
+
+func (r *runtimeClient) close() { _ = r.conn.Close() }
+
+// ready succeeds once the runtime answers and reports itself ready (its
+// CNI configuration loaded).
+func (r *runtimeClient) ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := r.rt.Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		return err
+	}
+	for _, c := range st.GetStatus().GetConditions() {
+		if c.GetType() == runtimeapi.RuntimeReady && !c.GetStatus() {
+			return fmt.Errorf("runtime not ready: %s %s", c.GetReason(), c.GetMessage())
+		}
+	}
+	return nil
+}
+
+// removeAllPods stops and removes every sandbox, so that containerd tears
+// down their networks and mounts and the containers end.
+func (r *runtimeClient) removeAllPods(ctx context.Context) error {
+	list, err := r.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, s := range list.GetItems() {
+		if _, err := r.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: s.GetId()}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, err := r.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: s.GetId()}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RunningContainers counts, per pod UID, the containers a real node's
+// runtime runs, asked of containerd itself: what a kill really ended,
+// whatever the API says of the pod.
+func (c *Cluster) RunningContainers(ctx context.Context, node string) (map[string]int, error) {
+	socket, err := c.RealNodeRuntime(node)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := dialRuntime(socket)
+	if err != nil {
+		return nil, err
+	}
+	defer rt.close()
+	list, err := rt.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, ctr := range list.GetContainers() {
+		out[ctr.GetLabels()["io.kubernetes.pod.uid"]]++
+	}
+	return out, nil
+}
