@@ -219,7 +219,12 @@ func (g *Guard) fillAPI(v *View, siblings []*runtimeapi.Container, sc *stopCall,
 	}
 	v.APIPod = g.o.Pods.Pod(v.Pod.UID)
 	v.APIReachable, v.APIProblem = g.o.Pods.Reachable(now)
-	v.DeleteAdmitted = g.o.Deletions.Admitted(v.Pod.UID)
+	v.LastSeen, v.DeleteAdmitted = nil, false
+	if v.APIPod == nil {
+		v.LastSeen = g.o.Pods.Vanished(v.Pod.UID)
+		v.DeleteAdmitted = v.LastSeen != nil && g.o.Deletions.Admitted(v.Pod.UID)
+	}
+	v.RuntimeEndpoint = g.o.Runtime
 	v.KillSeen = g.memory.killSeen(v.Pod.UID, now)
 	v.RestartPassed = g.memory.restartPassed(v.Pod.UID, now)
 	v.Concurrent = sc != nil && g.memory.concurrent(sc)
