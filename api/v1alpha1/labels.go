@@ -20,14 +20,6 @@ const (
 	// API and refuses the kubelet's kills of pods carrying it.
 	LabelExplicitDeletion = "rampart.io/explicit-deletion"
 
-	// AnnotationDeleteAdmitted is Rampart's record, on a pod labelled
-	// LabelExplicitDeletion, that its manager admitted a DELETE of the pod
-	// (the time, RFC 3339). The manager writes it before it admits the
-	// DELETE, so the DELETE's watch event carries it; the node guard trusts
-	// it only on a pod that then vanished from the API, within
-	// DeleteRecordTrustedFor of that. Not for users to write.
-	AnnotationDeleteAdmitted = "rampart.io/delete-admitted"
-
 	// AnnotationGeneratePUB ("true", on a workload) asks for a generated
 	// PodUnavailableBudget.
 	AnnotationGeneratePUB = "rampart.io/generate-pub"

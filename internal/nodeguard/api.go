@@ -29,23 +29,6 @@ type PodSource interface {
 	Vanished(uid types.UID) *corev1.Pod
 }
 
-// Deletions is the record of pod DELETEs that Rampart's manager admitted.
-// The manager writes it on the pod itself (the rampart.io/delete-admitted
-// annotation) before it admits a DELETE of a pod labelled
-// rampart.io/explicit-deletion=true; NodePods reads it from the last state
-// of each pod that vanished.
-type Deletions interface {
-	// Admitted says whether a DELETE of the pod with this UID, which the
-	// API no longer has, was admitted by the manager.
-	Admitted(uid types.UID) bool
-}
-
-// NoDeletions records nothing: only a deletionTimestamp shows the API's
-// wish, and every protected pod that vanishes without one is kept.
-type NoDeletions struct{}
-
-func (NoDeletions) Admitted(types.UID) bool { return false }
-
 // VanishedMemory is how long the guard keeps the last state of a pod that
 // left the API. The kubelet kills a pod it no longer finds in the API
 // within seconds and retries every sync while refused; an hour covers a
@@ -239,13 +222,4 @@ func (n *NodePods) Vanished(uid types.UID) *corev1.Pod {
 		return nil
 	}
 	return n.gone[uid].last
-}
-
-// Admitted implements Deletions from the record on the pod's last state:
-// NodePods is the record's reader.
-func (n *NodePods) Admitted(uid types.UID) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	g, ok := n.gone[uid]
-	return ok && DeleteRecorded(g.last, g.at)
 }

@@ -77,11 +77,6 @@ type View struct {
 	// when a re-list no longer had it); nil when APIPod is set or the
 	// guard never saw the pod.
 	LastSeen *corev1.Pod
-	// DeleteAdmitted: Rampart's manager admitted an API DELETE of the pod
-	// just before it vanished (Deletions, DeleteRecorded). Read only for
-	// a vanished pod: a record on a pod still in the API may be that of a
-	// DELETE another webhook then denied.
-	DeleteAdmitted bool
 	// RuntimeEndpoint is the runtime's CRI endpoint, named in the way out
 	// of a refusal for a pod the API no longer has.
 	RuntimeEndpoint string
@@ -129,7 +124,6 @@ const (
 	ReasonVanished         = "VanishedFromAPI"
 	ReasonNotProtected     = "NotProtected"
 	ReasonDeletionAsked    = "DeletionTimestamp"
-	ReasonDeleteAdmitted   = "DeleteAdmitted"
 	ReasonPodCompleted     = "PodCompleted"
 	ReasonActiveDeadline   = "ActiveDeadlineExceeded"
 	ReasonImageChanged     = "ImageChanged"
@@ -151,8 +145,7 @@ const (
 // The rule (see the package doc for why each signal is trusted): a pod
 // labelled rampart.io/explicit-deletion=true in the API ends only when the
 // API asked for it (deletionTimestamp; for a pod that vanished from the
-// API, one in its last state or a DELETE Rampart's manager admitted just
-// before), when its own spec ends it (activeDeadlineSeconds), or when its
+// API, one in its last state), when its own spec ends it (activeDeadlineSeconds), or when its
 // own containers have finished. One of its containers may still be
 // restarted when its spec asks for it: the image changed, a resize needs a
 // restart, or a liveness or startup probe may have failed. Everything else
@@ -258,24 +251,26 @@ func Decide(call Call, v View, now time.Time) Verdict {
 const notAsked = "the API has not asked for the pod to end (no deletionTimestamp)"
 
 // vanished decides for a pod that left the API while the guard watched,
-// from its last seen state. A DELETE through the API leaves a trace there:
-// a graceful one the deletionTimestamp, a forced one (--grace-period=0
-// --force, or the kubelet's own final delete) Rampart's record written
-// just before it was admitted. A pod removed from the store directly
-// (etcd data lost or restored to an older snapshot, a key deleted by hand)
-// leaves neither, and the kubelet's orphan cleanup would kill it.
+// from its last seen state. Every DELETE through the API leaves a
+// deletionTimestamp there: the API server's registry writes it before it
+// removes a pod, a forced delete (--grace-period=0 --force) and the
+// kubelet's own final delete included (a pod's CheckGracefulDelete always
+// takes the graceful path, which with a zero grace period updates the pod,
+// then deletes it: k8s.io/apiserver registry Store.Delete,
+// updateForGracefulDeletionAndFinalizers), and the DELETE event carries
+// that state. A pod removed from the store directly (etcd data lost or
+// restored to an older snapshot, a key deleted by hand) has none, and the
+// kubelet's orphan cleanup would kill it.
 func vanished(call Call, v View) Verdict {
 	last := v.LastSeen
 	switch {
 	case last.Labels[v1alpha1.LabelExplicitDeletion] != "true":
 		return allow(ReasonNotProtected, "the pod is no longer in the API and was not labelled "+v1alpha1.LabelExplicitDeletion+"=true when last seen")
 	case last.DeletionTimestamp != nil:
-		return allow(ReasonDeletionAsked, "the API asked for the pod to end (deletionTimestamp) before it was removed")
-	case v.DeleteAdmitted:
-		return allow(ReasonDeleteAdmitted, "Rampart's manager admitted a DELETE of the pod just before it was removed from the API")
+		return allow(ReasonDeletionAsked, "the pod was deleted through the API (its last state has a deletionTimestamp)")
 	}
-	return refuseVanished(call, v, "the pod vanished from the API with neither a deletionTimestamp nor a DELETE admitted by Rampart's manager ("+
-		v1alpha1.AnnotationDeleteAdmitted+") in its last state, as when the API's store loses it (etcd data loss or restore); the kubelet kills such orphans")
+	return refuseVanished(call, v, "the pod vanished from the API without a deletionTimestamp in its last state, which no DELETE through the API leaves: "+
+		"the API's store lost it (etcd data lost or restored to an older snapshot, a key removed by hand), and the kubelet kills such orphans")
 }
 
 // refuseVanished is the refusal for a protected pod the API no longer
@@ -298,30 +293,6 @@ func refuseVanished(call Call, v View, why string) Verdict {
 		"the kubelet then removes it. Otherwise restore the API's data (a restored pod keeps its UID and the kubelet keeps running it)",
 		call, target, v.Pod.UID, v1alpha1.LabelExplicitDeletion, why, rt, v.Pod.UID, rt)
 	return Verdict{Reason: ReasonVanished, Code: codes.FailedPrecondition, Message: msg}
-}
-
-// DeleteRecordTrustedFor is how far apart the time in a pod's
-// rampart.io/delete-admitted record and the moment the guard saw the pod
-// vanish may be for the record to count. The manager writes it a moment
-// before it admits the DELETE, which removes the pod at once; the margin
-// covers a slow webhook chain, a lagging watch and clock skew between the
-// manager and the node. A record that old is that of a DELETE that did
-// not go through (another webhook denied it): the pod stayed.
-const DeleteRecordTrustedFor = 2 * time.Minute
-
-// DeleteRecorded says whether last, the last state of a pod that vanished
-// from the API at gone, carries Rampart's record of an admitted DELETE
-// made for that disappearance.
-func DeleteRecorded(last *corev1.Pod, gone time.Time) bool {
-	if last == nil {
-		return false
-	}
-	at, err := time.Parse(time.RFC3339Nano, last.Annotations[v1alpha1.AnnotationDeleteAdmitted])
-	if err != nil {
-		return false
-	}
-	d := gone.Sub(at)
-	return d > -DeleteRecordTrustedFor && d < DeleteRecordTrustedFor
 }
 
 func allow(reason, why string) Verdict { return Verdict{Allow: true, Reason: reason, Message: why} }

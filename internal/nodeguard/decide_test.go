@@ -71,41 +71,9 @@ func running(p *corev1.Pod, opts ...func(*View)) View {
 	return v
 }
 
-// recorded: the manager's record of an admitted DELETE, as it writes it.
-func recorded(p *corev1.Pod) {
-	p.Annotations = map[string]string{v1alpha1.AnnotationDeleteAdmitted: now.Format(time.RFC3339Nano)}
-}
-
 // lastSeen: the pod left the API; p is its last state the guard saw.
 func lastSeen(p *corev1.Pod) func(*View) { return func(v *View) { v.LastSeen = p } }
-func admitted(v *View)                   { v.DeleteAdmitted = true }
 func unreachable(v *View)                { v.APIReachable = false; v.APIProblem = "connection refused" }
-
-func TestDeleteRecorded(t *testing.T) {
-	at := func(d time.Duration) *corev1.Pod {
-		return pod(func(p *corev1.Pod) {
-			p.Annotations = map[string]string{v1alpha1.AnnotationDeleteAdmitted: now.Add(d).Format(time.RFC3339Nano)}
-		})
-	}
-	for _, tt := range []struct {
-		name string
-		last *corev1.Pod
-		want bool
-	}{
-		{"written as the pod went", at(-50 * time.Millisecond), true},
-		{"a slow webhook chain", at(-30 * time.Second), true},
-		{"the manager's clock ahead of the node's", at(time.Minute), true},
-		{"a DELETE denied minutes ago", at(-3 * time.Minute), false},
-		{"a clock far ahead", at(3 * time.Minute), false},
-		{"no record", pod(), false},
-		{"not a time", pod(func(p *corev1.Pod) { p.Annotations = map[string]string{v1alpha1.AnnotationDeleteAdmitted: "yes"} }), false},
-		{"no pod", nil, false},
-	} {
-		if got := DeleteRecorded(tt.last, now); got != tt.want {
-			t.Errorf("%s: DeleteRecorded = %v, want %v", tt.name, got, tt.want)
-		}
-	}
-}
 
 func TestDecide(t *testing.T) {
 	for _, tt := range []struct {
@@ -133,10 +101,9 @@ func TestDecide(t *testing.T) {
 		{"deletionTimestamp: container", StopContainer, running(pod(deleting)), true, false, ReasonDeletionAsked, 0},
 		{"deletionTimestamp: remove running", RemoveContainer, running(pod(deleting)), true, false, ReasonDeletionAsked, 0},
 		{"deletionTimestamp cached, API unreachable", StopPodSandbox, running(pod(deleting), func(v *View) { v.APIReachable = false }), true, false, ReasonDeletionAsked, 0},
-		{"graceful delete, then gone", StopPodSandbox, running(nil, lastSeen(pod(deleting))), true, false, ReasonDeletionAsked, 0},
-		{"forced delete admitted by the manager", StopPodSandbox, running(nil, lastSeen(pod(recorded)), admitted), true, false, ReasonDeleteAdmitted, 0},
-		{"forced delete admitted, container", StopContainer, running(nil, lastSeen(pod(recorded)), admitted), true, false, ReasonDeleteAdmitted, 0},
-		{"forced delete admitted, API unreachable since", StopPodSandbox, running(nil, lastSeen(pod(recorded)), admitted, unreachable), true, false, ReasonDeleteAdmitted, 0},
+		{"deleted through the API, then gone (forced or not)", StopPodSandbox, running(nil, lastSeen(pod(deleting))), true, false, ReasonDeletionAsked, 0},
+		{"deleted through the API, then gone: container", StopContainer, running(nil, lastSeen(pod(deleting))), true, false, ReasonDeletionAsked, 0},
+		{"deleted through the API, API unreachable since", StopPodSandbox, running(nil, lastSeen(pod(deleting)), unreachable), true, false, ReasonDeletionAsked, 0},
 
 		// The pod's own spec or containers ended it.
 		{"activeDeadlineSeconds passed", StopPodSandbox, running(pod(deadline(60), rejected)), true, false, ReasonActiveDeadline, 0},
@@ -166,10 +133,8 @@ func TestDecide(t *testing.T) {
 		// cleanup after etcd lost or restored the pods.
 		{"vanished: removed from the store", StopPodSandbox, running(nil, lastSeen(pod())), false, false, ReasonVanished, codes.FailedPrecondition},
 		{"vanished: container", StopContainer, running(nil, lastSeen(pod(liveness))), false, false, ReasonVanished, codes.FailedPrecondition},
-		{"vanished: a stale record (a denied DELETE long ago)", StopPodSandbox, running(nil, lastSeen(pod(recorded))), false, false, ReasonVanished, codes.FailedPrecondition},
 		{"vanished, API unreachable since", RemovePodSandbox, running(nil, lastSeen(pod()), unreachable), false, false, ReasonVanished, codes.FailedPrecondition},
 		{"gone before the guard started, created protected", StopPodSandbox, running(nil, func(v *View) { v.RuntimeProtected = true }), false, false, ReasonVanished, codes.FailedPrecondition},
-		{"a record on a pod still in the API (its DELETE denied)", StopPodSandbox, running(pod(recorded), admitted), false, false, ReasonNotAskedToEnd, codes.FailedPrecondition},
 
 		// Restarts the spec asks for.
 		{"image changed", StopContainer, running(pod(image2)), true, false, ReasonImageChanged, 0},
