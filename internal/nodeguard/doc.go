@@ -149,7 +149,9 @@
 // killPodWithSyncResult ignore only crierror.IsNotFound), so it keeps
 // trying and each try is judged afresh. codes.Unavailable when the API
 // cannot be reached. The message names the call, the container or pod, why,
-// and both ways to proceed. Each refusal is also a Warning Event KillVetoed
+// and both ways to proceed (for a pod gone from the API, which kubectl can
+// no longer delete or unlabel: restoring the API's data, or crictl stopp
+// against the runtime's socket). Each refusal is also a Warning Event KillVetoed
 // on the pod (action: the call), a rampart_nodeguard_vetoes_total{call,
 // reason} increment and a log line.
 package nodeguard
