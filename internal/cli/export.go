@@ -169,8 +169,8 @@ func checkPolicy(p *v1alpha1.ProtectionPolicy) field.ErrorList {
 	if len(p.Spec.Resources) == 0 {
 		errs = append(errs, field.Required(spec.Child("resources"), "name at least one resource"))
 	}
-	if p.Spec.Protection == "" && p.Spec.ExplicitReplicas == nil {
-		errs = append(errs, field.Required(spec, "set protection, explicitReplicas, or both"))
+	if p.Spec.Protection == "" && p.Spec.ExplicitReplicas == nil && !p.Spec.ExplicitDeletion {
+		errs = append(errs, field.Required(spec, "set protection, explicitReplicas or explicitDeletion"))
 	}
 	switch p.Spec.Protection {
 	case "", v1alpha1.ProtectionAlways, v1alpha1.ProtectionCascading:

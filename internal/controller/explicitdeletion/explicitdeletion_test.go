@@ -144,6 +144,23 @@ func TestRunningPodsOfOptedInWorkloadsAreLabelled(t *testing.T) {
 		}
 		t.Logf("app=%s: %d pods labelled %s after the wait began", app, n, time.Since(start).Round(time.Millisecond))
 	}
+	// The policy is Ready like any other (its namespaceSelector has a
+	// webhook of its own; without one it would need none).
+	var ready string
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got := &v1alpha1.ProtectionPolicy{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pol), got); err != nil {
+			return false, nil
+		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == "Ready" {
+				ready = string(cond.Status) + ": " + cond.Message
+			}
+		}
+		return strings.HasPrefix(ready, "True: "), nil
+	}); err != nil {
+		t.Errorf("the explicitDeletion-only policy's Ready condition: %q, want True", ready)
+	}
 	labelled("web", 2)
 	labelled("db", 2)
 	labelled("later", 1)
