@@ -37,6 +37,7 @@ import (
 	// manager binary does.
 	_ "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/gateway"
+	"github.com/rampart-io/rampart/internal/nodeguard"
 	// The recycle bin's metrics, registered by the manager package.
 	_ "github.com/rampart-io/rampart/internal/manager"
 )
@@ -70,6 +71,8 @@ func exportedCatalog() (catalog, error) {
 		return nil, err
 	}
 	exerciseGateway(gw)
+	// The node guard's own registry (its vetoes are counted by reason).
+	guard := nodeguard.NewMetrics()
 	exerciseWebhook()
 	crRegistry, ok := metrics.Registry.(prometheus.Collector)
 	if !ok {
@@ -86,6 +89,7 @@ func exportedCatalog() (catalog, error) {
 		extra    []*prometheus.Desc
 	}{
 		{gw.Registry(), gw.Registry(), nil},
+		{guard.Registry, guard.Registry, nil},
 		{crRegistry, metrics.Registry, mgr},
 	} {
 		descs := describe(src.describe)

@@ -28,6 +28,7 @@ var managerGrants = []grant{
 		"cluster view: labelled objects of built-in groups (none holds Secrets), workloads, CRDs; custom resources only in the groups the chart's customResourceGroups names"},
 	{[]string{"*"}, []string{"*/scale"}, []string{"get"}, nil, "explicit replicas and budgets read any workload's scale"},
 	{[]string{""}, []string{"pods"}, []string{"get"}, nil, "the budget webhook reads a pod being evicted that the cluster view has not cached yet"},
+	{[]string{""}, []string{"pods"}, []string{"patch"}, nil, "labels the running pods of workloads that opt in rampart.io/explicit-deletion=true (internal/controller/explicitdeletion)"},
 	{[]string{"apps"}, []string{"deployments", "statefulsets"}, []string{"get"}, nil, "generated budgets read their workload"},
 	{[]string{"", "events.k8s.io"}, []string{"events"}, []string{"create", "patch"}, nil, "denials and overrides are recorded as Events"},
 	{[]string{"admissionregistration.k8s.io"}, []string{"validatingwebhookconfigurations"}, []string{"get", "update", "patch"}, []string{"rampart-validating"}, "fills in its own webhook configuration, which the chart creates"},

@@ -8,7 +8,8 @@ import (
 // selectors and resource list choose, so key objects need not be labelled
 // one by one.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.protection) || has(self.explicitReplicas)",message="set protection, explicitReplicas, or both: a policy with neither protects nothing"
+// +kubebuilder:validation:XValidation:rule="has(self.protection) || has(self.explicitReplicas) || (has(self.explicitDeletion) && self.explicitDeletion)",message="set protection, explicitReplicas or explicitDeletion: a policy with none protects nothing"
+// +kubebuilder:validation:XValidation:rule="!has(self.explicitDeletion) || !self.explicitDeletion || self.resources.exists(r, r.apiGroups.exists(g, g == 'apps' || g == '*') && r.resources.exists(x, x in ['deployments', 'statefulsets', 'daemonsets', 'replicasets', '*']))",message="explicitDeletion labels the running pods of the workloads the policy covers: list deployments, statefulsets, daemonsets or replicasets (API group apps) among its resources"
 type ProtectionPolicySpec struct {
 	// Resources the policy covers, as API groups and resource names
 	// ("" is the core group). "*" matches every resource of the groups.
@@ -38,6 +39,15 @@ type ProtectionPolicySpec struct {
 	// +optional
 	ExplicitReplicas *ExplicitReplicas `json:"explicitReplicas,omitempty"`
 
+	// ExplicitDeletion, when true, has Rampart's manager label the running
+	// pods of the covered workloads (Deployments through their
+	// ReplicaSets, StatefulSets, DaemonSets, ReplicaSets)
+	// rampart.io/explicit-deletion=true, so the node guard lets only an
+	// API delete end them. Policies in Warn mode label nothing. Turning it
+	// off leaves the labels on the pods already running.
+	// +optional
+	ExplicitDeletion bool `json:"explicitDeletion,omitempty"`
+
 	// Exempt names requesters the policy never denies.
 	// +optional
 	Exempt Subjects `json:"exempt,omitempty"`
@@ -52,14 +62,18 @@ type ProtectionPolicySpec struct {
 type ResourceRule struct {
 	// APIGroups of the resources; "" is the core group, "*" every group.
 	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic
 	// +kubebuilder:validation:items:Pattern=`^(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$`
+	// +kubebuilder:validation:items:MaxLength=253
 	APIGroups []string `json:"apiGroups"`
 	// Resources are plural resource names, e.g. "deployments", or "*".
 	// Subresources are not protected objects and are not accepted.
 	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
 	// +listType=atomic
 	// +kubebuilder:validation:items:Pattern=`^(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$`
+	// +kubebuilder:validation:items:MaxLength=63
 	Resources []string `json:"resources"`
 }
 

@@ -42,12 +42,19 @@ func applyPolicy(t *testing.T, env *clustertest.Env, manifest string) error {
 func TestMalformedPoliciesAreRejectedByTheAPI(t *testing.T) {
 	env := clustertest.Get(t)
 	for _, tt := range []struct{ name, manifest, want string }{
-		{"neither protection nor explicitReplicas", `
+		{"no protection, explicitReplicas or explicitDeletion", `
 apiVersion: rampart.io/v1alpha1
 kind: ProtectionPolicy
 metadata: {name: nothing}
 spec:
-  resources: [{apiGroups: [apps], resources: [deployments]}]`, "set protection, explicitReplicas, or both"},
+  resources: [{apiGroups: [apps], resources: [deployments]}]`, "set protection, explicitReplicas or explicitDeletion"},
+		{"explicitDeletion over no workload kind", `
+apiVersion: rampart.io/v1alpha1
+kind: ProtectionPolicy
+metadata: {name: cms}
+spec:
+  explicitDeletion: true
+  resources: [{apiGroups: [""], resources: [configmaps]}]`, "list deployments, statefulsets, daemonsets or replicasets"},
 		{"unknown protection", `
 apiVersion: rampart.io/v1alpha1
 kind: ProtectionPolicy

@@ -33,7 +33,9 @@ func newNodeGuardCommand() *cobra.Command {
 forwards every call to --runtime-endpoint untouched, except StopPodSandbox,
 RemovePodSandbox, StopContainer and RemoveContainer of a running pod
 labelled rampart.io/explicit-deletion=true: those reach the runtime only
-if the API asked for the pod to end (deletionTimestamp), its spec ended it
+if the API asked for the pod to end (a deletionTimestamp, also in the last
+state of a pod gone from the API: one the API's store lost is kept), its
+spec ended it
 (activeDeadlineSeconds), its containers finished, or the pod's spec asks
 for a restart of that one container (image change, resize needing a
 restart, liveness or startup probe). Otherwise the kubelet gets a

@@ -21,6 +21,7 @@ type Views struct {
 	ScaleTargets *ScaleTargets
 	Budgets      *Budgets
 	Namespaces   Namespaces
+	Workloads    Workloads
 }
 
 // New builds the views; Start (of the Informers) runs them.
@@ -71,7 +72,7 @@ func newViews(cs kubernetes.Interface, md metadata.Interface, dyn dynamic.Interf
 	if err != nil {
 		return nil, err
 	}
-	v := &Views{Informers: inf, Namespaces: Namespaces{inf.fixed[namespaces]}}
+	v := &Views{Informers: inf, Namespaces: Namespaces{inf.fixed[namespaces]}, Workloads: Workloads{inf}}
 	if v.Deletion, err = newDeletion(inf, v.Namespaces); err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ import (
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
 	"github.com/rampart-io/rampart/internal/controller/budgetstatus"
+	"github.com/rampart-io/rampart/internal/controller/explicitdeletion"
 	"github.com/rampart-io/rampart/internal/controller/flowcontrolstatus"
 	"github.com/rampart-io/rampart/internal/controller/generatedbudgets"
 	"github.com/rampart-io/rampart/internal/controller/policystatus"
@@ -169,14 +170,15 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Regi
 }
 
 // controllers are the controllers the leader runs: the Ready condition of
-// every kind whose webhooks Rampart registers, budget status and
-// generated budgets.
+// every kind whose webhooks Rampart registers, the explicit-deletion
+// labels of opted-in workloads' pods, budget status and generated budgets.
 func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registrar.Registrar, keeper *registrar.Compiled, views *clusterview.Views, scales rampartadmission.Scales, recorder events.EventRecorder) error {
 	for _, c := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		&policystatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration, Compiled: keeper},
 		&windowstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
 		&flowcontrolstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
 		&recyclestatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
+		&explicitdeletion.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetClient(), View: views.Workloads, Namespaces: views.Namespaces},
 	} {
 		if err := c.SetupWithManager(mgr); err != nil {
 			return err

@@ -24,20 +24,16 @@ type PodSource interface {
 	// Reachable says whether what Pod answers is current enough to act
 	// on; why says what is wrong when it is not.
 	Reachable(now time.Time) (ok bool, why string)
+	// Vanished is the last state seen of a pod the API no longer has,
+	// nil if the pod did not vanish while the source watched.
+	Vanished(uid types.UID) *corev1.Pod
 }
 
-// Deletions is the record of pod DELETEs that Rampart's manager admitted.
-// Its design is still open (a ledger the manager writes when it admits a
-// DELETE of a protected pod); NoDeletions stands in until it exists.
-type Deletions interface {
-	Admitted(uid types.UID) bool
-}
-
-// NoDeletions records nothing: only a deletionTimestamp shows the API's
-// wish.
-type NoDeletions struct{}
-
-func (NoDeletions) Admitted(types.UID) bool { return false }
+// VanishedMemory is how long the guard keeps the last state of a pod that
+// left the API. The kubelet kills a pod it no longer finds in the API
+// within seconds and retries every sync while refused; an hour covers a
+// runtime that is slow to answer, and costs a few hundred bytes a pod.
+const VanishedMemory = time.Hour
 
 // DefaultStaleAfter is how long the pod watch may fail before the API
 // counts as unreachable. The reflector re-lists and re-watches within a
@@ -60,13 +56,22 @@ type NodePods struct {
 	// while list and watch work.
 	failingSince time.Time
 	lastErr      error
+	// gone are the pods that vanished from the API, by UID.
+	gone map[types.UID]vanishedPod
+}
+
+// vanishedPod is what the guard keeps of a pod that left the API: its
+// metadata as last seen, and when it saw it go.
+type vanishedPod struct {
+	last *corev1.Pod
+	at   time.Time
 }
 
 const byUID = "uid"
 
 // NewNodePods builds the informer; Run starts it.
 func NewNodePods(client kubernetes.Interface, node string, staleAfter time.Duration) *NodePods {
-	n := &NodePods{staleAfter: staleAfter}
+	n := &NodePods{staleAfter: staleAfter, gone: map[types.UID]vanishedPod{}}
 	onNode := fields.OneTermEqualSelector("spec.nodeName", node).String()
 	pods := func() podsClient { return client.CoreV1().Pods("") }
 	lw := &cache.ListWatch{
@@ -80,7 +85,17 @@ func NewNodePods(client kubernetes.Interface, node string, staleAfter time.Durat
 			o.FieldSelector = onNode
 			w, err := pods().Watch(ctx, o)
 			n.record(err)
-			return w, err
+			if err != nil {
+				return w, err
+			}
+			// A deleted pod is noted before the informer's store drops it,
+			// so that no lookup finds it neither in the API nor gone.
+			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+				if e.Type == watch.Deleted {
+					n.vanish(e.Object)
+				}
+				return e, true
+			}), nil
 		},
 	}
 	n.informer = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{},
@@ -98,6 +113,9 @@ func NewNodePods(client kubernetes.Interface, node string, staleAfter time.Durat
 		}
 		return obj, nil
 	})
+	// A pod deleted while the watch was broken is dropped by the next
+	// list, with the last state the store had.
+	_, _ = n.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: n.vanish, AddFunc: n.returned})
 	_ = n.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		n.record(err)
 		cache.DefaultWatchErrorHandler(ctx, r, err)
@@ -154,4 +172,54 @@ func (n *NodePods) Reachable(now time.Time) (bool, string) {
 		return false, fmt.Sprintf("the watch of this node's pods has failed for %s: %v", now.Sub(n.failingSince).Round(time.Second), n.lastErr)
 	}
 	return true, ""
+}
+
+// vanish notes the last state of a pod that left the API. The first note
+// wins: the watch's DELETE event comes before the informer's handler sees
+// the same pod go.
+func (n *NodePods) vanish(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	// Only the metadata is read: labels, the record and deletionTimestamp.
+	last := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID,
+		Labels: p.Labels, Annotations: p.Annotations, DeletionTimestamp: p.DeletionTimestamp}}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, seen := n.gone[p.UID]; seen {
+		return
+	}
+	for uid, g := range n.gone {
+		if now.Sub(g.at) > VanishedMemory {
+			delete(n.gone, uid)
+		}
+	}
+	n.gone[p.UID] = vanishedPod{last: last, at: now}
+}
+
+// returned forgets that a pod vanished once it is in the API again with
+// the same UID (an etcd restore puts it back).
+func (n *NodePods) returned(obj any) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		n.mu.Lock()
+		delete(n.gone, p.UID)
+		n.mu.Unlock()
+	}
+}
+
+// Vanished is the last state seen of a pod the API no longer has.
+func (n *NodePods) Vanished(uid types.UID) *corev1.Pod {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.Pod(uid) != nil {
+		// Back in the API with the same UID (an etcd restore): the API's
+		// pod rules again.
+		return nil
+	}
+	return n.gone[uid].last
 }

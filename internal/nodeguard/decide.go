@@ -72,8 +72,14 @@ type View struct {
 	// APIPod is the pod with the runtime's UID; nil: not in the API (or
 	// not seen, when the API is unreachable).
 	APIPod *corev1.Pod
-	// DeleteAdmitted: Rampart's manager admitted an API DELETE of the pod.
-	DeleteAdmitted bool
+	// LastSeen is the pod as the guard's informer last saw it before it
+	// vanished from the API (its DELETE event, or the last state known
+	// when a re-list no longer had it); nil when APIPod is set or the
+	// guard never saw the pod.
+	LastSeen *corev1.Pod
+	// RuntimeEndpoint is the runtime's CRI endpoint, named in the way out
+	// of a refusal for a pod the API no longer has.
+	RuntimeEndpoint string
 
 	// From the guard's memory of this pod's calls.
 	//
@@ -115,9 +121,9 @@ const (
 	ReasonNothingRunning   = "NothingRunning"
 	ReasonSandboxNotReady  = "SandboxNotReady"
 	ReasonNotInAPI         = "NotInAPI"
+	ReasonVanished         = "VanishedFromAPI"
 	ReasonNotProtected     = "NotProtected"
 	ReasonDeletionAsked    = "DeletionTimestamp"
-	ReasonDeleteAdmitted   = "DeleteAdmitted"
 	ReasonPodCompleted     = "PodCompleted"
 	ReasonActiveDeadline   = "ActiveDeadlineExceeded"
 	ReasonImageChanged     = "ImageChanged"
@@ -138,8 +144,8 @@ const (
 //
 // The rule (see the package doc for why each signal is trusted): a pod
 // labelled rampart.io/explicit-deletion=true in the API ends only when the
-// API asked for it (deletionTimestamp, or a DELETE Rampart's manager
-// admitted), when its own spec ends it (activeDeadlineSeconds), or when its
+// API asked for it (deletionTimestamp; for a pod that vanished from the
+// API, one in its last state), when its own spec ends it (activeDeadlineSeconds), or when its
 // own containers have finished. One of its containers may still be
 // restarted when its spec asks for it: the image changed, a resize needs a
 // restart, or a liveness or startup probe may have failed. Everything else
@@ -161,17 +167,21 @@ func Decide(call Call, v View, now time.Time) Verdict {
 		return allow(ReasonSandboxNotReady, "its sandbox is not ready: the kubelet replaces it and restarts the containers")
 	}
 	pod := v.APIPod
-	if pod == nil {
-		if v.APIReachable {
-			// The API has no pod with this UID any more: it was deleted
-			// (a forced delete ends the pod without a deletionTimestamp the
-			// guard could have seen).
-			return allow(ReasonNotInAPI, "the pod is no longer in the API")
+	switch {
+	case pod == nil && v.LastSeen != nil:
+		return vanished(call, v)
+	case pod == nil && v.APIReachable:
+		// Gone before this guard could see it go (it started since):
+		// judged by the labels the pod was created with.
+		if !v.RuntimeProtected {
+			return allow(ReasonNotInAPI, "the pod is no longer in the API and was not labelled "+v1alpha1.LabelExplicitDeletion+"=true when created")
 		}
+		return refuseVanished(call, v, "the pod is not in the API and this node guard did not see it go, so nothing shows that it was deleted through the API")
+	case pod == nil:
 		if !v.RuntimeProtected {
 			return allow(ReasonNotProtected, "not labelled "+v1alpha1.LabelExplicitDeletion+"=true when created, and the API cannot be asked")
 		}
-	} else if pod.Labels[v1alpha1.LabelExplicitDeletion] != "true" {
+	case pod.Labels[v1alpha1.LabelExplicitDeletion] != "true":
 		return allow(ReasonNotProtected, "not labelled "+v1alpha1.LabelExplicitDeletion+"=true")
 	}
 	// From here the pod is protected.
@@ -179,9 +189,6 @@ func Decide(call Call, v View, now time.Time) Verdict {
 		// Never unset once set, so a cached one holds even when the API
 		// cannot be reached.
 		return allow(ReasonDeletionAsked, "the API asked for the pod to end (deletionTimestamp)")
-	}
-	if v.DeleteAdmitted {
-		return allow(ReasonDeleteAdmitted, "Rampart's manager admitted a DELETE of the pod")
 	}
 	if !v.APIReachable {
 		problem := ""
@@ -241,7 +248,52 @@ func Decide(call Call, v View, now time.Time) Verdict {
 	return allow(reason, why)
 }
 
-const notAsked = "the API has not asked for the pod to end (no deletionTimestamp, no DELETE admitted by Rampart)"
+const notAsked = "the API has not asked for the pod to end (no deletionTimestamp)"
+
+// vanished decides for a pod that left the API while the guard watched,
+// from its last seen state. Every DELETE through the API leaves a
+// deletionTimestamp there: the API server's registry writes it before it
+// removes a pod, a forced delete (--grace-period=0 --force) and the
+// kubelet's own final delete included (a pod's CheckGracefulDelete always
+// takes the graceful path, which with a zero grace period updates the pod,
+// then deletes it: k8s.io/apiserver registry Store.Delete,
+// updateForGracefulDeletionAndFinalizers), and the DELETE event carries
+// that state. A pod removed from the store directly (etcd data lost or
+// restored to an older snapshot, a key deleted by hand) has none, and the
+// kubelet's orphan cleanup would kill it.
+func vanished(call Call, v View) Verdict {
+	last := v.LastSeen
+	switch {
+	case last.Labels[v1alpha1.LabelExplicitDeletion] != "true":
+		return allow(ReasonNotProtected, "the pod is no longer in the API and was not labelled "+v1alpha1.LabelExplicitDeletion+"=true when last seen")
+	case last.DeletionTimestamp != nil:
+		return allow(ReasonDeletionAsked, "the pod was deleted through the API (its last state has a deletionTimestamp)")
+	}
+	return refuseVanished(call, v, "the pod vanished from the API without a deletionTimestamp in its last state, which no DELETE through the API leaves: "+
+		"the API's store lost it (etcd data lost or restored to an older snapshot, a key removed by hand), and the kubelet kills such orphans")
+}
+
+// refuseVanished is the refusal for a protected pod the API no longer
+// has: kubectl cannot delete or unlabel it, so the way out is to put it
+// back in the API (the kubelet then keeps it only if it has the same UID,
+// as an etcd restore gives it) or to end it on the runtime directly,
+// past the guard.
+func refuseVanished(call Call, v View, why string) Verdict {
+	target := "pod " + v.Pod.String()
+	if !call.sandbox() && v.Container != "" {
+		target = fmt.Sprintf("container %q of pod %s", v.Container, v.Pod)
+	}
+	rt := v.RuntimeEndpoint
+	if rt == "" {
+		rt = "<the runtime's socket, the node guard's --runtime-endpoint>"
+	}
+	msg := fmt.Sprintf("rampart node-guard refused %s of %s (uid %s), labelled %s=true: %s. "+
+		"If the pod was meant to end, stop it on the runtime directly, past the guard: "+
+		"crictl --runtime-endpoint %s pods --label io.kubernetes.pod.uid=%s -q | xargs -r crictl --runtime-endpoint %s stopp; "+
+		"the kubelet then removes it. Otherwise restore the API's data (a restored pod keeps its UID and the kubelet keeps running it)",
+		call, target, v.Pod.UID, v1alpha1.LabelExplicitDeletion, why, rt, v.Pod.UID, rt)
+	return Verdict{Reason: ReasonVanished, Code: codes.FailedPrecondition, Message: msg}
+}
 
 func allow(reason, why string) Verdict { return Verdict{Allow: true, Reason: reason, Message: why} }
 

@@ -63,12 +63,17 @@ func resized(policy corev1.ResourceResizeRestartPolicy) func(*corev1.Pod) {
 // ready sandbox, with the API reachable.
 func running(p *corev1.Pod, opts ...func(*View)) View {
 	v := View{Pod: PodRef{UID: "u1", Namespace: "shop", Name: "web"}, Container: "app", Running: true,
-		SandboxReady: true, RegularRunning: true, CreatedImage: "app:1", APIReachable: true, APIPod: p}
+		SandboxReady: true, RegularRunning: true, CreatedImage: "app:1", APIReachable: true, APIPod: p,
+		RuntimeEndpoint: "unix:///run/containerd/containerd.sock"}
 	for _, o := range opts {
 		o(&v)
 	}
 	return v
 }
+
+// lastSeen: the pod left the API; p is its last state the guard saw.
+func lastSeen(p *corev1.Pod) func(*View) { return func(v *View) { v.LastSeen = p } }
+func unreachable(v *View)                { v.APIReachable = false; v.APIProblem = "connection refused" }
 
 func TestDecide(t *testing.T) {
 	for _, tt := range []struct {
@@ -88,14 +93,17 @@ func TestDecide(t *testing.T) {
 		{"sandbox not ready: the kubelet recreates it", StopContainer, running(pod(), func(v *View) { v.SandboxReady = false }), true, false, ReasonSandboxNotReady, 0},
 		{"unlabelled pod", StopPodSandbox, running(pod(unlabelled)), true, false, ReasonNotProtected, 0},
 		{"unlabelled pod, API unreachable", StopContainer, running(pod(unlabelled), func(v *View) { v.APIReachable = false }), true, false, ReasonNotProtected, 0},
-		{"pod gone from the API (forced delete)", StopPodSandbox, running(nil), true, false, ReasonNotInAPI, 0},
+		{"pod gone before the guard started, created unlabelled", StopPodSandbox, running(nil), true, false, ReasonNotInAPI, 0},
+		{"pod vanished, unlabelled when last seen", StopPodSandbox, running(nil, lastSeen(pod(unlabelled))), true, false, ReasonNotProtected, 0},
 
 		// The API asked.
 		{"deletionTimestamp: sandbox", StopPodSandbox, running(pod(deleting)), true, false, ReasonDeletionAsked, 0},
 		{"deletionTimestamp: container", StopContainer, running(pod(deleting)), true, false, ReasonDeletionAsked, 0},
 		{"deletionTimestamp: remove running", RemoveContainer, running(pod(deleting)), true, false, ReasonDeletionAsked, 0},
 		{"deletionTimestamp cached, API unreachable", StopPodSandbox, running(pod(deleting), func(v *View) { v.APIReachable = false }), true, false, ReasonDeletionAsked, 0},
-		{"DELETE admitted by the manager", StopPodSandbox, running(pod(), func(v *View) { v.DeleteAdmitted = true }), true, false, ReasonDeleteAdmitted, 0},
+		{"deleted through the API, then gone (forced or not)", StopPodSandbox, running(nil, lastSeen(pod(deleting))), true, false, ReasonDeletionAsked, 0},
+		{"deleted through the API, then gone: container", StopContainer, running(nil, lastSeen(pod(deleting))), true, false, ReasonDeletionAsked, 0},
+		{"deleted through the API, API unreachable since", StopPodSandbox, running(nil, lastSeen(pod(deleting)), unreachable), true, false, ReasonDeletionAsked, 0},
 
 		// The pod's own spec or containers ended it.
 		{"activeDeadlineSeconds passed", StopPodSandbox, running(pod(deadline(60), rejected)), true, false, ReasonActiveDeadline, 0},
@@ -121,6 +129,13 @@ func TestDecide(t *testing.T) {
 		{"API unreachable, pod unseen, created unprotected", StopPodSandbox, running(nil, func(v *View) { v.APIReachable = false }), true, false, ReasonNotProtected, 0},
 		{"ephemeral container", StopContainer, running(pod(liveness), func(v *View) { v.Container = "debugger" }), false, false, ReasonNotAskedToEnd, codes.FailedPrecondition},
 
+		// Vanished from the API without a trace of a delete: the orphan
+		// cleanup after etcd lost or restored the pods.
+		{"vanished: removed from the store", StopPodSandbox, running(nil, lastSeen(pod())), false, false, ReasonVanished, codes.FailedPrecondition},
+		{"vanished: container", StopContainer, running(nil, lastSeen(pod(liveness))), false, false, ReasonVanished, codes.FailedPrecondition},
+		{"vanished, API unreachable since", RemovePodSandbox, running(nil, lastSeen(pod()), unreachable), false, false, ReasonVanished, codes.FailedPrecondition},
+		{"gone before the guard started, created protected", StopPodSandbox, running(nil, func(v *View) { v.RuntimeProtected = true }), false, false, ReasonVanished, codes.FailedPrecondition},
+
 		// Restarts the spec asks for.
 		{"image changed", StopContainer, running(pod(image2)), true, false, ReasonImageChanged, 0},
 		{"image unknown: no evidence of a change", StopContainer, running(pod(image2), func(v *View) { v.CreatedImage = "" }), false, false, ReasonNotAskedToEnd, codes.FailedPrecondition},
@@ -145,7 +160,12 @@ func TestDecide(t *testing.T) {
 			if v.Code == codes.NotFound || v.Code == codes.OK {
 				t.Fatalf("refusal with code %s: the kubelet takes NotFound as success", v.Code)
 			}
-			for _, want := range []string{string(tt.call), "shop/web", "kubectl delete pod -n shop web", "kubectl label pod -n shop web rampart.io/explicit-deletion-"} {
+			wants := []string{string(tt.call), "shop/web", "kubectl delete pod -n shop web", "kubectl label pod -n shop web rampart.io/explicit-deletion-"}
+			if v.Reason == ReasonVanished {
+				// Nothing in the API to delete or unlabel.
+				wants = []string{string(tt.call), "shop/web", "uid u1", "crictl --runtime-endpoint unix:///run/containerd/containerd.sock pods --label io.kubernetes.pod.uid=u1 -q | xargs -r crictl --runtime-endpoint unix:///run/containerd/containerd.sock stopp"}
+			}
+			for _, want := range wants {
 				if !strings.Contains(v.Message, want) {
 					t.Errorf("message lacks %q: %s", want, v.Message)
 				}

@@ -19,8 +19,8 @@
 // # The rule
 //
 // A protected pod ends only if the API asked for it (a deletionTimestamp,
-// a DELETE Rampart's manager admitted: the Deletions record, or the pod is
-// gone from the API), its spec ended it (activeDeadlineSeconds passed), or
+// on the pod or in the last state of a pod gone from the API), its spec
+// ended it (activeDeadlineSeconds passed), or
 // its own containers have finished (no regular container runs; the
 // kubelet then stops the sidecars and the sandbox). A call that stops
 // nothing running passes (garbage collection of exited containers and
@@ -69,6 +69,28 @@
 //     stop in between means the "restart" was the first step of a kill
 //     (View.RestartPassed), and the sandbox is kept.
 //
+// # A pod gone from the API
+//
+// The kubelet kills every pod the API no longer has, with a one-second
+// grace period (its orphan cleanup, HandlePodCleanups). That is how a
+// forced delete ends a pod, and how a damaged or restored API store (pods
+// removed from etcd directly, a restore to an older snapshot) kills pods
+// nobody deleted. The guard tells them apart by the pod's last state, which
+// NodePods keeps for an hour (VanishedMemory) from the DELETE event of its
+// watch, noted before its store drops the pod, or from the last state it
+// had when a re-list no longer finds it. Every DELETE through the API
+// server leaves a deletionTimestamp in that state: for pods the registry
+// always takes the graceful path (pod CheckGracefulDelete), which with
+// --grace-period=0 --force writes the timestamp, then removes the pod
+// (k8s.io/apiserver Store.Delete, updateForGracefulDeletionAndFinalizers;
+// TestPodDeletesLeaveADeletionTimestamp in internal/admission watches it on
+// the real API server). A store that loses a pod writes nothing first: the
+// pod goes with no timestamp, and its kill is refused (VanishedFromAPI).
+// The refusal's way out: restore the API's data (a restored pod keeps its
+// UID, and the kubelet keeps running it), or, if the pod was meant to end,
+// stop its sandbox on the runtime directly, past the guard (crictl
+// --runtime-endpoint RUNTIME stopp ID); the kubelet then removes it.
+//
 // # Residual risk
 //
 //   - A one-container pod with a liveness or startup probe, killed by the
@@ -96,18 +118,22 @@
 //     is refused.
 //   - Only the four calls are judged. UpdateContainerResources and exec
 //     pass untouched.
-//   - A pod that is gone from the API passes, because a forced delete ends
-//     a pod without a deletionTimestamp the guard could have seen; a pod
-//     lost by the API itself (etcd data loss) is not told apart until the
-//     manager's record of admitted DELETEs exists.
+//   - A pod that vanished while the guard was not watching (the guard
+//     down or restarting, or its watch broken across the update that set
+//     the deletionTimestamp) has no last state with a timestamp: if it was
+//     created with the label its kill is refused, deleted on purpose or
+//     not, until someone stops it with crictl as above. Fail closed.
+//   - Static pods (the kubelet's config source a file or a URL) are not
+//     protected: the API's mirror pod has another UID, so the API has no
+//     say on them, and their kills pass as those of pods not in the API.
 //
 // # When the API or the guard is away
 //
 // The API counts as unreachable when the informer has not synced, or its
 // list and watch have failed for DefaultStaleAfter (10 s). Then a kill of a
 // protected pod is refused with codes.Unavailable, restarts included,
-// unless the cached pod already has a deletionTimestamp (never unset) or
-// the manager admitted the DELETE. A pod the cache has not seen is judged
+// unless the cached pod, or the last state of a pod that left the API,
+// already has a deletionTimestamp (never unset). A pod the cache has not seen is judged
 // by its sandbox's labels, which are the pod's labels at creation; an
 // unlabelled pod passes.
 //
@@ -123,7 +149,9 @@
 // killPodWithSyncResult ignore only crierror.IsNotFound), so it keeps
 // trying and each try is judged afresh. codes.Unavailable when the API
 // cannot be reached. The message names the call, the container or pod, why,
-// and both ways to proceed. Each refusal is also a Warning Event KillVetoed
+// and both ways to proceed (for a pod gone from the API, which kubectl can
+// no longer delete or unlabel: restoring the API's data, or crictl stopp
+// against the runtime's socket). Each refusal is also a Warning Event KillVetoed
 // on the pod (action: the call), a rampart_nodeguard_vetoes_total{call,
 // reason} increment and a log line.
 package nodeguard

@@ -25,9 +25,6 @@ type Options struct {
 	Runtime string
 	// Pods is the API's view of this node's pods (NodePods).
 	Pods PodSource
-	// Deletions is the manager's record of admitted DELETEs; nil is
-	// NoDeletions.
-	Deletions Deletions
 	// Recorder gets a KillVetoed Event for every refusal; nil records none.
 	Recorder events.EventRecorder
 	// Metrics; nil makes a registry of the guard's own.
@@ -72,9 +69,6 @@ type Guard struct {
 func New(o Options) (*Guard, error) {
 	if o.Pods == nil {
 		return nil, errors.New("node guard: no PodSource: the guard cannot tell protected pods without the API")
-	}
-	if o.Deletions == nil {
-		o.Deletions = NoDeletions{}
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics()

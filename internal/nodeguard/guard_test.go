@@ -408,6 +408,73 @@ func TestDeletedPodEnds(t *testing.T) {
 	}
 }
 
+// TestVanishedPods: a protected pod deleted through the API, even with
+// --grace-period=0 --force, leaves the API with a deletionTimestamp in its
+// last state (the API server writes it, then deletes: see
+// TestPodDeletesLeaveADeletionTimestamp in internal/admission, against the
+// real one) and ends; one removed from the store directly has none and
+// keeps running, and the refusal names the way out.
+func TestVanishedPods(t *testing.T) {
+	forced := apiPod("u1", "web", true, ctr("app", "app:1", false))
+	lost := apiPod("u2", "db", true, ctr("db", "db:1", false))
+	r := newRig(t, rigOptions{pods: []runtime.Object{forced, lost}})
+	fsb, fcs := r.rt.addPod("u1", "shop", "web", true, fakeContainer{"app", "app:1"})
+	lsb, lcs := r.rt.addPod("u2", "shop", "db", true, fakeContainer{"db", "db:1"})
+	// The fake clientset deletes without the API server's update first.
+	r.updatePod(t, "web", func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Now()} },
+		func(p *corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	ctx := bg(t)
+	for _, name := range []string{"web", "db"} {
+		if err := r.client.CoreV1().Pods("shop").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for r.guard.o.Pods.Vanished("u1") == nil || r.guard.o.Pods.Vanished("u2") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the informer did not see the pods go")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The kubelet's kill of a pod gone from the API: containers, sandbox.
+	if _, err := r.kubelet.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: fcs[0], Timeout: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.kubelet.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: fsb}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.kubelet.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: lcs[0], Timeout: 1})
+	refused(t, err, codes.FailedPrecondition)
+	_, err = r.kubelet.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: lsb})
+	refused(t, err, codes.FailedPrecondition)
+	msg := status.Convert(err).Message()
+	for _, want := range []string{"StopPodSandbox", "shop/db", "vanished from the API", "crictl --runtime-endpoint unix://", "io.kubernetes.pod.uid=u2"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("refusal lacks %q: %s", want, msg)
+		}
+	}
+	if !r.received("StopContainer", fcs[0]) || !r.received("StopPodSandbox", fsb) || r.received("StopContainer", lcs[0]) || r.received("StopPodSandbox", lsb) {
+		t.Fatalf("runtime received %v", r.rt.calls())
+	}
+	if n := testutil.ToFloat64(r.guard.o.Metrics.vetoes.WithLabelValues(string(StopPodSandbox), ReasonVanished)); n != 1 {
+		t.Fatalf("rampart_nodeguard_vetoes_total{call=StopPodSandbox,reason=VanishedFromAPI} = %v, want 1", n)
+	}
+
+	// Pods the guard never saw in the API: one created with the label
+	// (gone while the guard was away) is kept; a static pod, whose API
+	// mirror has another UID, is the kubelet's own and passes.
+	unseen, _ := r.rt.addPod("u3", "shop", "unseen", true, fakeContainer{"app", "app:1"})
+	static, _ := r.rt.addPod("u4", "kube-system", "etcd-node-1", true, fakeContainer{"etcd", "etcd:1"})
+	r.rt.mu.Lock()
+	r.rt.sandboxes[static].Annotations = map[string]string{"kubernetes.io/config.source": "file"}
+	r.rt.mu.Unlock()
+	_, err = r.kubelet.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: unseen})
+	refused(t, err, codes.FailedPrecondition)
+	if _, err := r.kubelet.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: static}); err != nil {
+		t.Fatalf("StopPodSandbox of a static pod: %v", err)
+	}
+}
+
 func TestUnlabelledPodsPass(t *testing.T) {
 	r := newRig(t, rigOptions{pods: []runtime.Object{apiPod("u2", "batch", false, ctr("job", "job:1", false))}})
 	sb, cs := r.rt.addPod("u2", "shop", "batch", false, fakeContainer{"job", "job:1"})

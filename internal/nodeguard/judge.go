@@ -147,7 +147,7 @@ func (g *Guard) sandboxTarget(ctx context.Context, id string) (target, error) {
 	if err != nil {
 		return target{}, err
 	}
-	v := View{Pod: e.Pod, SandboxReady: st.GetStatus().GetState() == runtimeapi.PodSandboxState_SANDBOX_READY, RuntimeProtected: e.Protected}
+	v := View{Pod: e.Pod, SandboxReady: st.GetStatus().GetState() == runtimeapi.PodSandboxState_SANDBOX_READY, RuntimeProtected: runtimeProtected(st.GetStatus())}
 	for _, c := range sibs {
 		v.Running = v.Running || c.GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING
 	}
@@ -199,10 +199,27 @@ func (g *Guard) containerTarget(ctx context.Context, id string) (target, error) 
 		return target{}, err
 	default:
 		v.SandboxReady = st.GetStatus().GetState() == runtimeapi.PodSandboxState_SANDBOX_READY
-		v.RuntimeProtected = sandboxEntry(st.GetStatus().GetLabels()).Protected
+		v.RuntimeProtected = runtimeProtected(st.GetStatus())
 	}
 	return target{id: full, view: v, siblings: sibs}, nil
 }
+
+// runtimeProtected says whether a sandbox's pod was created with the
+// label, from the API: a static pod (the kubelet's config source is a file
+// or a URL, kept in the sandbox's annotations) is the kubelet's own, and
+// the API's mirror of it has another UID, so the API never has a say on
+// it and it is not judged by its labels.
+func runtimeProtected(st *runtimeapi.PodSandboxStatus) bool {
+	switch st.GetAnnotations()[configSource] {
+	case "", "api":
+		return sandboxEntry(st.GetLabels()).Protected
+	}
+	return false
+}
+
+// configSource is the kubelet's annotation saying where a pod came from
+// (k8s.io/kubernetes/pkg/kubelet/types.ConfigSourceAnnotationKey).
+const configSource = "kubernetes.io/config.source"
 
 func (g *Guard) sandboxContainers(ctx context.Context, sandboxID string) ([]*runtimeapi.Container, error) {
 	l, err := g.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sandboxID}})
@@ -219,7 +236,11 @@ func (g *Guard) fillAPI(v *View, siblings []*runtimeapi.Container, sc *stopCall,
 	}
 	v.APIPod = g.o.Pods.Pod(v.Pod.UID)
 	v.APIReachable, v.APIProblem = g.o.Pods.Reachable(now)
-	v.DeleteAdmitted = g.o.Deletions.Admitted(v.Pod.UID)
+	v.LastSeen = nil
+	if v.APIPod == nil {
+		v.LastSeen = g.o.Pods.Vanished(v.Pod.UID)
+	}
+	v.RuntimeEndpoint = g.o.Runtime
 	v.KillSeen = g.memory.killSeen(v.Pod.UID, now)
 	v.RestartPassed = g.memory.restartPassed(v.Pod.UID, now)
 	v.Concurrent = sc != nil && g.memory.concurrent(sc)

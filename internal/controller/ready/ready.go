@@ -58,8 +58,14 @@ func Decide(have, want []admissionregistrationv1.ValidatingWebhook, gen int64, r
 		return metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: Registering, ObservedGeneration: gen,
 			Message: "waiting for the webhook configuration to include " + list}
 	}
+	msg := noun + list + " registered"
+	if len(want) == 0 {
+		// A ProtectionPolicy with only explicitDeletion: a controller
+		// labels pods, no webhook judges anything.
+		msg = "no webhook needed"
+	}
 	return metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: reason, ObservedGeneration: gen,
-		Message: noun + list + " registered" + detail}
+		Message: msg + detail}
 }
 
 // Registered says whether have holds want as it decides the webhook's
