@@ -138,7 +138,7 @@ func TestExportPoliciesRefusesBadInput(t *testing.T) {
 		{name: "a selector expression without values", doc: exportPolicy + "  objectSelector: {matchExpressions: [{key: tier, operator: In}]}\n",
 			wantIn: []string{"spec.objectSelector", "each matchExpression needs operator In or NotIn with values"}},
 		{name: "neither protection nor replicas", doc: strings.Replace(strings.Replace(exportPolicy, "  protection: Always\n", "", 1), "  explicitReplicas: {guard: ToZero}\n", "", 1),
-			wantIn: []string{"set protection, explicitReplicas, or both"}},
+			wantIn: []string{"set protection, explicitReplicas or explicitDeletion"}},
 		{name: "a name too long for its webhook", doc: strings.Replace(exportPolicy, "name: payments", "name: "+strings.Repeat("p", 64), 1),
 			wantIn: []string{"a policy name is at most 63 characters"}},
 		{name: "a name that is no DNS subdomain", doc: strings.Replace(exportPolicy, "name: payments", "name: Payments", 1),
