@@ -3,12 +3,17 @@ package admission_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/rampart-io/rampart/internal/localcluster"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
@@ -50,7 +55,10 @@ func TestManagerRightsStayNarrow(t *testing.T) {
 		{attrs{Verb: "create", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations"}, false},
 		{attrs{Verb: "create", Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations"}, false},
 		{attrs{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations", Name: "rampart-mutating"}, false},
-		{attrs{Verb: "patch", Resource: "pods", Namespace: "default", Name: "web-0"}, false},
+		// To label running pods for the node guard (explicitdeletion);
+		// the ValidatingAdmissionPolicy rampart-manager-pod-writes holds
+		// it to that label (TestManagerPodWritesAddOneLabelOnly).
+		{attrs{Verb: "patch", Resource: "pods", Namespace: "default", Name: "web-0"}, true},
 		{attrs{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "someone-elses"}, false},
 		{attrs{Verb: "delete", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "rampart-validating"}, false},
 		{attrs{Verb: "list", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations"}, false},
@@ -117,4 +125,48 @@ func grantCustomResources(t *testing.T, env *clustertest.Env, group string) {
 		}, metav1.CreateOptions{})
 		return err == nil && sar.Status.Allowed, err
 	})
+}
+
+// The manager's right to patch pods is held by the policy
+// rampart-manager-pod-writes to what it patches them for: adding
+// rampart.io/explicit-deletion=true. As the manager, at once after the
+// cluster is up: the label goes on; an image, another label or an
+// annotation is refused with the policy's message; another user's
+// same change passes.
+func TestManagerPodWritesAddOneLabelOnly(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	pod, err := env.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: localcluster.ManagerUser, Groups: []string{"system:authenticated"}}
+	asManager, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := func(c kubernetes.Interface, body string) error {
+		_, err := c.CoreV1().Pods(ns).Patch(ctx, pod.Name, types.StrategicMergePatchType, []byte(body), metav1.PatchOptions{})
+		return err
+	}
+	if err := patch(asManager, `{"metadata":{"labels":{"rampart.io/explicit-deletion":"true"}}}`); err != nil {
+		t.Fatalf("the manager adding rampart.io/explicit-deletion=true: %v", err)
+	}
+	for what, body := range map[string]string{
+		"an image":          `{"spec":{"containers":[{"name":"c","image":"evil:1"}]}}`,
+		"another label":     `{"metadata":{"labels":{"app":"other"}}}`,
+		"an annotation":     `{"metadata":{"annotations":{"x":"y"}}}`,
+		"the label's value": `{"metadata":{"labels":{"rampart.io/explicit-deletion":"no"}}}`,
+	} {
+		err := patch(asManager, body)
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || err == nil || !strings.Contains(err.Error(), "rampart-manager-pod-writes") {
+			t.Errorf("the manager changing %s of a pod: %v, want refused by rampart-manager-pod-writes", what, err)
+		}
+	}
+	if err := patch(env.Client, `{"metadata":{"labels":{"app":"other"}}}`); err != nil {
+		t.Errorf("another user changing a label: %v, want it to pass", err)
+	}
 }
