@@ -44,10 +44,20 @@ const VanishedMemory = time.Hour
 // HTTP/2 health check closes it (about 45 s); that delay adds to this one.
 const DefaultStaleAfter = 10 * time.Second
 
+// FreshPods is a PodSource that can also read one pod from the API now,
+// past its cache.
+type FreshPods interface {
+	Fresh(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+}
+
+// freshWithin bounds the live read a refusal waits for.
+const freshWithin = 2 * time.Second
+
 // NodePods is an informer of the pods bound to one node
 // (fieldSelector spec.nodeName=NODE), indexed by UID, that tracks whether
 // its list and watch still reach the API server.
 type NodePods struct {
+	client     kubernetes.Interface
 	informer   cache.SharedIndexInformer
 	staleAfter time.Duration
 
@@ -71,7 +81,7 @@ const byUID = "uid"
 
 // NewNodePods builds the informer; Run starts it.
 func NewNodePods(client kubernetes.Interface, node string, staleAfter time.Duration) *NodePods {
-	n := &NodePods{staleAfter: staleAfter, gone: map[types.UID]vanishedPod{}}
+	n := &NodePods{client: client, staleAfter: staleAfter, gone: map[types.UID]vanishedPod{}}
 	onNode := fields.OneTermEqualSelector("spec.nodeName", node).String()
 	pods := func() podsClient { return client.CoreV1().Pods("") }
 	lw := &cache.ListWatch{
@@ -222,4 +232,11 @@ func (n *NodePods) Vanished(uid types.UID) *corev1.Pod {
 		return nil
 	}
 	return n.gone[uid].last
+}
+
+// Fresh reads the pod from the API server, not the cache.
+func (n *NodePods) Fresh(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, freshWithin)
+	defer cancel()
+	return n.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 }

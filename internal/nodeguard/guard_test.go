@@ -408,6 +408,40 @@ func TestDeletedPodEnds(t *testing.T) {
 	}
 }
 
+// stalePods is a cache that has not seen the pod's latest update.
+type stalePods struct {
+	*NodePods
+	stale *corev1.Pod
+}
+
+func (s stalePods) Pod(types.UID) *corev1.Pod { return s.stale }
+
+// The kubelet may act on a deletionTimestamp before the guard's cache has
+// it: the guard reads the pod from the API before it refuses, and lets the
+// kill the API asked for through at once (kubectl delete pod stays quick);
+// a pod the API has not asked to end is still refused.
+func TestAKillTheCacheHasNotCaughtUpWithIsReadAgain(t *testing.T) {
+	p := apiPod("u1", "web", true, ctr("app", "app:1", false), ctr("log", "log:1", false))
+	r := newRig(t, rigOptions{pods: []runtime.Object{p}})
+	_, cs := r.rt.addPod("u1", "shop", "web", true, fakeContainer{"app", "app:1"}, fakeContainer{"log", "log:1"})
+	r.guard.o.Pods = stalePods{NodePods: r.guard.o.Pods.(*NodePods), stale: p.DeepCopy()}
+	ctx := bg(t)
+	_, err := r.kubelet.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: cs[0], Timeout: 30})
+	refused(t, err, codes.FailedPrecondition)
+
+	live := p.DeepCopy()
+	live.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	if _, err := r.client.CoreV1().Pods(p.Namespace).Update(ctx, live, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.kubelet.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: cs[0], Timeout: 30}); err != nil {
+		t.Fatalf("a kill the API asked for, not yet in the guard's cache: %v, want it through", err)
+	}
+	if !r.received("StopContainer", cs[0]) {
+		t.Fatalf("the runtime did not receive the stop: %v", r.rt.calls())
+	}
+}
+
 // TestVanishedPods: a protected pod deleted through the API, even with
 // --grace-period=0 --force, leaves the API with a deletionTimestamp in its
 // last state (the API server writes it, then deletes: see

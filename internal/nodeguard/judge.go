@@ -105,6 +105,9 @@ func (g *Guard) judge(ctx context.Context, call Call, id string) (func([]byte, e
 		g.fillAPI(&view, t.siblings, sc, now)
 		v = Decide(call, view, now)
 	}
+	if !v.Allow && view.APIPod != nil && view.APIPod.DeletionTimestamp == nil {
+		v = g.lookAgain(ctx, call, &view, v, now)
+	}
 	g.record(call, view, v, now)
 	if !v.Allow {
 		end()
@@ -116,6 +119,26 @@ func (g *Guard) judge(ctx context.Context, call Call, id string) (func([]byte, e
 			g.index.drop(t.id)
 		}
 	}, nil
+}
+
+// lookAgain reads the pod from the API before a refusal stands: the
+// kubelet and the guard watch the same pod, and the kubelet may act on
+// its deletionTimestamp before the guard's cache has it. A kill the API
+// asked for would be refused, and the kubelet would try again only at its
+// next sync (seconds, under load tens of seconds): kubectl delete pod of a
+// protected pod would be slow. Refusals are rare, so one GET each costs
+// little; if the read fails the refusal stands.
+func (g *Guard) lookAgain(ctx context.Context, call Call, view *View, v Verdict, now time.Time) Verdict {
+	fp, ok := g.o.Pods.(FreshPods)
+	if !ok {
+		return v
+	}
+	p, err := fp.Fresh(ctx, view.APIPod.Namespace, view.APIPod.Name)
+	if err != nil || p.UID != view.APIPod.UID || p.DeletionTimestamp == nil {
+		return v
+	}
+	view.APIPod = p
+	return Decide(call, *view, now)
 }
 
 // target asks the runtime about the ID a call names.
