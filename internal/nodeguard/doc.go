@@ -142,6 +142,11 @@
 //
 // # The refusal
 //
+// Before a refusal of a pod the cache shows without a deletionTimestamp
+// stands, the guard reads the pod from the API once (2 s at most): the
+// kubelet watches the same pod and may act on a new deletionTimestamp
+// before the guard's cache has it.
+//
 // codes.FailedPrecondition: the pod is not in the state the call needs
 // (asked to end), and the call will work once it is (kubectl delete pod,
 // or the label removed). The kubelet treats any error but NotFound as a
