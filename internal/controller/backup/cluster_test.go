@@ -2,6 +2,8 @@ package backup_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	objbackup "github.com/rampart-io/rampart/internal/backup"
+	"github.com/rampart-io/rampart/internal/etcdtool/snapshot"
 	"github.com/rampart-io/rampart/internal/localcluster"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
 	"github.com/rampart-io/rampart/internal/storage"
@@ -27,10 +30,15 @@ import (
 // (a resource that does not exist) fails with the reason in its status, a
 // Warning Event and rampart_backup_last_run_failed; one outside Rampart's
 // namespace is not run; a schedule cron cannot read is refused by the API
-// server.
+// server. The same for etcd snapshots, from the local etcd with the
+// client certificate in the Secret the local cluster makes: each one in
+// the store verifies and the oldest are pruned; a Secret the manager is
+// not allowed to read, one with a certificate from the wrong CA, and one
+// lacking a key each say so.
 func TestScheduledBackupsRunKeepAndReport(t *testing.T) {
 	store := storage.Dir{Root: t.TempDir()}
-	env := clustertest.Start(t, localcluster.Options{BackupStore: store.Root})
+	env := clustertest.Start(t, localcluster.Options{BackupStore: store.Root,
+		ManagerArgs: []string{"--etcd-snapshot-secrets=etcd-wrong-ca,etcd-no-key"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	scheme := runtime.NewScheme()
@@ -52,7 +60,30 @@ func TestScheduledBackupsRunKeepAndReport(t *testing.T) {
 	broken := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: localcluster.ManagerNamespace, Name: "broken"},
 		Spec: v1alpha1.BackupSpec{Resources: []string{"gizmos"}}}
 	elsewhere := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "elsewhere"}, Spec: v1alpha1.BackupSpec{Namespaces: []string{ns}}}
-	for _, b := range []*v1alpha1.Backup{every, broken, elsewhere} {
+	etcdEvery := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: localcluster.ManagerNamespace, Name: "etcd-often"},
+		Spec: v1alpha1.BackupSpec{Schedule: "@every 2s", KeepLast: 2, EtcdSnapshot: &v1alpha1.EtcdSnapshotSource{SecretName: localcluster.EtcdSnapshotSecret}}}
+	etcdSecret := func(name string, files map[string]string) {
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: localcluster.ManagerNamespace, Name: name},
+			Data: map[string][]byte{"endpoints": []byte(env.EtcdURL())}}
+		for key, file := range files {
+			b, err := os.ReadFile(env.PKIFile(file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sec.Data[key] = b
+		}
+		if err := c.Create(ctx, sec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	etcdSecret("etcd-wrong-ca", map[string]string{"ca.crt": "ca.crt", "tls.crt": "etcd-client.crt", "tls.key": "etcd-client.key"})
+	etcdSecret("etcd-no-key", map[string]string{"ca.crt": "etcd-ca.crt", "tls.crt": "etcd-client.crt"})
+	etcdBackup := func(name, secret string) *v1alpha1.Backup {
+		return &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: localcluster.ManagerNamespace, Name: name},
+			Spec: v1alpha1.BackupSpec{EtcdSnapshot: &v1alpha1.EtcdSnapshotSource{SecretName: secret}}}
+	}
+	wrongCA, noKey, notAllowed := etcdBackup("etcd-wrong-ca", "etcd-wrong-ca"), etcdBackup("etcd-no-key", "etcd-no-key"), etcdBackup("etcd-other", "kube-secrets")
+	for _, b := range []*v1alpha1.Backup{every, broken, elsewhere, etcdEvery, wrongCA, noKey, notAllowed} {
 		if err := c.Create(ctx, b); err != nil {
 			t.Fatal(err)
 		}
@@ -60,6 +91,12 @@ func TestScheduledBackupsRunKeepAndReport(t *testing.T) {
 	bad := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: localcluster.ManagerNamespace, Name: "bad"}, Spec: v1alpha1.BackupSpec{Schedule: "every day"}}
 	if err := c.Create(ctx, bad); err == nil || !strings.Contains(err.Error(), "spec.schedule") {
 		t.Errorf("a schedule cron cannot read: %v", err)
+	}
+
+	mixed := etcdBackup("mixed", localcluster.EtcdSnapshotSecret)
+	mixed.Spec.Namespaces = []string{ns}
+	if err := c.Create(ctx, mixed); err == nil || !strings.Contains(err.Error(), "make a second Backup") {
+		t.Errorf("an etcdSnapshot Backup with namespaces: %v", err)
 	}
 
 	dotted := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: localcluster.ManagerNamespace, Name: "shop.nightly"}}
@@ -73,16 +110,7 @@ func TestScheduledBackupsRunKeepAndReport(t *testing.T) {
 		}
 		return got
 	}
-	var runs []string
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		got := get(every)
-		if r := got.Status.LastSuccessfulRun; r != nil && !slices.Contains(runs, r.Name) {
-			runs = append(runs, r.Name)
-		}
-		return len(runs) >= 3 && len(got.Status.Kept) == 2, nil
-	}); err != nil {
-		t.Fatalf("never three runs with two kept: runs %v, status %+v", runs, get(every).Status)
-	}
+	runs := threeRunsTwoKept(ctx, t, get, every)
 	got := get(every)
 	if r := got.Status.LastSuccessfulRun; r.Objects < 4 || r.Size == 0 || r.Duration == "" || got.Status.NextScheduleTime == nil ||
 		!meta.IsStatusConditionTrue(got.Status.Conditions, "Ready") || !meta.IsStatusConditionTrue(got.Status.Conditions, "Succeeded") {
@@ -133,18 +161,85 @@ func TestScheduledBackupsRunKeepAndReport(t *testing.T) {
 		for _, e := range evs.Items {
 			reasons = append(reasons, e.Reason+"/"+e.InvolvedObject.Name)
 		}
-		return slices.Contains(reasons, "BackupSucceeded/often") && slices.Contains(reasons, "BackupFailed/broken"), nil
+		return slices.Contains(reasons, "BackupSucceeded/often") && slices.Contains(reasons, "BackupFailed/broken") &&
+			slices.Contains(reasons, "BackupSucceeded/etcd-often") && slices.Contains(reasons, "BackupFailed/etcd-no-key"), nil
 	}); err != nil {
 		t.Errorf("no BackupSucceeded and BackupFailed Events")
+	}
+	checkEtcdSnapshots(ctx, t, get, store, etcdEvery)
+	for b, says := range map[*v1alpha1.Backup]string{wrongCA: "x509: certificate signed by unknown authority", noKey: "lacks tls.key"} {
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return get(b).Status.LastRun != nil, nil
+		}); err != nil {
+			t.Fatalf("%s never ran", b.Name)
+		}
+		got := get(b)
+		t.Logf("%s: %s", b.Name, got.Status.LastRun.Error)
+		if !strings.Contains(got.Status.LastRun.Error, says) || !meta.IsStatusConditionFalse(got.Status.Conditions, "Succeeded") || len(got.Status.Kept) != 0 {
+			t.Errorf("%s: want a failed run saying %q, status %+v", b.Name, says, got.Status)
+		}
+	}
+	if cond := meta.FindStatusCondition(get(notAllowed).Status.Conditions, "Ready"); cond == nil || cond.Reason != "SecretNotAllowed" ||
+		!strings.Contains(cond.Message, "rampart-etcd-client") || !strings.Contains(cond.Message, "manager.backup.etcdSnapshot.secretNames") {
+		t.Errorf("a Backup naming a Secret the manager may not read: %+v", cond)
 	}
 	metrics, err := env.ScrapeManagerMetrics(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`rampart_backup_last_run_failed{backup="rampart-system/broken"} 1`, `rampart_backup_last_run_failed{backup="rampart-system/often"} 0`,
-		`rampart_backup_runs_total{backup="rampart-system/often",result="succeeded"}`} {
+		`rampart_backup_runs_total{backup="rampart-system/often",result="succeeded"}`,
+		`rampart_backup_last_run_failed{backup="rampart-system/etcd-often"} 0`, `rampart_backup_last_run_failed{backup="rampart-system/etcd-wrong-ca"} 1`,
+		`rampart_backup_last_size_bytes{backup="rampart-system/etcd-often"}`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("the manager's metrics lack %s", want)
 		}
 	}
+}
+
+// checkEtcdSnapshots waits for three runs of b with two kept, and checks
+// that what the store holds is those two, each a whole snapshot of the
+// local etcd.
+func checkEtcdSnapshots(ctx context.Context, t *testing.T, get func(*v1alpha1.Backup) *v1alpha1.Backup, store storage.Dir, b *v1alpha1.Backup) {
+	t.Helper()
+	runs := threeRunsTwoKept(ctx, t, get, b)
+	got := get(b)
+	r := got.Status.LastSuccessfulRun
+	t.Logf("etcd snapshot runs %v; last: %+v", runs, r)
+	if r.Revision == 0 || r.Size == 0 || len(r.SHA256) != 64 || !strings.HasPrefix(r.Name, "etcd/etcd-often-") ||
+		!strings.Contains(meta.FindStatusCondition(got.Status.Conditions, "Succeeded").Message, "bbolt check ok") {
+		t.Errorf("etcd snapshot status: %+v", got.Status)
+	}
+	objs, err := store.List(ctx, "etcd/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, o := range objs {
+		names = append(names, o.Name)
+	}
+	if len(names) > 3 || slices.Contains(names, runs[0]) || !slices.Contains(names, got.Status.Kept[0]) {
+		t.Errorf("the store holds %v (kept %v, first %s): want the oldest pruned", names, got.Status.Kept, runs[0])
+	}
+	info, err := snapshot.Verify(filepath.Join(store.Root, got.Status.Kept[0]))
+	if err != nil || !info.EtcdHash || info.Revision == 0 {
+		t.Errorf("kept snapshot %s: %+v, %v", got.Status.Kept[0], info, err)
+	}
+}
+
+// threeRunsTwoKept waits until b has succeeded three times and keeps two,
+// and returns the runs seen.
+func threeRunsTwoKept(ctx context.Context, t *testing.T, get func(*v1alpha1.Backup) *v1alpha1.Backup, b *v1alpha1.Backup) []string {
+	t.Helper()
+	var runs []string
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		got := get(b)
+		if r := got.Status.LastSuccessfulRun; r != nil && !slices.Contains(runs, r.Name) {
+			runs = append(runs, r.Name)
+		}
+		return len(runs) >= 3 && len(got.Status.Kept) == 2, nil
+	}); err != nil {
+		t.Fatalf("%s: never three runs with two kept: runs %v, status %+v", b.Name, runs, get(b).Status)
+	}
+	return runs
 }
