@@ -3,6 +3,7 @@ package backup_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -183,6 +184,7 @@ func TestScheduledBackupsRunKeepAndReport(t *testing.T) {
 		!strings.Contains(cond.Message, "rampart-etcd-client") || !strings.Contains(cond.Message, "manager.backup.etcdSnapshot.secretNames") {
 		t.Errorf("a Backup naming a Secret the manager may not read: %+v", cond)
 	}
+	checkStatusShowsBackups(ctx, t, env)
 	metrics, err := env.ScrapeManagerMetrics(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -242,4 +244,44 @@ func threeRunsTwoKept(ctx context.Context, t *testing.T, get func(*v1alpha1.Back
 		t.Fatalf("%s: never three runs with two kept: runs %v, status %+v", b.Name, runs, get(b).Status)
 	}
 	return runs
+}
+
+// checkStatusShowsBackups runs rampart status as a user would: its
+// BACKUPS section has a line per Backup run in Rampart's namespace, with
+// what needs a look flagged.
+func checkStatusShowsBackups(ctx context.Context, t *testing.T, env *clustertest.Env) {
+	t.Helper()
+	_, bin, err := clustertest.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, bin, "status", "--kubeconfig", env.Kubeconfig).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rampart status: %v\n%s", err, out)
+	}
+	_, section, _ := strings.Cut(string(out), "\nBACKUPS\n")
+	section, _, _ = strings.Cut(section, "\n\n")
+	t.Logf("rampart status, BACKUPS:\n%s", section)
+	lines := map[string]string{}
+	for _, l := range strings.Split(section, "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			lines[f[0]] = l
+		}
+	}
+	for name, want := range map[string][]string{
+		"often":         {"objects", "@every 2s", "Succeeded", "KiB"},
+		"etcd-often":    {"etcd", "@every 2s", "Succeeded", "KiB", "rev "},
+		"broken":        {"objects", "once", "Failed: ", "gizmos", "FAILING (1 in a row)"},
+		"etcd-wrong-ca": {"etcd", "once", "Failed: ", "FAILING (1 in a row)"},
+		"etcd-other":    {"etcd", "never", "NOT READY (SecretNotAllowed)"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(lines[name], w) {
+				t.Errorf("rampart status's line for %s lacks %q: %q", name, w, lines[name])
+			}
+		}
+	}
+	if _, ok := lines["elsewhere"]; ok {
+		t.Errorf("rampart status lists a Backup outside Rampart's namespace")
+	}
 }
