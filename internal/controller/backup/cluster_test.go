@@ -39,7 +39,7 @@ import (
 func TestScheduledBackupsRunKeepAndReport(t *testing.T) {
 	store := storage.Dir{Root: t.TempDir()}
 	env := clustertest.Start(t, localcluster.Options{BackupStore: store.Root,
-		ManagerArgs: []string{"--etcd-snapshot-secrets=etcd-wrong-ca,etcd-no-key"}})
+		ManagerArgs: []string{"--etcd-snapshot-secrets=etcd-wrong-ca,etcd-no-key,etcd-one-down"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	scheme := runtime.NewScheme()
@@ -79,12 +79,23 @@ func TestScheduledBackupsRunKeepAndReport(t *testing.T) {
 	}
 	etcdSecret("etcd-wrong-ca", map[string]string{"ca.crt": "ca.crt", "tls.crt": "etcd-client.crt", "tls.key": "etcd-client.key"})
 	etcdSecret("etcd-no-key", map[string]string{"ca.crt": "etcd-ca.crt", "tls.crt": "etcd-client.crt"})
+	etcdSecret("etcd-one-down", map[string]string{"ca.crt": "etcd-ca.crt", "tls.crt": "etcd-client.crt", "tls.key": "etcd-client.key"})
+	// A member down (nothing listens on port 1) does not stop the snapshot.
+	oneDown := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: localcluster.ManagerNamespace, Name: "etcd-one-down"}, oneDown); err != nil {
+		t.Fatal(err)
+	}
+	oneDown.Data["endpoints"] = []byte("https://127.0.0.1:1, " + env.EtcdURL())
+	if err := c.Update(ctx, oneDown); err != nil {
+		t.Fatal(err)
+	}
 	etcdBackup := func(name, secret string) *v1alpha1.Backup {
 		return &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: localcluster.ManagerNamespace, Name: name},
 			Spec: v1alpha1.BackupSpec{EtcdSnapshot: &v1alpha1.EtcdSnapshotSource{SecretName: secret}}}
 	}
 	wrongCA, noKey, notAllowed := etcdBackup("etcd-wrong-ca", "etcd-wrong-ca"), etcdBackup("etcd-no-key", "etcd-no-key"), etcdBackup("etcd-other", "kube-secrets")
-	for _, b := range []*v1alpha1.Backup{every, broken, elsewhere, etcdEvery, wrongCA, noKey, notAllowed} {
+	memberDown := etcdBackup("etcd-member-down", "etcd-one-down")
+	for _, b := range []*v1alpha1.Backup{every, broken, elsewhere, etcdEvery, wrongCA, noKey, notAllowed, memberDown} {
 		if err := c.Create(ctx, b); err != nil {
 			t.Fatal(err)
 		}
@@ -179,6 +190,14 @@ func TestScheduledBackupsRunKeepAndReport(t *testing.T) {
 		if !strings.Contains(got.Status.LastRun.Error, says) || !meta.IsStatusConditionFalse(got.Status.Conditions, "Succeeded") || len(got.Status.Kept) != 0 {
 			t.Errorf("%s: want a failed run saying %q, status %+v", b.Name, says, got.Status)
 		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return get(memberDown).Status.LastRun != nil, nil
+	}); err != nil {
+		t.Fatal("etcd-member-down never ran")
+	}
+	if r := get(memberDown).Status.LastRun; r.Error != "" || r.Revision == 0 {
+		t.Errorf("a snapshot with one of two etcd endpoints down: %+v", r)
 	}
 	if cond := meta.FindStatusCondition(get(notAllowed).Status.Conditions, "Ready"); cond == nil || cond.Reason != "SecretNotAllowed" ||
 		!strings.Contains(cond.Message, "rampart-etcd-client") || !strings.Contains(cond.Message, "manager.backup.etcdSnapshot.secretNames") {

@@ -2,12 +2,14 @@ package backup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -64,12 +66,49 @@ func (s *SecretSnapshotter) Snapshot(ctx context.Context, secretName, name strin
 			endpoints = append(endpoints, e)
 		}
 	}
-	cli, err := source.Client{Endpoints: endpoints, CAData: sec.Data[SecretCA], CertData: sec.Data[SecretCert], KeyData: sec.Data[SecretKey]}.Dial(ctx)
+	cli, err := pickMember(ctx, source.Client{CAData: sec.Data[SecretCA], CertData: sec.Data[SecretCert], KeyData: sec.Data[SecretKey]}, endpoints)
 	if err != nil {
 		return snapshot.Info{}, fmt.Errorf("with the etcd Secret %s/%s: %w", s.Namespace, secretName, err)
 	}
 	defer cli.Close()
 	return snapshot.Save(ctx, cli, s.Store, name, s.TmpDir)
+}
+
+// pickMember connects to one member, as etcdctl snapshot save wants (a
+// snapshot is one member's database): the leader when it answers, else
+// the first member that does, so that one member down does not stop the
+// snapshots, and a follower's is taken only when the leader cannot give
+// one.
+func pickMember(ctx context.Context, c source.Client, endpoints []string) (*clientv3.Client, error) {
+	var fallback *clientv3.Client
+	var errs []string
+	for _, ep := range endpoints {
+		c.Endpoints = []string{ep}
+		cli, err := c.Dial(ctx)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		st, err := cli.Status(ctx, ep)
+		if err == nil && st.Header.MemberId == st.Leader {
+			if fallback != nil {
+				_ = fallback.Close()
+			}
+			return cli, nil
+		}
+		if fallback == nil && err == nil {
+			fallback = cli
+		} else {
+			_ = cli.Close()
+		}
+	}
+	if fallback != nil {
+		return fallback, nil
+	}
+	if len(errs) == 0 {
+		return nil, errors.New("no endpoint: the Secret's endpoints key names none")
+	}
+	return nil, errors.New(strings.Join(errs, "; "))
 }
 
 // etcdSnapshotName is where run now of Backup name puts its snapshot.
