@@ -243,6 +243,10 @@ func (r *Reconciler) make(ctx context.Context, b *v1alpha1.Backup, key string, n
 		info, err = r.Snapshotter.Snapshot(ctx, b.Spec.EtcdSnapshot.SecretName, run.Name)
 		if err == nil {
 			run.Size, run.Revision, run.SHA256 = info.Size, info.Revision, info.SHA256
+		} else {
+			// A copy stored but not read back whole must not count among
+			// the kept and push a good one out.
+			_ = r.Store.Delete(ctx, run.Name)
 		}
 	} else {
 		run.Name = b.Name + "-" + now.UTC().Format(runTimeLayout)
