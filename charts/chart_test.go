@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -148,6 +149,7 @@ var everything = []string{
 	"--set", "manager.backup.enabled=true",
 	"--set", "manager.backup.store=s3://rampart-backups/cluster-a?endpoint=https://minio.example:9000&pathStyle=true",
 	"--set", "manager.backup.credentialsSecret=s3-credentials",
+	"--set", "manager.backup.etcdSnapshot.secretNames={etcd-client,etcd-events-client}",
 	"--set", "nodeGuard.enabled=true",
 }
 
@@ -182,6 +184,8 @@ func TestChartRejectsBadValues(t *testing.T) {
 		// bucket, not a volume.
 		{set: "manager.backup.enabled=true", want: "manager.backup.store is required"},
 		{set: "manager.backup.store=/var/backups", want: "/manager/backup/store"},
+		// A resourceName cannot be a wildcard: a pattern keeps it a name.
+		{set: "manager.backup.etcdSnapshot.secretNames={*}", want: "/manager/backup/etcdSnapshot/secretNames/0"},
 		{set: "manager.networkPolicy.webhookFrom[0].ipblock.cidr=10.0.0.0/8", want: "additional properties 'ipblock' not allowed"},
 		// The gateway forwards by constrained impersonation, which older
 		// API servers do not have.
@@ -976,5 +980,34 @@ func TestChartGatewayTrafficLog(t *testing.T) {
 	}
 	if size, _, _ := unstructured.NestedString(volume(file), "emptyDir", "sizeLimit"); size != "600Mi" {
 		t.Errorf("to a file: emptyDir sizeLimit %q, want 600Mi (100 MB × 6 files)", size)
+	}
+}
+
+// TestChartEtcdSnapshotSecrets: manager.backup.etcdSnapshot.secretNames
+// gives the manager get on those Secrets alone, by name, in its own
+// namespace, and tells it those are the only ones Backups may name;
+// without it, no such Role and no flag.
+func TestChartEtcdSnapshotSecrets(t *testing.T) {
+	objs := render(t, everything...)
+	role := convert[rbacv1.Role](t, find(t, objs, "Role", "rampart-manager-etcd-snapshot"))
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"etcd-client", "etcd-events-client"}, Verbs: []string{"get"}}}
+	if role.Namespace != releaseNamespace || !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("Role in %q: %+v, want %+v", role.Namespace, role.Rules, want)
+	}
+	binding := convert[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", "rampart-manager-etcd-snapshot"))
+	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "rampart-manager" {
+		t.Errorf("RoleBinding %+v", binding)
+	}
+	if args := containerArgs(t, objs, "rampart-manager"); !slices.Contains(args, "--etcd-snapshot-secrets=etcd-client,etcd-events-client") {
+		t.Errorf("manager args %v lack --etcd-snapshot-secrets", args)
+	}
+	objs = render(t, "--set", "manager.backup.enabled=true", "--set", "manager.backup.store=s3://backups/p?endpoint=https://minio:9000")
+	for _, o := range objs {
+		if o.GetName() == "rampart-manager-etcd-snapshot" {
+			t.Errorf("%s rendered without etcdSnapshot.secretNames", o.GetKind())
+		}
+	}
+	if args := strings.Join(containerArgs(t, objs, "rampart-manager"), " "); strings.Contains(args, "--etcd-snapshot-secrets") {
+		t.Errorf("manager args %q name etcd Secrets without etcdSnapshot.secretNames", args)
 	}
 }

@@ -10,6 +10,7 @@ import (
 // manager's credentials wherever its author likes.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.retention) || (duration(self.retention) >= duration('1m') && duration(self.retention) <= duration('87600h'))",message="retention must be between 1m and 87600h (10 years)"
+// +kubebuilder:validation:XValidation:rule="!has(self.etcdSnapshot) || (!has(self.namespaces) && !has(self.resources) && !has(self.excludeResources) && !has(self.labelSelector))",message="an etcdSnapshot Backup takes the whole of etcd: leave out namespaces, resources, excludeResources and labelSelector (for object backups too, make a second Backup)"
 type BackupSpec struct {
 	// Namespaces backed up; empty: all of them, and then the
 	// cluster-scoped resources too.
@@ -69,6 +70,30 @@ type BackupSpec struct {
 	// made up when it is lifted.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// EtcdSnapshot, when set, makes this Backup take etcd snapshots
+	// (verified as rampart etcd snapshot save verifies them) instead of
+	// object backups, on the same schedule and retention, into the same
+	// store under etcd/NAME-YYYYMMDD-HHMMSS.db.
+	// +optional
+	EtcdSnapshot *EtcdSnapshotSource `json:"etcdSnapshot,omitempty"`
+}
+
+// EtcdSnapshotSource says how the manager reaches etcd. The endpoints are
+// in the Secret with the certificate, not here: whoever may create a
+// Backup cannot point the manager's etcd credentials elsewhere.
+type EtcdSnapshotSource struct {
+	// SecretName is a Secret in Rampart's namespace with the keys
+	// endpoints (comma-separated https://HOST:2379 URLs), ca.crt, tls.crt
+	// and tls.key (an etcd client certificate; the API server's
+	// --etcd-certfile/--etcd-keyfile will do). The manager reads only the
+	// Secrets its --etcd-snapshot-secrets names (the chart's
+	// manager.backup.etcdSnapshot.secretNames, which grants get on those
+	// alone).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	SecretName string `json:"secretName"`
 }
 
 // BackupRun is one backup made for a Backup.
@@ -90,6 +115,12 @@ type BackupRun struct {
 	Resources int64 `json:"resources,omitempty"`
 	// +optional
 	Size int64 `json:"size,omitempty"`
+	// Revision is an etcd snapshot's newest revision.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// SHA256 is an etcd snapshot's checksum, as the store records it.
+	// +optional
+	SHA256 string `json:"sha256,omitempty"`
 	// Error says why it failed; empty when it succeeded.
 	// +optional
 	Error string `json:"error,omitempty"`
@@ -139,6 +170,7 @@ type BackupStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=rbk,categories=rampart
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40 && !self.metadata.name.contains('.')",message="a Backup's name is at most 40 characters, without dots: its backups are named NAME-YYYYMMDD-HHMMSS, a DNS label"
+// +kubebuilder:printcolumn:name="Etcd",type=string,JSONPath=`.spec.etcdSnapshot.secretName`,priority=1
 // +kubebuilder:printcolumn:name="Schedule",type=string,JSONPath=`.spec.schedule`
 // +kubebuilder:printcolumn:name="Last",type=string,JSONPath=`.status.lastRun.name`
 // +kubebuilder:printcolumn:name="Succeeded",type=string,JSONPath=`.status.conditions[?(@.type=="Succeeded")].status`

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -200,18 +201,9 @@ func newEtcdSnapshotCommand() *cobra.Command {
   AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... rampart etcd snapshot save --store 's3://backups/etcd?endpoint=https://minio.example:9000&pathStyle=true' ...`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			location := dir
-			switch {
-			case dir != "" && store != "":
-				return errors.New("--dir and --store are both set: give one (--store takes a directory too)")
-			case store != "":
-				location = store
-			case dir == "":
-				return errors.New("name the store: --dir DIR, or --store DIR or s3://BUCKET/PREFIX?endpoint=https://HOST:PORT (the recycle bin's and backups' kind of store)")
-			}
-			st, err := storage.Open(cmd.Context(), location)
+			st, location, err := openSnapshotStore(cmd.Context(), dir, store)
 			if err != nil {
-				return fmt.Errorf("--store: %w", err)
+				return err
 			}
 			// The local copy is verified before it is stored: on the
 			// store's file system when it has one, else in --tmp-dir.
@@ -233,18 +225,13 @@ func newEtcdSnapshotCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			where := location
-			if s, ok := st.(fmt.Stringer); ok {
-				where = s.String() // a bucket's location without its query
-			}
 			fmt.Fprintf(cmd.OutOrStdout(), "saved %s in %s: %d bytes, revision %d, %d revisions kept, sha256 %s (etcd hash ok, bbolt check ok, stored copy reads back)\n",
-				info.Name, where, info.Size, info.Revision, info.Revisions, info.SHA256)
+				info.Name, location, info.Size, info.Revision, info.Revisions, info.SHA256)
 			return nil
 		},
 	}
 	f.add(save, false)
-	save.Flags().StringVar(&dir, "dir", "", "directory store for snapshots")
-	save.Flags().StringVar(&store, "store", "", "store for snapshots: a directory or s3://BUCKET/PREFIX?endpoint=https://HOST:PORT&region=NAME&pathStyle=true&caFile=PATH&credentialsFile=PATH&profile=NAME (credentials: credentialsFile, else AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, else ~/.aws/credentials)")
+	addSnapshotStoreFlags(save, &dir, &store)
 	save.Flags().StringVar(&tmpDir, "tmp-dir", os.TempDir(), "where the snapshot is verified before it goes to an S3 store")
 	save.Flags().StringVar(&name, "name", "", "object name in the store (default etcd/<time>.db)")
 	verify := &cobra.Command{
@@ -265,6 +252,121 @@ func newEtcdSnapshotCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(save, verify)
+	cmd.AddCommand(save, verify, newEtcdSnapshotListCommand(), newEtcdSnapshotGetCommand())
+	return cmd
+}
+
+// openSnapshotStore opens the store --dir or --store names, and says
+// where it is without credentials.
+func openSnapshotStore(ctx context.Context, dir, store string) (storage.Store, string, error) {
+	location := dir
+	switch {
+	case dir != "" && store != "":
+		return nil, "", errors.New("--dir and --store are both set: give one (--store takes a directory too)")
+	case store != "":
+		location = store
+	case dir == "":
+		return nil, "", errors.New("name the store: --dir DIR, or --store DIR or s3://BUCKET/PREFIX?endpoint=https://HOST:PORT (the recycle bin's and backups' kind of store)")
+	}
+	st, err := storage.Open(ctx, location)
+	if err != nil {
+		return nil, "", fmt.Errorf("--store: %w", err)
+	}
+	if s, ok := st.(fmt.Stringer); ok {
+		location = s.String() // a bucket's location without its query
+	}
+	return st, location, nil
+}
+
+func addSnapshotStoreFlags(cmd *cobra.Command, dir, store *string) {
+	cmd.Flags().StringVar(dir, "dir", "", "directory store for snapshots")
+	cmd.Flags().StringVar(store, "store", "", "store for snapshots: a directory or s3://BUCKET/PREFIX?endpoint=https://HOST:PORT&region=NAME&pathStyle=true&caFile=PATH&credentialsFile=PATH&profile=NAME (credentials: credentialsFile, else AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, else ~/.aws/credentials)")
+}
+
+func newEtcdSnapshotListCommand() *cobra.Command {
+	var dir, store string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the snapshots in a store (scheduled ones are etcd/BACKUP-YYYYMMDD-HHMMSS.db)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, _, err := openSnapshotStore(cmd.Context(), dir, store)
+			if err != nil {
+				return err
+			}
+			objs, err := st.List(cmd.Context(), "etcd/")
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSIZE\tSTORED\tSHA256")
+			for _, o := range objs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", o.Name, size(o.Size), o.Modified.UTC().Format(time.RFC3339), o.SHA256)
+			}
+			if len(objs) == 0 {
+				fmt.Fprintln(tw, "(none)")
+			}
+			return tw.Flush()
+		},
+	}
+	addSnapshotStoreFlags(cmd, &dir, &store)
+	return cmd
+}
+
+func newEtcdSnapshotGetCommand() *cobra.Command {
+	var dir, store, to string
+	cmd := &cobra.Command{
+		Use:     "get NAME",
+		Short:   "Copy a snapshot out of a store to a file, checked against the store's checksum and verified as verify does",
+		Example: `  rampart etcd snapshot get etcd/etcd-hourly-20261125-020000.db --store 's3://backups/cluster-a?endpoint=https://minio.example:9000' --to snap.db`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, location, err := openSnapshotStore(cmd.Context(), dir, store)
+			if err != nil {
+				return err
+			}
+			if to == "" {
+				to = filepath.Base(args[0])
+			}
+			if _, err := os.Stat(to); err == nil {
+				return fmt.Errorf("%s exists: give another --to", to)
+			}
+			r, err := st.Get(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("%s in %s: %w (rampart etcd snapshot list shows what is there)", args[0], location, err)
+			}
+			defer r.Close()
+			tmp := to + ".part"
+			f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			if err != nil {
+				return err
+			}
+			defer os.Remove(tmp)
+			_, err = io.Copy(f, r) // fails at EOF if the content no longer matches the store's checksum
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("copy out of %s: %w", location, err)
+			}
+			info, err := snapshot.Verify(tmp)
+			if err != nil {
+				return err
+			}
+			if err := os.Rename(tmp, to); err != nil {
+				return err
+			}
+			hash := "no etcd hash"
+			if info.EtcdHash {
+				hash = "etcd hash ok"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d bytes, revision %d, %d revisions kept, sha256 %s (store checksum ok, %s, bbolt check ok)\n",
+				to, info.Size, info.Revision, info.Revisions, info.SHA256, hash)
+			fmt.Fprintf(cmd.OutOrStdout(), "restore it with etcdutl snapshot restore %s --bump-revision 1000000000 --mark-compacted ..., kubelets stopped first (README: Restoring an etcd snapshot without the kubelet trap)\n", to)
+			return nil
+		},
+	}
+	addSnapshotStoreFlags(cmd, &dir, &store)
+	cmd.Flags().StringVar(&to, "to", "", "file to write (default: the snapshot's base name, here); never overwritten")
 	return cmd
 }

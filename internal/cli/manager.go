@@ -83,6 +83,8 @@ func newManagerCommand() *cobra.Command {
 		"where the leader writes the backups Backup objects in --namespace ask for: a directory or s3://BUCKET/PREFIX?endpoint=... as --recycle-bin-store takes it (the manager then needs to get and list every resource)")
 	f.StringVar(&o.BackupKeyFile, "backup-key-file", "",
 		"32-byte key that seals Secrets in backups (default: --recycle-bin-key-file); without one, a Backup that would hold a Secret fails, saying so")
+	f.StringSliceVar(&o.EtcdSnapshotSecrets, "etcd-snapshot-secrets", nil,
+		"the only Secrets in --namespace (keys endpoints, ca.crt, tls.crt, tls.key) that Backups with an etcdSnapshot may name; the manager needs get on each, by name")
 	return cmd
 }
 

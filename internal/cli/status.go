@@ -37,8 +37,9 @@ func newStatusCommand() *cobra.Command {
 with their state, the compiled policies (rampart export policies) with
 how often each denied or warned (the API server's own count), the
 namespaces closest to their ResourceQuotas, the recycle bin (what it
-holds, its RecyclePolicies) and the most recent denials (from Rampart's
-Events).`,
+holds, its RecyclePolicies), the Backups (last run, result, next run;
+LATE, FAILING or NOT READY flagged) and the most recent denials (from
+Rampart's Events).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := flags.ToRESTConfig()
@@ -54,7 +55,7 @@ Events).`,
 	}
 	flags.AddFlags(cmd.Flags())
 	cmd.Flags().IntVar(&denials, "denials", 20, "how many recent denials to show")
-	cmd.Flags().StringVar(&rampartNamespace, "rampart-namespace", "rampart-system", "Rampart's namespace, where the manager publishes the recycle bin's summary")
+	cmd.Flags().StringVar(&rampartNamespace, "rampart-namespace", "rampart-system", "Rampart's namespace, where the manager publishes the recycle bin's summary and runs Backups")
 	return cmd
 }
 
@@ -150,6 +151,9 @@ func printStatus(ctx context.Context, out io.Writer, cfg *rest.Config, maxDenial
 
 	fmt.Fprintln(tw, "\nRECYCLE BIN")
 	printRecycleBin(ctx, tw, cs, cl, rampartNamespace)
+
+	fmt.Fprintln(tw, "\nBACKUPS")
+	printBackups(ctx, tw, cl, rampartNamespace, time.Now())
 
 	fmt.Fprintln(tw, "\nRECENT DENIALS AND OVERRIDES")
 	fmt.Fprintln(tw, "AGE\tOBJECT\tREASON\tNOTE")

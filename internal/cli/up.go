@@ -105,7 +105,7 @@ stops it.`,
 	f.BoolVar(&opts.Gateway, "gateway", false, "start rampart gateway in front of the API servers and write DIR/kubeconfig-gateway")
 	f.StringSliceVar(&opts.GatewayCountCustomResourceGroups, "gateway-count-custom-resource-groups", nil, "API groups of custom resources the gateway's LIST guard may count per namespace (the chart's gateway.countCustomResourceGroups); others are priced by their cluster-wide count")
 	f.BoolVar(&opts.ComponentsViaGateway, "components-via-gateway", false, "point kube-controller-manager, kube-scheduler and kwok at the gateway (with --gateway)")
-	f.BoolVar(&backups, "backups", false, "run Backup objects of "+localcluster.ManagerNamespace+" into DIR/backups (the manager may then read every resource, as with the chart's manager.backup)")
+	f.BoolVar(&backups, "backups", false, "run Backup objects of "+localcluster.ManagerNamespace+" into DIR/backups (the manager may then read every resource, as with the chart's manager.backup), etcd snapshots included, with the local etcd's client certificate in Secret "+localcluster.EtcdSnapshotSecret)
 	f.StringVar(&opts.Assets, "assets", defaultAssets(), "directory with the binaries `make assets` builds")
 	return cmd
 }

@@ -2,7 +2,6 @@ package etcdtool_test
 
 import (
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +18,6 @@ import (
 	"github.com/rampart-io/rampart/internal/etcdtool/source"
 	"github.com/rampart-io/rampart/internal/localcluster"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
-	"github.com/rampart-io/rampart/internal/storage"
 	"github.com/rampart-io/rampart/internal/storage/s3test"
 )
 
@@ -221,6 +219,19 @@ func TestSnapshotSaveVerifyAndUsage(t *testing.T) {
 	if out, ok := rampart(t, "etcd", "check", "--snapshot="+file); !ok || !strings.Contains(out, "0 undecodable") {
 		t.Fatalf("check on a healthy snapshot:\n%s", out)
 	}
+	// A stored copy damaged since it was saved is not handed out.
+	b, _ = os.ReadFile(file)
+	b[len(b)/3] ^= 0xff
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	to := filepath.Join(t.TempDir(), "s1.db")
+	if out, ok := rampart(t, "etcd", "snapshot", "get", "etcd/s1.db", "--dir="+dir, "--to="+to); ok || !strings.Contains(out, "checksum") {
+		t.Fatalf("snapshot get of a damaged copy:\n%s", out)
+	}
+	if _, err := os.Stat(to); err == nil {
+		t.Errorf("snapshot get left %s from a damaged copy", to)
+	}
 }
 
 // A snapshot goes to an S3 bucket as it goes to a directory: verified
@@ -235,26 +246,19 @@ func TestSnapshotSaveToS3(t *testing.T) {
 	if !ok || !strings.Contains(out, "saved etcd/s3.db in s3://etcd-snapshots/prod") || strings.Contains(out, s3test.SecretKey) {
 		t.Fatalf("snapshot save to S3:\n%s", out)
 	}
-	ctx := context.Background()
-	store, err := storage.Open(ctx, location)
-	if err != nil {
-		t.Fatal(err)
+	if out, ok := rampart(t, "etcd", "snapshot", "list", "--store="+location); !ok || !regexp.MustCompile(`(?m)^etcd/s3\.db\s+[0-9.]+ [KM]iB\s`).MatchString(out) {
+		t.Fatalf("snapshot list on S3:\n%s", out)
 	}
-	r, err := store.Get(ctx, "etcd/s3.db")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Out of the bucket to a file, as a restore starts.
 	file := filepath.Join(t.TempDir(), "s3.db")
-	f, err := os.Create(file)
-	if err != nil {
-		t.Fatal(err)
+	if out, ok := rampart(t, "etcd", "snapshot", "get", "etcd/s3.db", "--store="+location, "--to="+file); !ok ||
+		!strings.Contains(out, "store checksum ok, etcd hash ok, bbolt check ok") || !strings.Contains(out, "--bump-revision") {
+		t.Fatalf("snapshot get from S3:\n%s", out)
 	}
-	if _, err := io.Copy(f, r); err != nil { // the store checks its checksum at EOF
-		t.Fatal(err)
-	}
-	r.Close()
-	f.Close()
 	if out, ok := rampart(t, "etcd", "snapshot", "verify", file); !ok || !strings.Contains(out, "etcd hash ok") {
 		t.Fatalf("the snapshot read back from S3 does not verify:\n%s", out)
+	}
+	if out, ok := rampart(t, "etcd", "snapshot", "get", "etcd/s3.db", "--store="+location, "--to="+file); ok || !strings.Contains(out, "exists") {
+		t.Fatalf("snapshot get over an existing file:\n%s", out)
 	}
 }

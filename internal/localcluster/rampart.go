@@ -3,10 +3,12 @@ package localcluster
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +39,11 @@ func (c *Cluster) installRampart(ctx context.Context) error {
 	objs = append(objs, localBindings()...)
 	objs = append(objs, customResourceRights(c.opts.CustomResourceGroups)...)
 	objs = append(objs, backupRights(c.opts.BackupStore)...)
+	etcdSecret, err := c.etcdSnapshotSecret()
+	if err != nil {
+		return err
+	}
+	objs = append(objs, etcdSecret...)
 	objs = append(objs, metricsScraper()...)
 	cl, err := c.applyAll(ctx, objs)
 	if err != nil {
@@ -173,6 +180,38 @@ func backupRights(store string) []*unstructured.Unstructured {
 	return managerRights("rampart-manager-backup", map[string]any{"apiGroups": []any{"*"}, "resources": []any{"*"}, "verbs": []any{"get", "list"}})
 }
 
+// EtcdSnapshotSecret is the Secret with the local etcd's endpoint and
+// client certificate that a local cluster with a BackupStore makes, for
+// Backups with an etcdSnapshot.
+const EtcdSnapshotSecret = "rampart-etcd-client"
+
+// etcdSnapshotSecret is EtcdSnapshotSecret and, as the chart grants it,
+// get on it alone, when the managers run Backups.
+func (c *Cluster) etcdSnapshotSecret() ([]*unstructured.Unstructured, error) {
+	if c.opts.BackupStore == "" {
+		return nil, nil
+	}
+	data := map[string]any{"endpoints": base64.StdEncoding.EncodeToString([]byte(c.EtcdURL()))}
+	for key, file := range map[string]string{"ca.crt": "etcd-ca.crt", "tls.crt": "etcd-client.crt", "tls.key": "etcd-client.key"} {
+		b, err := os.ReadFile(c.pkiFile(file))
+		if err != nil {
+			return nil, err
+		}
+		data[key] = base64.StdEncoding.EncodeToString(b)
+	}
+	name := "rampart-manager-etcd-snapshot"
+	rule := map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "resourceNames": []any{EtcdSnapshotSecret}, "verbs": []any{"get"}}
+	subjects := []any{map[string]any{"kind": "User", "name": ManagerUser, "apiGroup": "rbac.authorization.k8s.io"}}
+	return []*unstructured.Unstructured{
+		{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": EtcdSnapshotSecret, "namespace": ManagerNamespace}, "data": data}},
+		{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+			"metadata": map[string]any{"name": name, "namespace": ManagerNamespace}, "rules": []any{rule}}},
+		{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+			"metadata": map[string]any{"name": name, "namespace": ManagerNamespace},
+			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}, "subjects": subjects}},
+	}, nil
+}
+
 // managerRights are a ClusterRole of one rule bound to the manager's user.
 func managerRights(name string, rule map[string]any) []*unstructured.Unstructured {
 	return []*unstructured.Unstructured{
@@ -227,7 +266,7 @@ func (c *Cluster) managerArgs(i int) []string {
 		bin = []string{"--recycle-bin-dir=" + c.path(RecycleBinDir), key}
 	}
 	if c.opts.BackupStore != "" {
-		bin = append(bin, "--backup-store="+c.opts.BackupStore, "--backup-key-file="+c.pkiFile(RecycleBinKey))
+		bin = append(bin, "--backup-store="+c.opts.BackupStore, "--backup-key-file="+c.pkiFile(RecycleBinKey), "--etcd-snapshot-secrets="+EtcdSnapshotSecret)
 	}
 	args := append([]string{"manager",
 		"--kubeconfig=" + c.path(managerID.file),

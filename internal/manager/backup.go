@@ -57,6 +57,14 @@ func backups(ctx context.Context, mgr ctrl.Manager, o Options, recorder events.E
 			return err
 		}
 		r.Creator, r.Store = creator, store
+		// A snapshot is verified on the store's file system when it has
+		// one (no copy across devices), else in the temporary directory.
+		tmp := os.TempDir()
+		if d, ok := store.(storage.Dir); ok {
+			tmp = d.Root
+		}
+		r.Snapshotter = &backupcontroller.SecretSnapshotter{Reader: mgr.GetAPIReader(), Namespace: o.Namespace, Store: store, TmpDir: tmp}
+		r.EtcdSecrets = o.EtcdSnapshotSecrets
 	}
 	return r.SetupWithManager(mgr)
 }

@@ -151,6 +151,10 @@ type Options struct {
 	// BackupKeyFile seals Secrets in backups (default: RecycleBinKeyFile);
 	// without a key a Backup that would hold a Secret fails, saying so.
 	BackupKeyFile string
+	// EtcdSnapshotSecrets are the only Secrets in Namespace that Backups
+	// with an etcdSnapshot may name (etcd endpoints and client
+	// certificate); read by name at each run, never listed.
+	EtcdSnapshotSecrets []string
 	// Version is Rampart's, written in backups' manifests.
 	Version string
 	Log     logr.Logger

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	objbackup "github.com/rampart-io/rampart/internal/backup"
+	"github.com/rampart-io/rampart/internal/etcdtool/snapshot"
 	"github.com/rampart-io/rampart/internal/storage"
 )
 
@@ -87,17 +89,23 @@ type Reconciler struct {
 	// LateAfter is how late a run may start before it is reported late
 	// (an Event); default one minute.
 	LateAfter time.Duration
+	// Snapshotter takes the etcd snapshots of Backups with an
+	// etcdSnapshot; EtcdSecrets are the only Secrets they may name (the
+	// manager's --etcd-snapshot-secrets).
+	Snapshotter Snapshotter
+	EtcdSecrets []string
 }
 
 // Condition reasons.
 const (
-	ReasonNoStore        = "NoStore"
-	ReasonWrongNamespace = "WrongNamespace"
-	ReasonInvalid        = "InvalidSpec"
-	ReasonScheduled      = "Scheduled"
-	ReasonSucceeded      = "BackupSucceeded"
-	ReasonFailed         = "BackupFailed"
-	ReasonLate           = "BackupLate"
+	ReasonNoStore          = "NoStore"
+	ReasonWrongNamespace   = "WrongNamespace"
+	ReasonInvalid          = "InvalidSpec"
+	ReasonSecretNotAllowed = "SecretNotAllowed"
+	ReasonScheduled        = "Scheduled"
+	ReasonSucceeded        = "BackupSucceeded"
+	ReasonFailed           = "BackupFailed"
+	ReasonLate             = "BackupLate"
 )
 
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -124,6 +132,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		d = Decision{}
 	case err != nil:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonInvalid, err.Error()
+		d = Decision{}
+	case b.Spec.EtcdSnapshot != nil && (r.Snapshotter == nil || !slices.Contains(r.EtcdSecrets, b.Spec.EtcdSnapshot.SecretName)):
+		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonSecretNotAllowed
+		allowed := "none"
+		if len(r.EtcdSecrets) > 0 {
+			allowed = strings.Join(r.EtcdSecrets, ", ")
+		}
+		ready.Message = fmt.Sprintf("the manager reads only the etcd Secrets its --etcd-snapshot-secrets names (%s), not %q: name one of those, or add it to the chart's manager.backup.etcdSnapshot.secretNames (which grants get on it alone)",
+			allowed, b.Spec.EtcdSnapshot.SecretName)
 		d = Decision{}
 	default:
 		ready.Message = "backing up to " + r.Location
@@ -170,16 +187,12 @@ func (r *Reconciler) run(ctx context.Context, b *v1alpha1.Backup, d Decision, no
 			"the run due at %s starts %s late, %d run(s) missed before it (the leader was down, or a run outlasted the schedule)",
 			d.DueAt.UTC().Format(time.RFC3339), late.Round(time.Second), d.Missed)
 	}
-	name := b.Name + "-" + now.UTC().Format("20060102-150405")
-	sel := objbackup.Selection{Namespaces: b.Spec.Namespaces, Resources: b.Spec.Resources, ExcludeResources: b.Spec.ExcludeResources, LabelSelector: b.Spec.LabelSelector}
 	b.Status.LastScheduleTime = &metav1.Time{Time: d.DueAt}
-	m, err := r.Creator.CreateFor(ctx, key, name, sel)
-	finished := r.Clock.Now()
-	run := &v1alpha1.BackupRun{Name: name, Started: metav1.Time{Time: now}, Finished: &metav1.Time{Time: finished},
-		Duration: finished.Sub(now).Round(time.Millisecond).String()}
+	run, err := r.make(ctx, b, key, now)
+	finished := run.Finished.Time
+	name := run.Name
 	succeeded := metav1.Condition{Type: "Succeeded", ObservedGeneration: b.Generation}
 	if err == nil {
-		run.Objects, run.Resources, run.Size = int64(m.Objects), int64(len(m.Resources)), m.Size()
 		var kept []string
 		kept, err = r.prune(ctx, b, key)
 		b.Status.Kept = kept
@@ -198,32 +211,80 @@ func (r *Reconciler) run(ctx context.Context, b *v1alpha1.Backup, d Decision, no
 		b.Status.ConsecutiveFailures = 0
 		b.Status.LastSuccessfulRun = run
 		succeeded.Status, succeeded.Reason = metav1.ConditionTrue, ReasonSucceeded
-		succeeded.Message = fmt.Sprintf("backup %s: %d objects of %d resources, %d bytes, in %s", name, run.Objects, run.Resources, run.Size, run.Duration)
 		runs.WithLabelValues(key, "succeeded").Inc()
 		lastFailed.WithLabelValues(key).Set(0)
 		lastSuccess.WithLabelValues(key).Set(float64(finished.Unix()))
 		lastDuration.WithLabelValues(key).Set(finished.Sub(now).Seconds())
 		lastSize.WithLabelValues(key).Set(float64(run.Size))
-		lastObjects.WithLabelValues(key).Set(float64(run.Objects))
-		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, ReasonSucceeded, "Backup", "%s; restore with: rampart backup restore %s --dry-run", succeeded.Message, name)
+		if b.Spec.EtcdSnapshot != nil {
+			succeeded.Message = fmt.Sprintf("etcd snapshot %s: %d bytes, revision %d, sha256 %s, in %s (etcd hash ok, bbolt check ok, stored copy reads back)",
+				name, run.Size, run.Revision, run.SHA256, run.Duration)
+			lastObjects.DeleteLabelValues(key) // a snapshot is keys and revisions, not objects
+			r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, ReasonSucceeded, "Backup",
+				"%s in %s; to restore: rampart etcd snapshot get %s --store STORE (checked again), then etcdutl snapshot restore with --bump-revision and --mark-compacted, kubelets stopped (README: Restoring an etcd snapshot without the kubelet trap)",
+				succeeded.Message, r.Location, name)
+		} else {
+			succeeded.Message = fmt.Sprintf("backup %s: %d objects of %d resources, %d bytes, in %s", name, run.Objects, run.Resources, run.Size, run.Duration)
+			lastObjects.WithLabelValues(key).Set(float64(run.Objects))
+			r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, ReasonSucceeded, "Backup", "%s; restore with: rampart backup restore %s --dry-run", succeeded.Message, name)
+		}
 	}
 	b.Status.LastRun = run
 	meta.SetStatusCondition(&b.Status.Conditions, succeeded)
 }
 
-// prune deletes b's backups past its keepLast and retention and returns
-// the names kept, oldest first.
-func (r *Reconciler) prune(ctx context.Context, b *v1alpha1.Backup, key string) ([]string, error) {
-	all, err := objbackup.List(ctx, r.Store)
-	if err != nil {
-		return nil, err
+// make makes one object backup or etcd snapshot for b, started now.
+func (r *Reconciler) make(ctx context.Context, b *v1alpha1.Backup, key string, now time.Time) (*v1alpha1.BackupRun, error) {
+	run := &v1alpha1.BackupRun{Started: metav1.Time{Time: now}}
+	var err error
+	if b.Spec.EtcdSnapshot != nil {
+		run.Name = etcdSnapshotName(b.Name, now)
+		var info snapshot.Info
+		info, err = r.Snapshotter.Snapshot(ctx, b.Spec.EtcdSnapshot.SecretName, run.Name)
+		if err == nil {
+			run.Size, run.Revision, run.SHA256 = info.Size, info.Revision, info.SHA256
+		} else {
+			// A copy stored but not read back whole must not count among
+			// the kept and push a good one out.
+			_ = r.Store.Delete(ctx, run.Name)
+		}
+	} else {
+		run.Name = b.Name + "-" + now.UTC().Format(runTimeLayout)
+		sel := objbackup.Selection{Namespaces: b.Spec.Namespaces, Resources: b.Spec.Resources, ExcludeResources: b.Spec.ExcludeResources, LabelSelector: b.Spec.LabelSelector}
+		var m *objbackup.Manifest
+		m, err = r.Creator.CreateFor(ctx, key, run.Name, sel)
+		if err == nil {
+			run.Objects, run.Resources, run.Size = int64(m.Objects), int64(len(m.Resources)), m.Size()
+		}
 	}
+	finished := r.Clock.Now()
+	run.Finished = &metav1.Time{Time: finished}
+	run.Duration = finished.Sub(now).Round(time.Millisecond).String()
+	return run, err
+}
+
+// prune deletes b's backups (or etcd snapshots) past its keepLast and
+// retention and returns the names kept, oldest first.
+func (r *Reconciler) prune(ctx context.Context, b *v1alpha1.Backup, key string) ([]string, error) {
 	var names []string
 	var started []time.Time
-	for _, m := range all { // oldest first
-		if m.Owner == key {
-			names = append(names, m.Name)
-			started = append(started, m.Started)
+	del := func(name string) error { return objbackup.Delete(ctx, r.Store, name) }
+	if b.Spec.EtcdSnapshot != nil {
+		var err error
+		if names, started, err = etcdSnapshots(ctx, r.Store, b.Name); err != nil {
+			return nil, err
+		}
+		del = func(name string) error { return r.Store.Delete(ctx, name) }
+	} else {
+		all, err := objbackup.List(ctx, r.Store)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range all { // oldest first
+			if m.Owner == key {
+				names = append(names, m.Name)
+				started = append(started, m.Started)
+			}
 		}
 	}
 	var retention time.Duration
@@ -232,7 +293,7 @@ func (r *Reconciler) prune(ctx context.Context, b *v1alpha1.Backup, key string) 
 	}
 	keep, drop := Prune(names, started, int(cmp.Or(b.Spec.KeepLast, 7)), retention, r.Clock.Now())
 	for _, n := range drop {
-		if err := objbackup.Delete(ctx, r.Store, n); err != nil {
+		if err := del(n); err != nil {
 			return append(keep, drop[slices.Index(drop, n):]...), err
 		}
 	}

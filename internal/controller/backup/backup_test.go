@@ -3,6 +3,7 @@ package backup
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,11 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	objbackup "github.com/rampart-io/rampart/internal/backup"
+	"github.com/rampart-io/rampart/internal/etcdtool/snapshot"
 	"github.com/rampart-io/rampart/internal/storage"
 )
 
@@ -157,5 +160,77 @@ func drain(rec *events.FakeRecorder) string {
 		default:
 			return strings.Join(out, "\n")
 		}
+	}
+}
+
+// snapshotter stores a small file under the name it is given, as if etcd
+// had sent it.
+type snapshotter struct {
+	store   storage.Store
+	secrets []string
+}
+
+func (s *snapshotter) Snapshot(ctx context.Context, secret, name string) (snapshot.Info, error) {
+	s.secrets = append(s.secrets, secret)
+	obj, err := s.store.Put(ctx, name, strings.NewReader("snapshot"))
+	return snapshot.Info{Name: name, Size: obj.Size, SHA256: obj.SHA256, Revision: 42, EtcdHash: true}, err
+}
+
+// An etcdSnapshot Backup takes its snapshot through the Snapshotter with
+// its Secret, names it etcd/NAME-TIME.db, keeps its newest keepLast and
+// leaves other Backups' and hand-made snapshots alone; one naming a Secret
+// the manager may not read is not Ready and says which it may.
+func TestReconcilerTakesEtcdSnapshots(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	store := storage.Dir{Root: t.TempDir()}
+	for _, n := range []string{"etcd/nightly-20261120-010000.db", "etcd/nightly-20261121-010000.db", "etcd/nightly-b-20261101-010000.db", "etcd/nightly-by-hand.db"} {
+		if _, err := store.Put(ctx, n, strings.NewReader("old")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	created := time.Date(2026, 11, 25, 10, 0, 30, 0, time.UTC)
+	b := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: "rampart-system", Name: "nightly", CreationTimestamp: metav1.Time{Time: created}},
+		Spec: v1alpha1.BackupSpec{KeepLast: 2, EtcdSnapshot: &v1alpha1.EtcdSnapshotSource{SecretName: "etcd-client"}}}
+	other := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: "rampart-system", Name: "other", CreationTimestamp: metav1.Time{Time: created}},
+		Spec: v1alpha1.BackupSpec{EtcdSnapshot: &v1alpha1.EtcdSnapshotSource{SecretName: "kube-secrets"}}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(b, other).WithStatusSubresource(b, other).Build()
+	snap := &snapshotter{store: store}
+	rec := events.NewFakeRecorder(10)
+	r := &Reconciler{Client: c, Creator: &creator{}, Store: store, Recorder: rec, Clock: clocktesting.NewFakeClock(created.Add(time.Minute)),
+		Location: store.Root, Snapshotter: snap, EtcdSecrets: []string{"etcd-client"}}
+	for _, name := range []string{"nightly", "other"} {
+		if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "rampart-system", Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := &v1alpha1.Backup{}
+	_ = c.Get(ctx, client.ObjectKeyFromObject(b), got)
+	want := "etcd/nightly-20261125-100130.db"
+	if len(snap.secrets) != 1 || snap.secrets[0] != "etcd-client" || got.Status.LastSuccessfulRun == nil || got.Status.LastSuccessfulRun.Name != want ||
+		got.Status.LastSuccessfulRun.Revision != 42 || !slices.Equal(got.Status.Kept, []string{"etcd/nightly-20261121-010000.db", want}) {
+		t.Fatalf("after a run: snapshots with %v, status %+v", snap.secrets, got.Status)
+	}
+	objs, _ := store.List(ctx, "etcd/")
+	var names []string
+	for _, o := range objs {
+		names = append(names, o.Name)
+	}
+	if !slices.Equal(names, []string{"etcd/nightly-20261121-010000.db", want, "etcd/nightly-b-20261101-010000.db", "etcd/nightly-by-hand.db"}) {
+		t.Errorf("the store holds %v", names)
+	}
+	if ev := drain(rec); !strings.Contains(ev, "Normal BackupSucceeded etcd snapshot "+want) || !strings.Contains(ev, "--bump-revision") {
+		t.Errorf("events: %q", ev)
+	}
+	if v := testutil.ToFloat64(lastSize.WithLabelValues("rampart-system/nightly")); v != 8 {
+		t.Errorf("rampart_backup_last_size_bytes %v, want 8", v)
+	}
+	_ = c.Get(ctx, client.ObjectKeyFromObject(other), got)
+	if cond := meta.FindStatusCondition(got.Status.Conditions, "Ready"); cond == nil || cond.Reason != ReasonSecretNotAllowed ||
+		!strings.Contains(cond.Message, "(etcd-client), not \"kube-secrets\"") || got.Status.LastRun != nil {
+		t.Errorf("a Backup naming a Secret not allowed: %+v, last run %+v", cond, got.Status.LastRun)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -157,12 +159,15 @@ func WalkLive(ctx context.Context, cli *clientv3.Client, prefix string, fn func(
 	}
 }
 
-// Client is how to reach a live etcd: the flags of etcdctl.
+// Client is how to reach a live etcd: the flags of etcdctl, or the PEM
+// itself (CAData, CertData, KeyData: from a Secret, never written to disk).
 type Client struct {
 	Endpoints []string
 	CACert    string
 	Cert      string
 	Key       string
+
+	CAData, CertData, KeyData []byte
 }
 
 // Dial connects with TLS client certificates. The caller closes the client.
@@ -171,7 +176,21 @@ func (c Client) Dial(ctx context.Context) (*clientv3.Client, error) {
 		return nil, errors.New("no etcd endpoint: give --endpoints=https://HOST:2379 (or --snapshot FILE)")
 	}
 	var tlsCfg *tls.Config
-	if c.CACert != "" || c.Cert != "" {
+	if len(c.CAData) > 0 || len(c.CertData) > 0 {
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		if len(c.CAData) > 0 {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(c.CAData) {
+				return nil, errors.New("ca.crt holds no PEM certificate")
+			}
+			tlsCfg.RootCAs = pool
+		}
+		pair, err := tls.X509KeyPair(c.CertData, c.KeyData)
+		if err != nil {
+			return nil, fmt.Errorf("tls.crt/tls.key: %w", err)
+		}
+		tlsCfg.Certificates = []tls.Certificate{pair}
+	} else if c.CACert != "" || c.Cert != "" {
 		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
 		if c.CACert != "" {
 			pem, err := os.ReadFile(c.CACert)
@@ -207,7 +226,31 @@ func (c Client) Dial(ctx context.Context) (*clientv3.Client, error) {
 	defer cancel()
 	if _, err := cli.Status(sctx, c.Endpoints[0]); err != nil {
 		_ = cli.Close()
+		if herr := handshake(ctx, c.Endpoints[0], tlsCfg); herr != nil {
+			// gRPC retries a refused certificate until the deadline and
+			// says only that; the handshake says which certificate.
+			return nil, fmt.Errorf("etcd %s: %w", c.Endpoints[0], herr)
+		}
 		return nil, fmt.Errorf("etcd %s: %w", c.Endpoints[0], err)
 	}
 	return cli, nil
+}
+
+// handshake makes a TLS connection to endpoint as the client would, and
+// returns why it fails, if it does.
+func handshake(ctx context.Context, endpoint string, cfg *tls.Config) error {
+	u, err := url.Parse(endpoint)
+	if err != nil || cfg == nil || u.Scheme != "https" {
+		return nil
+	}
+	cfg = cfg.Clone()
+	cfg.ServerName = u.Hostname()
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: cfg}
+	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := d.DialContext(hctx, "tcp", u.Host)
+	if err != nil {
+		return fmt.Errorf("TLS handshake: %w (check the CA bundle and the client certificate)", err)
+	}
+	return conn.Close()
 }
