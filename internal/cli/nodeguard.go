@@ -39,8 +39,9 @@ spec ended it
 (activeDeadlineSeconds), its containers finished, or the pod's spec asks
 for a restart of that one container (image change, resize needing a
 restart, liveness or startup probe). Otherwise the kubelet gets a
-retryable error naming the way out, the pod a KillVetoed Warning Event,
-and the containers keep running.
+retryable error naming the way out, the pod a KillVetoed Warning Event
+(the Node, for a pod the API no longer has: kubectl describe node), and
+the containers keep running.
 
 Point the kubelet's --container-runtime-endpoint at unix://<--listen>.
 Its identity (--kubeconfig) needs get, list and watch on pods and create
@@ -62,6 +63,7 @@ and patch on events.k8s.io events.`,
 			ctx := cmd.Context()
 			o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			o.Runtime = runtimeEndpoint
+			o.Node = node
 			pods := nodeguard.NewNodePods(client, node, staleAfter)
 			o.Pods = pods
 			go pods.Run(ctx)

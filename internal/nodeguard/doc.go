@@ -153,5 +153,9 @@
 // no longer delete or unlabel: restoring the API's data, or crictl stopp
 // against the runtime's socket). Each refusal is also a Warning Event KillVetoed
 // on the pod (action: the call), a rampart_nodeguard_vetoes_total{call,
-// reason} increment and a log line.
+// reason} increment and a log line. For a pod the API does not have, the
+// Event is on the Node instead (kubectl describe node; namespace default),
+// its related object and its note naming the pod: an Event about a pod
+// that no longer exists shows in no kubectl describe, and its namespace
+// may be gone too.
 package nodeguard
