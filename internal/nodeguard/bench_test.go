@@ -32,28 +32,48 @@ func BenchmarkPassThrough(b *testing.B) {
 	r.rt.stopKeepsRunning = true
 	direct := runtimeapi.NewRuntimeServiceClient(r.direct)
 	ctx := context.Background()
-	for _, c := range []struct {
-		name string
-		call func(runtimeapi.RuntimeServiceClient) error
-	}{
-		{"Version", func(c runtimeapi.RuntimeServiceClient) error {
-			_, err := c.Version(ctx, &runtimeapi.VersionRequest{})
-			return err
-		}},
-		{"PodSandboxStatus", func(c runtimeapi.RuntimeServiceClient) error {
-			_, err := c.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb})
-			return err
-		}},
-		{"ListContainers-100", func(c runtimeapi.RuntimeServiceClient) error {
-			_, err := c.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
-			return err
-		}},
+	alternateEach(b, direct, r.kubelet, []criCall{
+		{"Version", version(ctx)},
+		{"PodSandboxStatus", sandboxStatus(ctx, sb)},
+		{"ListContainers-100", listContainers(ctx)},
 		{"StopContainer-judged", func(c runtimeapi.RuntimeServiceClient) error {
 			_, err := c.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: unprotected[0]})
 			return err
 		}},
-	} {
-		b.Run(c.name, func(b *testing.B) { alternate(b, direct, r.kubelet, c.call) })
+	})
+}
+
+// criCall is one CRI call a benchmark times, by name.
+type criCall struct {
+	name string
+	call func(runtimeapi.RuntimeServiceClient) error
+}
+
+func version(ctx context.Context) func(runtimeapi.RuntimeServiceClient) error {
+	return func(c runtimeapi.RuntimeServiceClient) error {
+		_, err := c.Version(ctx, &runtimeapi.VersionRequest{})
+		return err
+	}
+}
+
+func sandboxStatus(ctx context.Context, id string) func(runtimeapi.RuntimeServiceClient) error {
+	return func(c runtimeapi.RuntimeServiceClient) error {
+		_, err := c.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+		return err
+	}
+}
+
+func listContainers(ctx context.Context) func(runtimeapi.RuntimeServiceClient) error {
+	return func(c runtimeapi.RuntimeServiceClient) error {
+		_, err := c.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+		return err
+	}
+}
+
+// alternateEach runs alternate for each call, as a sub-benchmark.
+func alternateEach(b *testing.B, direct, guarded runtimeapi.RuntimeServiceClient, calls []criCall) {
+	for _, c := range calls {
+		b.Run(c.name, func(b *testing.B) { alternate(b, direct, guarded, c.call) })
 	}
 }
 

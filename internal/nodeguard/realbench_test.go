@@ -89,31 +89,17 @@ func BenchmarkRealRuntimePassThrough(b *testing.B) {
 		b.Fatalf("no container of the bench pods in containerd: %v", err)
 	}
 	sandbox, container := ctrs.GetContainers()[0].GetPodSandboxId(), ctrs.GetContainers()[0].GetId()
-	for _, c := range []struct {
-		name string
-		call func(runtimeapi.RuntimeServiceClient) error
-	}{
-		{"Version", func(c runtimeapi.RuntimeServiceClient) error {
-			_, err := c.Version(ctx, &runtimeapi.VersionRequest{})
-			return err
-		}},
+	alternateEach(b, direct, guarded, []criCall{
+		{"Version", version(ctx)},
 		{"ListPodSandbox", func(c runtimeapi.RuntimeServiceClient) error {
 			_, err := c.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 			return err
 		}},
-		{"ListContainers", func(c runtimeapi.RuntimeServiceClient) error {
-			_, err := c.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
-			return err
-		}},
-		{"PodSandboxStatus", func(c runtimeapi.RuntimeServiceClient) error {
-			_, err := c.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sandbox})
-			return err
-		}},
+		{"ListContainers", listContainers(ctx)},
+		{"PodSandboxStatus", sandboxStatus(ctx, sandbox)},
 		{"ContainerStatus", func(c runtimeapi.RuntimeServiceClient) error {
 			_, err := c.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: container})
 			return err
 		}},
-	} {
-		b.Run(c.name, func(b *testing.B) { alternate(b, direct, guarded, c.call) })
-	}
+	})
 }
