@@ -89,7 +89,7 @@ type Drill struct {
 
 // All are the drills, in the order they run.
 func All() []Drill {
-	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout, runawayController, nodeOfflining, concurrentDisruptions, listStorm, gatewayRestart, podCreationSurge, namespaceRestore, etcdDirectDelete, kubeletBadRestart}
+	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout, runawayController, nodeOfflining, concurrentDisruptions, listStorm, gatewayRestart, podCreationSurge, namespaceRestore, etcdDirectDelete, kubeletBadRestart, orphanedPods}
 }
 
 // Select returns the named drills, or all for no names.

@@ -90,3 +90,34 @@ func (c *Cluster) RunningContainers(ctx context.Context, node string) (map[strin
 	}
 	return out, nil
 }
+
+// StopPodsOnRuntime stops the sandboxes of the pods with these UIDs on a
+// real node's containerd, past the node guard: the way out the guard's
+// refusal names for a pod the API no longer has. The kubelet then
+// removes them (the guard lets a stopped pod's removal through).
+func (c *Cluster) StopPodsOnRuntime(ctx context.Context, node string, uids []string) error {
+	socket, err := c.RealNodeRuntime(node)
+	if err != nil {
+		return err
+	}
+	rt, err := dialRuntime(socket)
+	if err != nil {
+		return err
+	}
+	defer rt.close()
+	var errs []error
+	for _, uid := range uids {
+		list, err := rt.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+			LabelSelector: map[string]string{"io.kubernetes.pod.uid": uid}}})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, s := range list.GetItems() {
+			if _, err := rt.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: s.GetId()}); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

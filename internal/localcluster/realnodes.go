@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -407,4 +408,29 @@ func RealNodePod(name string, labels, nodeSelector map[string]string) *corev1.Po
 			Containers:                    []corev1.Container{{Name: "app", Image: RealNodeImage, ImagePullPolicy: corev1.PullNever}},
 		},
 	}
+}
+
+// NodeGuardMetrics reads a real node's node guard's Prometheus metrics
+// (its --metrics-bind-address, on loopback).
+func (c *Cluster) NodeGuardMetrics(ctx context.Context, node string) (string, error) {
+	for _, n := range c.realNodes {
+		if n.Name != node {
+			continue
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(n.GuardPort)+"/metrics", nil)
+		if err != nil {
+			return "", err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("node guard metrics of %s: %s", node, resp.Status)
+		}
+		return string(body), err
+	}
+	return "", fmt.Errorf("no real node %q (real nodes: %v)", node, c.RealNodes())
 }

@@ -99,10 +99,18 @@ func NewNodePods(client kubernetes.Interface, node string, staleAfter time.Durat
 				return w, err
 			}
 			// A deleted pod is noted before the informer's store drops it,
-			// so that no lookup finds it neither in the API nor gone.
+			// so that no lookup finds it neither in the API nor gone, and
+			// so that the guard knows it gone as soon as its watch says so:
+			// the kubelet, which watches the same API server, asks to kill
+			// such a pod within milliseconds (seen in the orphaned-pods
+			// drill, before the store had dropped it). A pod back in the
+			// API is forgotten as gone the same way.
 			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
-				if e.Type == watch.Deleted {
+				switch e.Type {
+				case watch.Deleted:
 					n.vanish(e.Object)
+				case watch.Added:
+					n.returned(e.Object)
 				}
 				return e, true
 			}), nil
@@ -222,15 +230,14 @@ func (n *NodePods) returned(obj any) {
 	}
 }
 
-// Vanished is the last state seen of a pod the API no longer has.
+// Vanished is the last state seen of a pod the API no longer has. It may
+// be noted while the informer's store still holds the pod (the watch's
+// DELETE event is noted first); a pod back in the API with the same UID
+// (an etcd restore) is forgotten as gone by its ADD event, or by the
+// store's add after a re-list.
 func (n *NodePods) Vanished(uid types.UID) *corev1.Pod {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.Pod(uid) != nil {
-		// Back in the API with the same UID (an etcd restore): the API's
-		// pod rules again.
-		return nil
-	}
 	return n.gone[uid].last
 }
 

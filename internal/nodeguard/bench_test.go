@@ -32,63 +32,88 @@ func BenchmarkPassThrough(b *testing.B) {
 	r.rt.stopKeepsRunning = true
 	direct := runtimeapi.NewRuntimeServiceClient(r.direct)
 	ctx := context.Background()
-	for _, c := range []struct {
-		name string
-		call func(runtimeapi.RuntimeServiceClient) error
-	}{
-		{"Version", func(c runtimeapi.RuntimeServiceClient) error {
-			_, err := c.Version(ctx, &runtimeapi.VersionRequest{})
-			return err
-		}},
-		{"PodSandboxStatus", func(c runtimeapi.RuntimeServiceClient) error {
-			_, err := c.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: sb})
-			return err
-		}},
-		{"ListContainers-100", func(c runtimeapi.RuntimeServiceClient) error {
-			_, err := c.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
-			return err
-		}},
+	alternateEach(b, direct, r.kubelet, []criCall{
+		{"Version", version(ctx)},
+		{"PodSandboxStatus", sandboxStatus(ctx, sb)},
+		{"ListContainers-100", listContainers(ctx)},
 		{"StopContainer-judged", func(c runtimeapi.RuntimeServiceClient) error {
 			_, err := c.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: unprotected[0]})
 			return err
 		}},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			for range 200 { // warm both connections and the pools
-				if err := c.call(direct); err != nil {
-					b.Fatal(err)
-				}
-				if err := c.call(r.kubelet); err != nil {
-					b.Fatal(err)
-				}
-			}
-			var d, g []time.Duration
-			i := 0
-			for b.Loop() {
-				first, second, fd, sd := direct, r.kubelet, &d, &g
-				if i%2 == 1 {
-					first, second, fd, sd = r.kubelet, direct, &g, &d
-				}
-				i++
-				t0 := time.Now()
-				if err := c.call(first); err != nil {
-					b.Fatal(err)
-				}
-				t1 := time.Now()
-				if err := c.call(second); err != nil {
-					b.Fatal(err)
-				}
-				t2 := time.Now()
-				*fd, *sd = append(*fd, t1.Sub(t0)), append(*sd, t2.Sub(t1))
-			}
-			pd, pg := percentile(d, 50), percentile(g, 50)
-			b.ReportMetric(micros(pd), "µs-direct-p50")
-			b.ReportMetric(micros(pg), "µs-guard-p50")
-			b.ReportMetric(micros(percentile(d, 90)), "µs-direct-p90")
-			b.ReportMetric(micros(percentile(g, 90)), "µs-guard-p90")
-			b.ReportMetric(float64(pg)/float64(pd), "guard/direct-p50")
-		})
+	})
+}
+
+// criCall is one CRI call a benchmark times, by name.
+type criCall struct {
+	name string
+	call func(runtimeapi.RuntimeServiceClient) error
+}
+
+func version(ctx context.Context) func(runtimeapi.RuntimeServiceClient) error {
+	return func(c runtimeapi.RuntimeServiceClient) error {
+		_, err := c.Version(ctx, &runtimeapi.VersionRequest{})
+		return err
 	}
+}
+
+func sandboxStatus(ctx context.Context, id string) func(runtimeapi.RuntimeServiceClient) error {
+	return func(c runtimeapi.RuntimeServiceClient) error {
+		_, err := c.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+		return err
+	}
+}
+
+func listContainers(ctx context.Context) func(runtimeapi.RuntimeServiceClient) error {
+	return func(c runtimeapi.RuntimeServiceClient) error {
+		_, err := c.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+		return err
+	}
+}
+
+// alternateEach runs alternate for each call, as a sub-benchmark.
+func alternateEach(b *testing.B, direct, guarded runtimeapi.RuntimeServiceClient, calls []criCall) {
+	for _, c := range calls {
+		b.Run(c.name, func(b *testing.B) { alternate(b, direct, guarded, c.call) })
+	}
+}
+
+// alternate times call made directly and through the guard, alternating
+// which goes first, and reports each p50 and p90 and the ratio of the
+// p50s.
+func alternate(b *testing.B, direct, guarded runtimeapi.RuntimeServiceClient, call func(runtimeapi.RuntimeServiceClient) error) {
+	for range 200 { // warm both connections and the pools
+		if err := call(direct); err != nil {
+			b.Fatal(err)
+		}
+		if err := call(guarded); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var d, g []time.Duration
+	i := 0
+	for b.Loop() {
+		first, second, fd, sd := direct, guarded, &d, &g
+		if i%2 == 1 {
+			first, second, fd, sd = guarded, direct, &g, &d
+		}
+		i++
+		t0 := time.Now()
+		if err := call(first); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := call(second); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		*fd, *sd = append(*fd, t1.Sub(t0)), append(*sd, t2.Sub(t1))
+	}
+	pd, pg := percentile(d, 50), percentile(g, 50)
+	b.ReportMetric(micros(pd), "µs-direct-p50")
+	b.ReportMetric(micros(pg), "µs-guard-p50")
+	b.ReportMetric(micros(percentile(d, 90)), "µs-direct-p90")
+	b.ReportMetric(micros(percentile(g, 90)), "µs-guard-p90")
+	b.ReportMetric(float64(pg)/float64(pd), "guard/direct-p50")
 }
 
 func percentile(ds []time.Duration, p int) time.Duration {

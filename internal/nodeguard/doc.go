@@ -123,6 +123,13 @@
 //     the deletionTimestamp) has no last state with a timestamp: if it was
 //     created with the label its kill is refused, deleted on purpose or
 //     not, until someone stops it with crictl as above. Fail closed.
+//   - The kubelet and the guard watch the same API server, each on its
+//     own connection: a kill of a pod removed from the store can arrive
+//     before the guard's watch delivers the DELETE. It is refused as
+//     NotAskedToEnd (the pod still in the guard's view), with an Event on
+//     the pod that no longer exists; the kubelet's retry, a sync later,
+//     is refused as VanishedFromAPI and reported on the Node. Seen once
+//     in 24 pods in the orphaned-pods drill.
 //   - Static pods (the kubelet's config source a file or a URL) are not
 //     protected: the API's mirror pod has another UID, so the API has no
 //     say on them, and their kills pass as those of pods not in the API.
@@ -158,5 +165,9 @@
 // no longer delete or unlabel: restoring the API's data, or crictl stopp
 // against the runtime's socket). Each refusal is also a Warning Event KillVetoed
 // on the pod (action: the call), a rampart_nodeguard_vetoes_total{call,
-// reason} increment and a log line.
+// reason} increment and a log line. For a pod the API does not have, the
+// Event is on the Node instead (kubectl describe node; namespace default),
+// its related object and its note naming the pod: an Event about a pod
+// that no longer exists shows in no kubectl describe, and its namespace
+// may be gone too.
 package nodeguard

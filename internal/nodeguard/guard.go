@@ -27,6 +27,11 @@ type Options struct {
 	Pods PodSource
 	// Recorder gets a KillVetoed Event for every refusal; nil records none.
 	Recorder events.EventRecorder
+	// Node is this node's name in the API. The refusal of a pod the API
+	// no longer has is reported on the Node: an Event about a pod that
+	// does not exist shows in no kubectl describe, and its namespace may
+	// be gone too (an older copy of etcd restored).
+	Node string
 	// Metrics; nil makes a registry of the guard's own.
 	Metrics *Metrics
 	Log     *slog.Logger

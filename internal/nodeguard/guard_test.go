@@ -103,7 +103,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	if o.settle == 0 {
 		o.settle = 200 * time.Millisecond
 	}
-	r.guard, err = New(Options{Runtime: "unix://" + rtSock, Pods: np, Settle: o.settle,
+	r.guard, err = New(Options{Runtime: "unix://" + rtSock, Pods: np, Settle: o.settle, Node: "node-1",
 		Recorder: broadcaster.NewRecorder(scheme.Scheme, "rampart-node-guard"),
 		Log:      slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -206,6 +206,28 @@ func (r *rig) waitEvent(t *testing.T, name string, call Call) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("no %s Event for %s of pod shop/%s", EventReason, call, name)
+}
+
+// waitNodeEvent waits for a KillVetoed Event on Node node-1 (where
+// kubectl describe node finds it) about the pod ns/name with uid.
+func (r *rig) waitNodeEvent(t *testing.T, pod string, uid types.UID) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		l, err := r.client.EventsV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range l.Items {
+			if e.Regarding.Kind == "Node" && e.Regarding.Name == "node-1" && e.Reason == EventReason && e.Type == corev1.EventTypeWarning &&
+				e.Related != nil && e.Related.Kind == "Pod" && e.Related.Namespace+"/"+e.Related.Name == pod && e.Related.UID == uid &&
+				strings.Contains(e.Note, pod) {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no %s Event on Node node-1 about pod %s", EventReason, pod)
 }
 
 // updatePod changes the API's pod and waits until the guard's informer has
@@ -493,6 +515,24 @@ func TestVanishedPods(t *testing.T) {
 	if n := testutil.ToFloat64(r.guard.o.Metrics.vetoes.WithLabelValues(string(StopPodSandbox), ReasonVanished)); n != 1 {
 		t.Fatalf("rampart_nodeguard_vetoes_total{call=StopPodSandbox,reason=VanishedFromAPI} = %v, want 1", n)
 	}
+	// The pod is gone, so the Event is on the Node, naming it.
+	r.waitNodeEvent(t, "shop/db", "u2")
+	// Restored with its UID (an etcd restore): the API's pod rules again.
+	if _, err := r.client.CoreV1().Pods("shop").Create(ctx, apiPod("u2", "db", true, ctr("db", "db:1", false)), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for r.guard.o.Pods.Vanished("u2") != nil || r.guard.o.Pods.Pod("u2") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the informer did not see the pod come back")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, err = r.kubelet.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: lsb})
+	refused(t, err, codes.FailedPrecondition)
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "kubectl delete pod -n shop db") {
+		t.Errorf("the refusal for a restored pod does not name kubectl delete: %s", msg)
+	}
 
 	// Pods the guard never saw in the API: one created with the label
 	// (gone while the guard was away) is kept; a static pod, whose API
@@ -744,5 +784,32 @@ func TestNodePodsReachability(t *testing.T) {
 	n.record(nil)
 	if ok, _ := n.Reachable(now.Add(3 * time.Minute)); !ok {
 		t.Fatal("a success did not make the API reachable again")
+	}
+}
+
+// racingPods is the moment after the watch said a pod was deleted and
+// before the informer's store dropped it: both still answer.
+type racingPods struct{ pod, last *corev1.Pod }
+
+func (p racingPods) Pod(types.UID) *corev1.Pod          { return p.pod }
+func (p racingPods) Vanished(types.UID) *corev1.Pod     { return p.last }
+func (p racingPods) Reachable(time.Time) (bool, string) { return true, "" }
+
+// TestVanishedWinsOverTheStore: the kubelet, watching the same API
+// server, asks to kill a pod removed from etcd within milliseconds, when
+// the guard's store may still hold it (the orphaned-pods drill saw it):
+// the guard judges it by the DELETE its watch already reported, so the
+// refusal says the pod vanished instead of "kubectl delete pod".
+func TestVanishedWinsOverTheStore(t *testing.T) {
+	pod := apiPod("u1", "db", true, ctr("db", "db:1", false))
+	last := pod.DeepCopy()
+	g := &Guard{o: Options{Pods: racingPods{pod: pod, last: last}}, memory: newMemory(time.Minute)}
+	v := View{Pod: PodRef{Namespace: "shop", Name: "db", UID: "u1"}, Running: true, SandboxReady: true}
+	g.fillAPI(&v, nil, nil, time.Now())
+	if v.APIPod != nil || v.LastSeen != last {
+		t.Fatalf("APIPod %v, LastSeen %v: want the pod judged as gone", v.APIPod != nil, v.LastSeen != nil)
+	}
+	if verdict := Decide(StopPodSandbox, v, time.Now()); verdict.Allow || verdict.Reason != ReasonVanished {
+		t.Fatalf("Decide = %+v, want a %s refusal", verdict, ReasonVanished)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -257,12 +258,14 @@ func (g *Guard) fillAPI(v *View, siblings []*runtimeapi.Container, sc *stopCall,
 	if v.Pod.UID == "" {
 		return
 	}
-	v.APIPod = g.o.Pods.Pod(v.Pod.UID)
-	v.APIReachable, v.APIProblem = g.o.Pods.Reachable(now)
-	v.LastSeen = nil
-	if v.APIPod == nil {
-		v.LastSeen = g.o.Pods.Vanished(v.Pod.UID)
+	// What left the API first: the watch says so before the informer's
+	// store drops the pod.
+	v.LastSeen = g.o.Pods.Vanished(v.Pod.UID)
+	v.APIPod = nil
+	if v.LastSeen == nil {
+		v.APIPod = g.o.Pods.Pod(v.Pod.UID)
 	}
+	v.APIReachable, v.APIProblem = g.o.Pods.Reachable(now)
 	v.RuntimeEndpoint = g.o.Runtime
 	v.KillSeen = g.memory.killSeen(v.Pod.UID, now)
 	v.RestartPassed = g.memory.restartPassed(v.Pod.UID, now)
@@ -321,9 +324,21 @@ func (g *Guard) record(call Call, v View, verdict Verdict, now time.Time) {
 		g.memory.sawKill(v.Pod.UID, now)
 	}
 	if g.o.Recorder != nil {
-		ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: v.Pod.Namespace, Name: v.Pod.Name, UID: v.Pod.UID}
-		g.o.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, EventReason, string(call), "%s", verdict.Message)
+		pod := &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: v.Pod.Namespace, Name: v.Pod.Name, UID: v.Pod.UID}
+		if v.APIPod == nil && g.o.Node != "" {
+			// The pod is not in the API: the Event goes on the Node, with
+			// the pod as its related object and named in the note.
+			g.o.Recorder.Eventf(nodeRef(g.o.Node), pod, corev1.EventTypeWarning, EventReason, string(call), "%s", verdict.Message)
+			return
+		}
+		g.o.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventReason, string(call), "%s", verdict.Message)
 	}
+}
+
+// nodeRef refers to a Node as the kubelet does in its own Events (UID set
+// to the name), which kubectl describe node finds.
+func nodeRef(name string) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: name, UID: types.UID(name)}
 }
 
 // observeRunPodSandbox remembers whose sandbox the runtime created.
