@@ -515,9 +515,14 @@ func journaled(root string) map[string]journaledRecord {
 // replay stores the objects of every journal nobody holds that the Dir
 // lacks, then removes the journal.
 func (j *Journaled) replay(ctx context.Context, dir string) error {
-	// A journal a crash left half made holds nothing yet.
+	// A journal a crash left half made holds nothing yet. One being made
+	// now is not locked for the first instant after its creation, so
+	// only one untouched for a minute is taken for left over.
 	made, _ := filepath.Glob(filepath.Join(dir, "*.wal.new"))
 	for _, p := range made {
+		if st, err := os.Stat(p); err != nil || time.Since(st.ModTime()) < time.Minute {
+			continue
+		}
 		if f, err := os.Open(p); err == nil {
 			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
 				_ = os.Remove(p)

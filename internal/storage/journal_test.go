@@ -204,3 +204,32 @@ func TestJournalStoresEveryObjectInTheDir(t *testing.T) {
 		t.Errorf("%d journals after Close with everything stored, want none", n)
 	}
 }
+
+// Replicas sharing a folder start at once: none takes another's journal,
+// half made, for one a crash left (each must open).
+func TestJournalsOpenedAtOnceAllStart(t *testing.T) {
+	root := t.TempDir()
+	for range 20 {
+		var wg sync.WaitGroup
+		js := make([]*Journaled, 4)
+		for i := range js {
+			wg.Go(func() {
+				j, err := OpenJournaled(context.Background(), Dir{Root: root}, nil)
+				if err != nil {
+					t.Errorf("open %d: %v", i, err)
+					return
+				}
+				js[i] = j
+			})
+		}
+		wg.Wait()
+		for _, j := range js {
+			if j != nil {
+				j.Close()
+			}
+		}
+		if t.Failed() {
+			return
+		}
+	}
+}
