@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,6 +113,13 @@ func (p *Process) alive() bool {
 		return false
 	}
 	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.PID))
+	if errors.Is(err, fs.ErrNotExist) {
+		// Between releasing its memory and becoming a zombie an exiting
+		// process has no exe link but is still there (closing its files):
+		// it ends in a moment, and down must wait for that.
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", p.PID))
+		return err == nil
+	}
 	if err != nil {
 		return false
 	}
