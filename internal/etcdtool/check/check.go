@@ -92,6 +92,7 @@ func groupsOf(s *runtime.Scheme) map[string]string {
 // Check decodes one value of key.
 func (c *Checker) Check(ctx context.Context, key string, value []byte) Result {
 	r := Result{Key: key, Status: OK}
+	encrypted := "" // the provider that decrypted value, if any
 	if strings.HasPrefix(string(value), encPrefix) {
 		if c.transformers == nil {
 			r.Status, r.Reason = NotChecked, "encrypted ("+provider(value)+"): give --encryption-provider-config to decrypt"
@@ -103,7 +104,7 @@ func (c *Checker) Check(ctx context.Context, key string, value []byte) Result {
 			r.Status, r.Reason = Undecodable, "cannot decrypt ("+provider(value)+"): "+err.Error()
 			return r
 		}
-		value = plain
+		encrypted, value = provider(value), plain
 	}
 	obj, gvk, err := c.decoder.Decode(value, nil, nil)
 	if err != nil && runtime.IsNotRegisteredError(err) {
@@ -120,6 +121,12 @@ func (c *Checker) Check(ctx context.Context, key string, value []byte) Result {
 	}
 	if err != nil {
 		r.Status, r.Reason = Undecodable, err.Error()
+		if encrypted != "" {
+			// aescbc carries no authentication tag: a wrong key passes
+			// the padding check about once in 256 and yields garbage, so
+			// a value that decrypts but does not decode may be either.
+			r.Reason = "cannot decrypt (" + encrypted + "), or decrypted a damaged value: " + err.Error()
+		}
 		return r
 	}
 	if gvk != nil {
