@@ -6,6 +6,10 @@
 # maps, page cache rather than heap) and the Go benchmark's figures, whose
 # heap-MB is what the scan holds at its end (one record per key, no values).
 # The file is about twice MB: 2 KiB values fill bbolt's 4 KiB pages half.
+# AUGER=PATH names an auger binary to use instead (where the module proxy
+# does not serve github.com/etcd-io/auger: build it from its repository).
+# Values are ConfigMaps in the API server's protobuf envelope, so that
+# auger, which decodes each value, reads them as objects.
 #   hack/etcd-usage-bench.sh [MB]
 set -euo pipefail
 cd "$(dirname "$0")/.."

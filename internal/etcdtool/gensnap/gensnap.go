@@ -4,12 +4,17 @@
 package gensnap
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/client-go/kubernetes/scheme"
 )
 
 // Spec says what to write.
@@ -24,6 +29,31 @@ type Spec struct {
 	// every DeleteEvery-th key is deleted after them (0: none).
 	Revisions   int
 	DeleteEvery int
+}
+
+// configMapValue is a ConfigMap as the API server stores it (the protobuf
+// envelope), at least n bytes long, so that tools which decode values
+// (auger's analyze, rampart etcd check) read every one as an object.
+func configMapValue(rnd *rand.Rand, n int) ([]byte, error) {
+	letters := make([]byte, n)
+	for i := range letters {
+		letters[i] = byte('a' + rnd.IntN(26))
+	}
+	enc := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme)
+	for pad := max(n-64, 0); ; pad++ {
+		cm := &corev1.ConfigMap{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: metav1.ObjectMeta{Name: "obj"},
+			Data:       map[string]string{"d": string(letters[:min(pad, n)])},
+		}
+		var b bytes.Buffer
+		if err := enc.Encode(cm, &b); err != nil {
+			return nil, err
+		}
+		if b.Len() >= n || pad >= n {
+			return b.Bytes(), nil
+		}
+	}
 }
 
 // Resources are the resources keys are spread over, in the API server's
@@ -43,12 +73,9 @@ func Write(path string, s Spec) (int64, error) {
 	}
 	defer db.Close()
 	rnd := rand.New(rand.NewPCG(1, 2))
-	value := make([]byte, s.ValueBytes)
-	for i := range value {
-		value[i] = byte('a' + rnd.IntN(26))
-	}
-	if len(value) >= 4 {
-		copy(value, "k8s\x00")
+	value, err := configMapValue(rnd, s.ValueBytes)
+	if err != nil {
+		return 0, err
 	}
 	var rev int64
 	const batch = 5000
