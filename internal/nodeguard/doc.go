@@ -6,8 +6,10 @@
 // # Shape
 //
 // Functional core: Decide (decide.go) is a pure function of the call, a
-// View and the clock. Imperative shell: the forwarder (forward.go) passes
-// every call through as raw frames, whatever its service or method; the
+// View and the clock. Imperative shell: the forwarder (frames.go) passes
+// each kubelet connection to a runtime connection of its own, HTTP/2 frame
+// by frame, whatever the service or method, reading only header blocks
+// and the messages of the calls it intercepts; the
 // Guard (guard.go, judge.go) intercepts StopPodSandbox, RemovePodSandbox,
 // StopContainer and RemoveContainer, decodes their request to get the ID,
 // builds the View from the runtime, the API and its memory of recent calls

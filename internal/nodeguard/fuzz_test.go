@@ -2,9 +2,12 @@ package nodeguard
 
 import (
 	"context"
+	"io"
+	"net"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/runtime"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -46,13 +49,59 @@ func FuzzPodEndingRequests(f *testing.F) {
 		if _, err := r.kubelet.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
 			t.Fatalf("the guard stopped serving: %v", err)
 		}
-		r.rt.mu.Lock()
-		defer r.rt.mu.Unlock()
-		if s := r.rt.sandboxes[sb]; s == nil || s.State != runtimeapi.PodSandboxState_SANDBOX_READY {
-			t.Fatalf("the protected pod's sandbox was stopped or removed by %x", req)
-		}
-		if c := r.rt.containers[cs[0]]; c == nil || c.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
-			t.Fatalf("the protected pod's container was stopped or removed by %x", req)
-		}
+		r.stillRuns(t, sb, cs[0], req)
 	})
+}
+
+// FuzzKubeletConnection opens a connection to the guard, sends the HTTP/2
+// preface, then arbitrary bytes: frames of any type, length and flags,
+// header blocks of any content. Whatever they are, the guard ends that
+// connection or passes it on, keeps serving the kubelet's other
+// connection, and the protected pod keeps running.
+func FuzzKubeletConnection(f *testing.F) {
+	r := newRig(f, rigOptions{pods: []runtime.Object{apiPod("u1", "web", true, ctr("app", "app:1", false))}})
+	sb, cs := r.rt.addPod("u1", "shop", "web", true, fakeContainer{"app", "app:1"})
+	stop, _ := proto.Marshal(&runtimeapi.StopContainerRequest{ContainerId: cs[0]})
+	msg := append([]byte{0, 0, 0, 0, byte(len(stop))}, stop...)
+	var block []byte
+	for _, hf := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", runtimeapi.RuntimeService_StopContainer_FullMethodName}, {":authority", "x"}, {"content-type", "application/grpc"}} {
+		block = appendHPACKString(append(block, 0), hf[0])
+		block = appendHPACKString(block, hf[1])
+	}
+	settings := frameBytes(http2.FrameSettings, 0, 0, nil)
+	f.Add(append(append(settings, frameBytes(http2.FrameHeaders, http2.FlagHeadersEndHeaders, 1, block)...), frameBytes(http2.FrameData, http2.FlagDataEndStream, 1, msg)...))
+	f.Add(append(settings, frameBytes(http2.FrameHeaders, 0, 1, block[:7])...))                         // a block cut short, no CONTINUATION
+	f.Add(append(settings, frameBytes(http2.FrameData, http2.FlagDataPadded, 1, []byte{200, 1, 2})...)) // padding past the end
+	f.Add(append(settings, frameBytes(http2.FrameHeaders, http2.FlagHeadersEndHeaders|http2.FlagHeadersPriority, 3, []byte{1})...))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		c, err := net.Dial("unix", r.socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		_, _ = c.Write(append([]byte(http2.ClientPreface), in...))
+		_ = c.(*net.UnixConn).CloseWrite()                   // the kubelet's side ends: the guard ends the connection
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, 1<<20)) // until it does, or the deadline
+		_ = c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := r.kubelet.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
+			t.Fatalf("the guard stopped serving: %v", err)
+		}
+		r.stillRuns(t, sb, cs[0], in)
+	})
+}
+
+// stillRuns fails the test if the sandbox or the container was stopped or
+// removed, naming the input that did it.
+func (r *rig) stillRuns(t *testing.T, sandbox, container string, by []byte) {
+	t.Helper()
+	r.rt.mu.Lock()
+	defer r.rt.mu.Unlock()
+	if s := r.rt.sandboxes[sandbox]; s == nil || s.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+		t.Fatalf("the protected pod's sandbox was stopped or removed by %x", by)
+	}
+	if c := r.rt.containers[container]; c == nil || c.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("the protected pod's container was stopped or removed by %x", by)
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,8 +17,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
-
-var criServices = []*grpc.ServiceDesc{&runtimeapi.RuntimeService_ServiceDesc, &runtimeapi.ImageService_ServiceDesc}
 
 // Options configure a Guard.
 type Options struct {
@@ -67,7 +67,7 @@ type Guard struct {
 	rt     runtimeapi.RuntimeServiceClient
 	index  *index
 	memory *memory
-	server *grpc.Server
+	fw     *forwarder
 }
 
 // New connects (lazily) to the runtime and builds the server.
@@ -102,46 +102,87 @@ func New(o Options) (*Guard, error) {
 	}))
 	conn, err := grpc.NewClient(o.Runtime,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
 	if err != nil {
 		return nil, fmt.Errorf("node guard: runtime endpoint %q: %w", o.Runtime, err)
 	}
-	g := &Guard{o: o, conn: conn, rt: runtimeapi.NewRuntimeServiceClient(conn), index: newIndex(), memory: newMemory(o.Memory)}
-	fw := &forwarder{backend: conn, judge: g, observe: o.Metrics.observe, intercepted: map[string]bool{
-		runtimeapi.RuntimeService_StopPodSandbox_FullMethodName:   true,
-		runtimeapi.RuntimeService_RemovePodSandbox_FullMethodName: true,
-		runtimeapi.RuntimeService_StopContainer_FullMethodName:    true,
-		runtimeapi.RuntimeService_RemoveContainer_FullMethodName:  true,
-		runtimeapi.RuntimeService_RunPodSandbox_FullMethodName:    true,
-		runtimeapi.RuntimeService_CreateContainer_FullMethodName:  true,
-	}}
-	fw.unary = map[string]bool{}
-	for _, sd := range criServices {
-		for _, md := range sd.Methods {
-			fw.unary["/"+sd.ServiceName+"/"+md.MethodName] = true
-		}
+	path, err := unixSocket(o.Runtime)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
 	}
-	g.server = grpc.NewServer(
-		grpc.UnknownServiceHandler(fw.handle),
-		grpc.ForceServerCodecV2(rawCodec{}),
-		grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage))
+	g := &Guard{o: o, conn: conn, rt: runtimeapi.NewRuntimeServiceClient(conn), index: newIndex(), memory: newMemory(o.Memory)}
+	g.fw = &forwarder{
+		dial: func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		judge: g, observe: o.Metrics.observe,
+		log: func(msg string, args ...any) { o.Log.Warn(msg, args...) },
+		intercepted: map[string]int{
+			runtimeapi.RuntimeService_StopPodSandbox_FullMethodName:   guarded,
+			runtimeapi.RuntimeService_RemovePodSandbox_FullMethodName: guarded,
+			runtimeapi.RuntimeService_StopContainer_FullMethodName:    guarded,
+			runtimeapi.RuntimeService_RemoveContainer_FullMethodName:  guarded,
+			runtimeapi.RuntimeService_RunPodSandbox_FullMethodName:    observed,
+			runtimeapi.RuntimeService_CreateContainer_FullMethodName:  observed,
+		},
+	}
 	return g, nil
+}
+
+// unixSocket is the path of a CRI endpoint: unix:///path, unix:/path or
+// /path (the forms the kubelet's --container-runtime-endpoint takes on
+// Linux).
+func unixSocket(endpoint string) (string, error) {
+	path := endpoint
+	if rest, ok := strings.CutPrefix(endpoint, "unix://"); ok {
+		path = rest
+	} else if rest, ok := strings.CutPrefix(endpoint, "unix:"); ok {
+		path = rest
+	}
+	if !strings.HasPrefix(path, "/") {
+		return "", fmt.Errorf("node guard: runtime endpoint %q: want a unix socket, unix:///path/to/runtime.sock", endpoint)
+	}
+	return path, nil
 }
 
 // Serve serves the kubelet on ln until ctx ends, then stops: calls in
 // flight are cut, as they would be if the runtime restarted.
 func (g *Guard) Serve(ctx context.Context, ln net.Listener) error {
 	go g.rebuildIndex(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	go func() {
 		<-ctx.Done()
-		g.server.Stop()
+		_ = ln.Close()
 	}()
-	err := g.server.Serve(ln)
-	_ = g.conn.Close()
-	if ctx.Err() != nil {
-		return nil
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+		_ = g.conn.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+			defer stop()
+			g.fw.serveConn(ctx, c)
+		}()
 	}
-	return err
 }
 
 // rebuildIndex reads the runtime's sandboxes and containers, retrying

@@ -49,6 +49,7 @@ type rig struct {
 	direct  *grpc.ClientConn // the kubelet talking to the runtime
 	via     *grpc.ClientConn // the kubelet talking to the guard
 	kubelet runtimeapi.RuntimeServiceClient
+	socket  string // the guard's
 }
 
 type rigOptions struct {
@@ -117,7 +118,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	served := make(chan struct{})
 	go func() { _ = r.guard.Serve(ctx, gl); close(served) }()
 
-	r.direct, r.via = dial(t, rtSock), dial(t, gSock)
+	r.direct, r.via, r.socket = dial(t, rtSock), dial(t, gSock), gSock
 	r.kubelet = runtimeapi.NewRuntimeServiceClient(r.via)
 	t.Cleanup(func() {
 		_ = r.direct.Close()

@@ -7,7 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Metrics are the guard's Prometheus series, in a registry of its own.
@@ -72,7 +74,7 @@ func methodLabel(method string) string {
 // criMethods are the runtime.v1 methods of this build's cri-api.
 var criMethods = func() map[string]bool {
 	m := map[string]bool{}
-	for _, sd := range criServices {
+	for _, sd := range []*grpc.ServiceDesc{&runtimeapi.RuntimeService_ServiceDesc, &runtimeapi.ImageService_ServiceDesc} {
 		for _, md := range sd.Methods {
 			m[md.MethodName] = true
 		}
