@@ -1,12 +1,12 @@
 package nodeguard
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
-	"context"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -32,7 +32,7 @@ func BenchmarkPassThrough(b *testing.B) {
 	r.rt.stopKeepsRunning = true
 	direct := runtimeapi.NewRuntimeServiceClient(r.direct)
 	ctx := context.Background()
-	alternateEach(b, direct, r.kubelet, []criCall{
+	alternateEach(b, []path{{"direct", direct}, {"guard", r.kubelet}}, []criCall{
 		{"Version", version(ctx)},
 		{"PodSandboxStatus", sandboxStatus(ctx, sb)},
 		{"ListContainers-100", listContainers(ctx)},
@@ -70,50 +70,52 @@ func listContainers(ctx context.Context) func(runtimeapi.RuntimeServiceClient) e
 	}
 }
 
+// path is one way to the runtime a benchmark times: "direct" first.
+type path struct {
+	name string
+	c    runtimeapi.RuntimeServiceClient
+}
+
 // alternateEach runs alternate for each call, as a sub-benchmark.
-func alternateEach(b *testing.B, direct, guarded runtimeapi.RuntimeServiceClient, calls []criCall) {
+func alternateEach(b *testing.B, paths []path, calls []criCall) {
 	for _, c := range calls {
-		b.Run(c.name, func(b *testing.B) { alternate(b, direct, guarded, c.call) })
+		b.Run(c.name, func(b *testing.B) { alternate(b, paths, c.call) })
 	}
 }
 
-// alternate times call made directly and through the guard, alternating
-// which goes first, and reports each p50 and p90 and the ratio of the
-// p50s.
-func alternate(b *testing.B, direct, guarded runtimeapi.RuntimeServiceClient, call func(runtimeapi.RuntimeServiceClient) error) {
-	for range 200 { // warm both connections and the pools
-		if err := call(direct); err != nil {
-			b.Fatal(err)
-		}
-		if err := call(guarded); err != nil {
-			b.Fatal(err)
+// alternate times call made along each path, one after the other, turning
+// which goes first, and reports each path's p50 and p90 and the ratio of
+// each p50 to the first path's (direct).
+func alternate(b *testing.B, paths []path, call func(runtimeapi.RuntimeServiceClient) error) {
+	for range 200 { // warm the connections and the pools
+		for _, p := range paths {
+			if err := call(p.c); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
-	var d, g []time.Duration
+	took := make([][]time.Duration, len(paths))
 	i := 0
 	for b.Loop() {
-		first, second, fd, sd := direct, guarded, &d, &g
-		if i%2 == 1 {
-			first, second, fd, sd = guarded, direct, &g, &d
+		for k := range paths {
+			j := (i + k) % len(paths)
+			t0 := time.Now()
+			if err := call(paths[j].c); err != nil {
+				b.Fatal(err)
+			}
+			took[j] = append(took[j], time.Since(t0))
 		}
 		i++
-		t0 := time.Now()
-		if err := call(first); err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		if err := call(second); err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		*fd, *sd = append(*fd, t1.Sub(t0)), append(*sd, t2.Sub(t1))
 	}
-	pd, pg := percentile(d, 50), percentile(g, 50)
-	b.ReportMetric(micros(pd), "µs-direct-p50")
-	b.ReportMetric(micros(pg), "µs-guard-p50")
-	b.ReportMetric(micros(percentile(d, 90)), "µs-direct-p90")
-	b.ReportMetric(micros(percentile(g, 90)), "µs-guard-p90")
-	b.ReportMetric(float64(pg)/float64(pd), "guard/direct-p50")
+	direct := percentile(took[0], 50)
+	for j, p := range paths {
+		p50 := percentile(took[j], 50)
+		b.ReportMetric(micros(p50), "µs-"+p.name+"-p50")
+		b.ReportMetric(micros(percentile(took[j], 90)), "µs-"+p.name+"-p90")
+		if j > 0 {
+			b.ReportMetric(float64(p50)/float64(direct), p.name+"/direct-p50")
+		}
+	}
 }
 
 func percentile(ds []time.Duration, p int) time.Duration {
