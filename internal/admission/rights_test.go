@@ -57,7 +57,7 @@ func TestManagerRightsStayNarrow(t *testing.T) {
 		{attrs{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations", Name: "rampart-mutating"}, false},
 		// To label running pods for the node guard (explicitdeletion);
 		// the ValidatingAdmissionPolicy rampart-manager-pod-writes holds
-		// it to that label (TestManagerPodWritesAddOneLabelOnly).
+		// it to that label (TestManagerPodWritesTouchOneLabelOnly).
 		{attrs{Verb: "patch", Resource: "pods", Namespace: "default", Name: "web-0"}, true},
 		{attrs{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "someone-elses"}, false},
 		{attrs{Verb: "delete", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations", Name: "rampart-validating"}, false},
@@ -133,7 +133,7 @@ func grantCustomResources(t *testing.T, env *clustertest.Env, group string) {
 // cluster is up: the label goes on; an image, another label or an
 // annotation is refused with the policy's message; another user's
 // same change passes.
-func TestManagerPodWritesAddOneLabelOnly(t *testing.T) {
+func TestManagerPodWritesTouchOneLabelOnly(t *testing.T) {
 	env := clustertest.Get(t)
 	ctx := context.Background()
 	ns := env.Namespace(t)
@@ -168,5 +168,9 @@ func TestManagerPodWritesAddOneLabelOnly(t *testing.T) {
 	}
 	if err := patch(env.Client, `{"metadata":{"labels":{"app":"other"}}}`); err != nil {
 		t.Errorf("another user changing a label: %v, want it to pass", err)
+	}
+	// Taking the label back when the workload opts out.
+	if err := patch(asManager, `{"metadata":{"labels":{"rampart.io/explicit-deletion":null}}}`); err != nil {
+		t.Errorf("the manager removing rampart.io/explicit-deletion: %v", err)
 	}
 }

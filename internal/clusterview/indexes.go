@@ -3,6 +3,8 @@ package clusterview
 import (
 	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -13,11 +15,13 @@ import (
 
 // slim drops what no decision reads before an object enters a cache: a
 // pod keeps its metadata, node and phase; a workload its replicas; a claim
-// its phase. Managed fields go everywhere. This keeps the manager's memory
-// proportional to the number of objects, not their size.
+// its phase. Managed fields go everywhere but the manager's own (they say
+// which pod labels it wrote: explicitdeletion takes back only those).
+// This keeps the manager's memory proportional to the number of objects,
+// not their size.
 func slim(obj any) (any, error) {
 	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil)
+		m.SetManagedFields(ownManagedFields(m.GetManagedFields()))
 		if a := m.GetAnnotations(); len(a) > 0 {
 			delete(a, corev1.LastAppliedConfigAnnotation)
 		}
@@ -176,4 +180,18 @@ func merge(a, b deletion.Sample) deletion.Sample {
 		a.Examples = append(a.Examples, e)
 	}
 	return a
+}
+
+// FieldManager is the name the manager writes objects under
+// (client.FieldOwner): its entries in managedFields say what it wrote.
+const FieldManager = "rampart-manager"
+
+func ownManagedFields(in []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsEntry {
+	var out []metav1.ManagedFieldsEntry
+	for _, e := range in {
+		if e.Manager == FieldManager {
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -4,9 +4,12 @@
 // ProtectionPolicy with explicitDeletion covers. The node guard then lets
 // only an API delete end those pods. A pod is labelled once it runs, so a
 // pod that never started can still be cleaned up by the kubelet at will.
+// When the workload opts out, the manager removes the labels it wrote,
+// and only those.
 package explicitdeletion
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -41,31 +44,75 @@ type Workload struct {
 	Labels     map[string]string
 }
 
-// Decide says whether pod should be labelled now, and why: it runs, is not
-// being deleted, is not labelled yet, and a workload of its chain opts in
+// Action is what Decide asks for.
+type Action int
+
+const (
+	// Leave the pod as it is.
+	Leave Action = iota
+	// Label: add rampart.io/explicit-deletion=true.
+	Label
+	// Unlabel: remove the label the manager added; nothing opts in any
+	// more (the workload's label removed, the policy deleted, narrowed or
+	// set to Warn).
+	Unlabel
+)
+
+// Decide says what to do with pod's label now, and why. A pod is labelled
+// once it runs, is not being deleted, and a workload of its chain opts in
 // (labelled itself, or covered by an enforced policy with
-// explicitDeletion; nsLabels are its namespace's labels).
-func Decide(pod *corev1.Pod, chain []Workload, policies []v1alpha1.ProtectionPolicy, nsLabels map[string]string) (bool, string) {
+// explicitDeletion; nsLabels are its namespace's labels). The manager
+// takes back a label it wrote (its managedFields say so) once no workload
+// opts in, if it knows the pod's whole chain: a label someone else wrote
+// is theirs, and a workload missing from the view is no proof of opting
+// out.
+func Decide(pod *corev1.Pod, chain []Workload, complete bool, policies []v1alpha1.ProtectionPolicy, nsLabels map[string]string) (Action, string) {
+	why, in := optedIn(chain, policies, nsLabels)
+	labelled := pod.Labels[v1alpha1.LabelExplicitDeletion] == "true"
 	switch {
-	case pod.Labels[v1alpha1.LabelExplicitDeletion] == "true":
-		return false, "already labelled"
 	case pod.DeletionTimestamp != nil:
-		return false, "being deleted"
+		return Leave, "being deleted"
+	case labelled && in:
+		return Leave, "already labelled"
+	case labelled && !complete:
+		return Leave, "labelled, and a workload of its chain is not known yet"
+	case labelled && !labelledByManager(pod):
+		return Leave, "labelled by someone other than Rampart's manager"
+	case labelled:
+		return Unlabel, "no workload of its chain opts in any more"
 	case pod.Status.Phase != corev1.PodRunning:
-		return false, "not running"
+		return Leave, "not running"
+	case in:
+		return Label, why
 	}
+	return Leave, "no workload of its chain opts in"
+}
+
+func optedIn(chain []Workload, policies []v1alpha1.ProtectionPolicy, nsLabels map[string]string) (string, bool) {
 	for _, w := range chain {
 		if w.Labels[v1alpha1.LabelExplicitDeletion] == "true" {
-			return true, fmt.Sprintf("%s %s is labelled %s=true", w.Kind, w.Name, v1alpha1.LabelExplicitDeletion)
+			return fmt.Sprintf("%s %s is labelled %s=true", w.Kind, w.Name, v1alpha1.LabelExplicitDeletion), true
 		}
 		for i := range policies {
 			p := &policies[i]
 			if p.Spec.ExplicitDeletion && policy.Enforced(p) && policy.Covers(p, w.Resource, nsLabels, w.Labels) {
-				return true, fmt.Sprintf("ProtectionPolicy %s (explicitDeletion) covers %s %s", p.Name, w.Kind, w.Name)
+				return fmt.Sprintf("ProtectionPolicy %s (explicitDeletion) covers %s %s", p.Name, w.Kind, w.Name), true
 			}
 		}
 	}
-	return false, "no workload of its chain opts in"
+	return "", false
+}
+
+// labelledByManager: the manager's entry in the pod's managedFields holds
+// the label (the cluster view keeps the manager's entries only).
+func labelledByManager(pod *corev1.Pod) bool {
+	for _, e := range pod.ManagedFields {
+		if e.Manager == clusterview.FieldManager && e.FieldsV1 != nil &&
+			bytes.Contains(e.FieldsV1.Raw, []byte(`"f:`+v1alpha1.LabelExplicitDeletion+`"`)) {
+			return true
+		}
+	}
+	return false
 }
 
 // View is what the controller reads of the cluster (clusterview).
@@ -104,10 +151,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	for _, gr := range clusterview.WorkloadResources {
 		b = b.WatchesRawSource(&source.Informer{Informer: r.View.WorkloadInformer(gr), Handler: handler.Funcs{
 			// The pods of a workload there at the start are added by
-			// their own events; one that gains the label later has its
-			// namespace's running pods looked at again.
+			// their own events; one that gains or loses the label later
+			// has its namespace's running pods looked at again.
 			UpdateFunc: func(_ context.Context, e handlerUpdate, q queue) {
-				if optsIn(e.ObjectNew) && !optsIn(e.ObjectOld) {
+				if optsIn(e.ObjectNew) != optsIn(e.ObjectOld) {
 					for _, req := range candidates(r.View.Pods(e.ObjectNew.GetNamespace())) {
 						q.Add(req)
 					}
@@ -126,11 +173,12 @@ type (
 
 func optsIn(o client.Object) bool { return o.GetLabels()[v1alpha1.LabelExplicitDeletion] == "true" }
 
-// candidates are the pods a label could be for: running, unlabelled.
+// candidates are the pods whose label may have to change: running ones,
+// and labelled ones.
 func candidates(pods []*corev1.Pod) []reconcile.Request {
 	var out []reconcile.Request
 	for _, p := range pods {
-		if p.Status.Phase == corev1.PodRunning && p.Labels[v1alpha1.LabelExplicitDeletion] != "true" {
+		if p.Status.Phase == corev1.PodRunning || p.Labels[v1alpha1.LabelExplicitDeletion] == "true" {
 			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
 		}
 	}
@@ -147,20 +195,23 @@ func addPod(q queue, o client.Object) {
 
 // chain is the pod's controllers, nearest first, as far as the view has
 // them: a ReplicaSet and its Deployment, or a StatefulSet, DaemonSet or
-// bare ReplicaSet.
-func (r *Reconciler) chain(pod *corev1.Pod) []Workload {
-	var out []Workload
+// bare ReplicaSet. complete says the chain ends where the pod's controllers
+// end: no controller named was missing from the view.
+func (r *Reconciler) chain(pod *corev1.Pod) (out []Workload, complete bool) {
 	ns := pod.Namespace
 	ref := metav1.GetControllerOf(pod)
 	for ref != nil && len(out) < 3 {
+		if _, known := clusterview.WorkloadResources[ref.Kind]; !known {
+			return out, true // a controller of a kind that cannot opt in (a Job, a custom resource)
+		}
 		w := r.View.Workload(ref.Kind, ns, ref.Name)
 		if w == nil || w.GetUID() != ref.UID {
-			break
+			return out, false
 		}
 		out = append(out, Workload{Kind: ref.Kind, Name: ref.Name, Resource: clusterview.WorkloadResources[ref.Kind], Labels: w.GetLabels()})
 		ref = metav1.GetControllerOfNoCopy(w)
 	}
-	return out
+	return out, ref == nil
 }
 
 // Reconcile labels the pod if Decide says so.
@@ -174,21 +225,32 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	nsLabels, _ := r.Namespaces.NamespaceLabels(pod.Namespace)
-	label, why := Decide(pod, r.chain(pod), policies.Items, nsLabels)
-	if !label {
+	chain, complete := r.chain(pod)
+	action, why := Decide(pod, chain, complete, policies.Items, nsLabels)
+	var value any
+	switch action {
+	case Leave:
 		return reconcile.Result{}, nil
+	case Label:
+		value = "true"
+	case Unlabel:
+		value = nil // a merge patch's null removes the label
 	}
 	// The UID makes the patch fail on a pod of the same name made since.
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid": pod.UID, "labels": map[string]string{v1alpha1.LabelExplicitDeletion: "true"},
+		"uid": pod.UID, "labels": map[string]any{v1alpha1.LabelExplicitDeletion: value},
 	}})
 	target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name}}
-	err := r.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch), client.FieldOwner("rampart-manager"))
+	err := r.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(clusterview.FieldManager))
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return reconcile.Result{}, nil // gone, or another pod now: its own events bring it
 	}
 	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("labelling pod %s/%s %s=true: %w", pod.Namespace, pod.Name, v1alpha1.LabelExplicitDeletion, err)
+		return reconcile.Result{}, fmt.Errorf("setting pod %s/%s's label %s to %v: %w", pod.Namespace, pod.Name, v1alpha1.LabelExplicitDeletion, value, err)
+	}
+	if action == Unlabel {
+		log.FromContext(ctx).Info("took back the node guard's label of a pod", "pod", req.String(), "label", v1alpha1.LabelExplicitDeletion, "why", why)
+		return reconcile.Result{}, nil
 	}
 	log.FromContext(ctx).Info("labelled a running pod for the node guard", "pod", req.String(), "label", v1alpha1.LabelExplicitDeletion, "why", why)
 	return reconcile.Result{}, nil

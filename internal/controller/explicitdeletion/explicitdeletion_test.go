@@ -43,25 +43,44 @@ func TestDecide(t *testing.T) {
 			Resources: []v1alpha1.ResourceRule{{APIGroups: []string{"apps"}, Resources: res}}, ExplicitDeletion: on, Mode: mode,
 			ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}
 	}
+	byManager := func(p *corev1.Pod) {
+		p.Labels = optIn
+		p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "rampart-manager", Operation: metav1.ManagedFieldsOperationUpdate,
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:rampart.io/explicit-deletion":{}}}}`)}}}
+	}
+	byHand := func(p *corev1.Pod) {
+		p.Labels = optIn
+		p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl-label", Operation: metav1.ManagedFieldsOperationUpdate,
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:rampart.io/explicit-deletion":{}}}}`)}}}
+	}
+	L, U, leave := explicitdeletion.Label, explicitdeletion.Unlabel, explicitdeletion.Leave
 	for _, tt := range []struct {
 		name     string
 		pod      *corev1.Pod
 		chain    []explicitdeletion.Workload
+		complete bool
 		policies []v1alpha1.ProtectionPolicy
-		want     bool
+		want     explicitdeletion.Action
 	}{
-		{"Deployment labelled, through its ReplicaSet", running(), []explicitdeletion.Workload{rs, labelledDep}, nil, true},
-		{"nothing opts in", running(), []explicitdeletion.Workload{rs, dep}, nil, false},
-		{"pending", running(func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }), []explicitdeletion.Workload{rs, labelledDep}, nil, false},
-		{"being deleted", running(func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Now()} }), []explicitdeletion.Workload{rs, labelledDep}, nil, false},
-		{"already labelled", running(func(p *corev1.Pod) { p.Labels = optIn }), []explicitdeletion.Workload{rs, labelledDep}, nil, false},
-		{"a bare pod", running(), nil, nil, false},
-		{"policy covers the Deployment", running(), []explicitdeletion.Workload{rs, dep}, []v1alpha1.ProtectionPolicy{policy("", true, "deployments")}, true},
-		{"policy in Warn mode", running(), []explicitdeletion.Workload{rs, dep}, []v1alpha1.ProtectionPolicy{policy(v1alpha1.ModeWarn, true, "deployments")}, false},
-		{"policy without explicitDeletion", running(), []explicitdeletion.Workload{rs, dep}, []v1alpha1.ProtectionPolicy{policy("", false, "deployments")}, false},
-		{"policy of other resources", running(), []explicitdeletion.Workload{rs, dep}, []v1alpha1.ProtectionPolicy{policy("", true, "statefulsets")}, false},
+		{"Deployment labelled, through its ReplicaSet", running(), []explicitdeletion.Workload{rs, labelledDep}, true, nil, L},
+		{"nothing opts in", running(), []explicitdeletion.Workload{rs, dep}, true, nil, leave},
+		{"pending", running(func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }), []explicitdeletion.Workload{rs, labelledDep}, true, nil, leave},
+		{"being deleted", running(func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Now()} }), []explicitdeletion.Workload{rs, labelledDep}, true, nil, leave},
+		{"already labelled", running(byManager), []explicitdeletion.Workload{rs, labelledDep}, true, nil, leave},
+		{"a bare pod", running(), nil, true, nil, leave},
+		{"policy covers the Deployment", running(), []explicitdeletion.Workload{rs, dep}, true, []v1alpha1.ProtectionPolicy{policy("", true, "deployments")}, L},
+		{"policy in Warn mode", running(), []explicitdeletion.Workload{rs, dep}, true, []v1alpha1.ProtectionPolicy{policy(v1alpha1.ModeWarn, true, "deployments")}, leave},
+		{"policy without explicitDeletion", running(), []explicitdeletion.Workload{rs, dep}, true, []v1alpha1.ProtectionPolicy{policy("", false, "deployments")}, leave},
+		{"policy of other resources", running(), []explicitdeletion.Workload{rs, dep}, true, []v1alpha1.ProtectionPolicy{policy("", true, "statefulsets")}, leave},
+		// Opting out.
+		{"the manager's label, nothing opts in any more", running(byManager), []explicitdeletion.Workload{rs, dep}, true, nil, U},
+		{"the manager's label, the policy set to Warn", running(byManager), []explicitdeletion.Workload{rs, dep}, true, []v1alpha1.ProtectionPolicy{policy(v1alpha1.ModeWarn, true, "deployments")}, U},
+		{"the manager's label on a pod that finished", running(byManager, func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), []explicitdeletion.Workload{rs, dep}, true, nil, U},
+		{"the manager's label, the Deployment not in view", running(byManager), []explicitdeletion.Workload{rs}, false, nil, leave},
+		{"a label put on by hand", running(byHand), []explicitdeletion.Workload{rs, dep}, true, nil, leave},
+		{"the manager's label, being deleted", running(byManager, func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Now()} }), []explicitdeletion.Workload{rs, dep}, true, nil, leave},
 	} {
-		if got, why := explicitdeletion.Decide(tt.pod, tt.chain, tt.policies, nil); got != tt.want {
+		if got, why := explicitdeletion.Decide(tt.pod, tt.chain, tt.complete, tt.policies, nil); got != tt.want {
 			t.Errorf("%s: Decide = %v (%s), want %v", tt.name, got, why, tt.want)
 		}
 	}
@@ -174,4 +193,36 @@ func TestRunningPodsOfOptedInWorkloadsAreLabelled(t *testing.T) {
 			t.Errorf("pod %s of an unlabelled Deployment was labelled", p.Name)
 		}
 	}
+
+	// Opting out: the Deployment "later" loses its label, and its pod the
+	// label the manager gave it. A label someone put on by hand stays.
+	setLabel := func(obj client.Object, value string, owner string) {
+		t.Helper()
+		v := `"true"`
+		if value == "" {
+			v = "null"
+		}
+		if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+v1alpha1.LabelExplicitDeletion+`":`+v+`}}}`)), client.FieldOwner(owner)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byHand := &plain.Items[0]
+	setLabel(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: byHand.Name}}, "true", "kubectl-label")
+	setLabel(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "later"}}, "", "kubectl-label")
+	start := time.Now()
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": "later", v1alpha1.LabelExplicitDeletion: "true"}); err != nil {
+			return false, nil
+		}
+		return len(pods.Items) == 0, nil
+	}); err != nil {
+		t.Fatalf("the pod of a Deployment that opted out is still labelled %s=true", v1alpha1.LabelExplicitDeletion)
+	}
+	t.Logf("app=later: label taken back %s after the Deployment lost it", time.Since(start).Round(time.Millisecond))
+	got := &corev1.Pod{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(byHand), got); err != nil || got.Labels[v1alpha1.LabelExplicitDeletion] != "true" {
+		t.Fatalf("the label put on pod %s by hand was taken away: %v %v", byHand.Name, got.Labels, err)
+	}
+	labelled("web", 2) // the others keep theirs
 }
