@@ -35,7 +35,12 @@ type backupOptions struct {
 	object  string
 	dryRun  bool
 	force   bool
+	// runFinished restores pods and Jobs that had finished.
+	runFinished bool
 }
+
+// runFinishedHelp is --run-finished's help, for backup and trash restores.
+const runFinishedHelp = "also restore pods and Jobs that had finished when they were kept (created again, they run again); by default they are skipped"
 
 // localBackupsDir is where `rampart backup` keeps backups by default, beside
 // the cluster `rampart up` started here.

@@ -25,6 +25,9 @@ would do to the live cluster:
   unchanged         the live object is as the backup has it
   skipped (exists)  the live object differs: left alone, with the fields
                     that differ (live -> backup)
+  skipped (finished) a pod or Job that had finished when it was backed
+                    up: created again it would run again (--run-finished
+                    restores it anyway)
   conflict          the API server refuses it (invalid, forbidden, an
                     immutable field), the live object is being deleted, or
                     its owner is not restored
@@ -75,7 +78,7 @@ CRDs it needs); --object KIND/NAME one object, by kind or resource
 				}
 				items = append(items, obj.Item())
 			}
-			plan, err := restore.PlanRestore(items, restore.Options{Overwrite: o.force})
+			plan, err := restore.PlanRestore(items, restore.Options{Overwrite: o.force, RunFinished: o.runFinished})
 			if err != nil {
 				return err
 			}
@@ -100,6 +103,7 @@ CRDs it needs); --object KIND/NAME one object, by kind or resource
 	cmd.Flags().StringVar(&o.object, "object", "", "restore one object, KIND/NAME (in --namespace, if its name is in more than one)")
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "print the plan, have the API server validate it, and change nothing; non-zero exit if anything would conflict")
 	cmd.Flags().BoolVar(&o.force, "overwrite", false, "replace live objects that differ from the backup (default: leave them alone)")
+	cmd.Flags().BoolVar(&o.runFinished, "run-finished", false, runFinishedHelp)
 	return cmd
 }
 
@@ -193,7 +197,7 @@ func printPlan(w io.Writer, name string, outcomes []restore.Outcome, dryRun bool
 			line += fmt.Sprintf(" (uid %s)", o.UID)
 		}
 		fmt.Fprintln(w, line)
-		if o.Action == restore.Conflict || (o.Action == restore.Skipped && len(o.Fields) == 0) {
+		if o.Action == restore.Conflict || o.Action == restore.SkippedFinished || (o.Action == restore.Skipped && len(o.Fields) == 0) {
 			fmt.Fprintf(w, "%18s%s\n", "", o.Reason)
 		}
 		for _, f := range o.Fields {
@@ -203,8 +207,8 @@ func printPlan(w io.Writer, name string, outcomes []restore.Outcome, dryRun bool
 			fmt.Fprintf(w, "%18s%s\n", "", n)
 		}
 	}
-	fmt.Fprintf(w, "%d create, %d update, %d unchanged, %d skipped (exists), %d conflict\n",
-		counts[restore.Create], counts[restore.Update], counts[restore.Unchanged], counts[restore.Skipped], counts[restore.Conflict])
+	fmt.Fprintf(w, "%d create, %d update, %d unchanged, %d skipped (exists), %d skipped (finished), %d conflict\n",
+		counts[restore.Create], counts[restore.Update], counts[restore.Unchanged], counts[restore.Skipped], counts[restore.SkippedFinished], counts[restore.Conflict])
 	if counts[restore.Skipped] > 0 {
 		fmt.Fprintln(w, "skipped objects are live and differ from the backup (fields: live -> backup): left alone; --overwrite replaces them")
 	}

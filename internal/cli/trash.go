@@ -33,6 +33,7 @@ type trashOptions struct {
 	asNewName      string
 	withDependents bool
 	overwrite      bool
+	runFinished    bool
 }
 
 func newTrashCommand() *cobra.Command {
@@ -276,7 +277,7 @@ live object the restore would leave alone or overwrite.`,
 					entries = append(entries, deps...)
 				}
 			}
-			plan, err := recyclebin.PlanRestore(entries, restore.Options{AsNewName: o.asNewName, Overwrite: o.overwrite})
+			plan, err := recyclebin.PlanRestore(entries, restore.Options{AsNewName: o.asNewName, Overwrite: o.overwrite, RunFinished: o.runFinished})
 			if err != nil {
 				return err
 			}
@@ -297,6 +298,7 @@ live object the restore would leave alone or overwrite.`,
 	cmd.Flags().StringVar(&o.asNewName, "as-new-name", "", "restore the one object named under this name")
 	cmd.Flags().BoolVar(&o.withDependents, "with-dependents", false, "also restore a namespace's contents, or what the object owned")
 	cmd.Flags().BoolVar(&o.overwrite, "overwrite", false, "replace a live object of the same name with the copy (default: leave it alone and show the diff)")
+	cmd.Flags().BoolVar(&o.runFinished, "run-finished", false, runFinishedHelp)
 	return cmd
 }
 

@@ -75,6 +75,9 @@ type Step struct {
 	// only when it is created, so that a live object is compared with the
 	// copy as it was.
 	Object *unstructured.Unstructured
+	// Finished says, if the copy is of a pod or Job that had finished,
+	// how ("Succeeded", "Complete"): created again it would run again.
+	Finished string
 }
 
 // Described names the object as it is restored (under its new name, if
@@ -96,6 +99,10 @@ type Options struct {
 	// the copy (its UID stays: it is an update); by default it is left
 	// alone.
 	Overwrite bool
+	// RunFinished restores pods and Jobs that had finished when they were
+	// kept; by default they are skipped, since a pod or Job created again
+	// runs again (a migration, a one-off task, a CronJob's past run).
+	RunFinished bool
 }
 
 // PlanRestore orders items for a restore and prepares their objects.
@@ -112,20 +119,44 @@ func PlanRestore(items []Item, o Options) (*Plan, error) {
 			return nil, fmt.Errorf("two copies of %s are planned: pick one (the newest is listed first)", it.Described())
 		}
 		seen[key] = true
-		obj, err := prepare(it)
+		obj, finished, err := prepare(it)
 		if err != nil {
 			return nil, err
 		}
 		if o.AsNewName != "" {
 			obj.SetName(o.AsNewName)
 		}
-		steps = append(steps, Step{Item: it, Object: obj})
+		if o.RunFinished {
+			finished = ""
+		}
+		steps = append(steps, Step{Item: it, Object: obj, Finished: finished})
 	}
 	ordered, err := order(steps)
 	if err != nil {
 		return nil, err
 	}
 	return &Plan{Steps: ordered, overwrite: o.Overwrite}, nil
+}
+
+// finishedAs says how a kept pod or Job had finished, from its status:
+// a pod Succeeded or Failed, a Job with a true Complete or Failed
+// condition; "" if it had not, or is neither.
+func finishedAs(gr schema.GroupResource, obj *unstructured.Unstructured) string {
+	switch gr {
+	case schema.GroupResource{Resource: "pods"}:
+		if phase, _, _ := unstructured.NestedString(obj.Object, "status", "phase"); phase == "Succeeded" || phase == "Failed" {
+			return phase
+		}
+	case schema.GroupResource{Group: "batch", Resource: "jobs"}:
+		conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if t, _ := m["type"].(string); (t == "Complete" || t == "Failed") && m["status"] == "True" {
+				return t
+			}
+		}
+	}
+	return ""
 }
 
 var (
@@ -229,17 +260,19 @@ func stripServerSet(obj *unstructured.Unstructured) {
 	unstructured.RemoveNestedField(obj.Object, "status")
 }
 
-// prepare is the object to restore from a kept copy.
-func prepare(it *Item) (*unstructured.Unstructured, error) {
+// prepare is the object to restore from a kept copy, and how it had
+// finished (finishedAs), read before the status goes.
+func prepare(it *Item) (*unstructured.Unstructured, string, error) {
 	if len(it.Object) == 0 {
-		return nil, fmt.Errorf("%s: the copy holds no object (sealed with a key not given?)", it.Described())
+		return nil, "", fmt.Errorf("%s: the copy holds no object (sealed with a key not given?)", it.Described())
 	}
 	obj := &unstructured.Unstructured{}
 	if err := obj.UnmarshalJSON(it.Object); err != nil {
-		return nil, fmt.Errorf("%s: %w", it.Described(), err)
+		return nil, "", fmt.Errorf("%s: %w", it.Described(), err)
 	}
+	finished := finishedAs(it.Resource.GroupResource(), obj)
 	stripServerSet(obj)
-	return obj, nil
+	return obj, finished, nil
 }
 
 // forCreate is what a create of obj carries: what the cluster gives a new
@@ -365,6 +398,10 @@ const (
 	// Skipped: a live object differs from the copy, or appeared between
 	// the restore's look and its create: it is left alone.
 	Skipped Action = "skipped (exists)"
+	// SkippedFinished: a pod or Job that had finished when it was kept
+	// is not created again (it would run again) unless asked
+	// (Options.RunFinished).
+	SkippedFinished Action = "skipped (finished)"
 	// Conflict: the step cannot be done as planned: the API server
 	// refuses it (invalid, forbidden, an immutable field), the live
 	// object is being deleted, or its owner in the plan was not restored.
@@ -488,6 +525,10 @@ func (r *run) step(ctx context.Context, s Step, overwrite bool) (Outcome, error)
 			}
 			o.Action = Update
 		}
+		return o, nil
+	}
+	if s.Finished != "" {
+		o.Action, o.Reason = SkippedFinished, fmt.Sprintf("%s had finished (%s) when it was kept: created again it would run again; restore it with --run-finished if that is what you want", describe(gvr, obj), s.Finished)
 		return o, nil
 	}
 	if r.dryRun {

@@ -536,3 +536,61 @@ func TestRestoreHidesSecretValues(t *testing.T) {
 		t.Errorf("a Secret's diff shows its values:\n%s", shown)
 	}
 }
+
+// A pod or Job that had finished when it was kept is not created again:
+// it would run again (a migration, a CronJob's past run). Running ones
+// are restored; --run-finished restores the finished ones too.
+func TestFinishedPodsAndJobsAreNotRunAgain(t *testing.T) {
+	jobs := schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}
+	withStatus := func(e Item, status map[string]any) Item {
+		var m map[string]any
+		_ = json.Unmarshal(e.Object, &m)
+		m["status"] = status
+		e.Object, _ = json.Marshal(m)
+		return e
+	}
+	complete := map[string]any{"conditions": []any{map[string]any{"type": "Complete", "status": "True"}}, "succeeded": int64(1)}
+	items := func() []Item {
+		return []Item{
+			withStatus(kept(jobs, "Job", "shop", "migrate", "old-migrate"), complete),
+			withStatus(kept(pods, "Pod", "shop", "migrate-x", "old-mx", ref("Job", "migrate", "old-migrate")), map[string]any{"phase": "Succeeded"}),
+			withStatus(kept(jobs, "Job", "shop", "failed", "old-failed"), map[string]any{"conditions": []any{map[string]any{"type": "Failed", "status": "True"}}}),
+			withStatus(kept(jobs, "Job", "shop", "running", "old-running"), map[string]any{"active": int64(1), "conditions": []any{map[string]any{"type": "Complete", "status": "False"}}}),
+			kept(pods, "Pod", "shop", "web-1", "old-web"),
+		}
+	}
+	plan, err := PlanRestore(items(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &fakeCluster{live: map[string]types.UID{}}
+	outcomes, err := plan.Run(context.Background(), c, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Action{}
+	for _, o := range outcomes {
+		got[o.Step.Object.GetName()] = o.Action
+		if o.Action == SkippedFinished && !strings.Contains(o.Reason, "--run-finished") {
+			t.Errorf("%s: reason %q does not name the way to restore it anyway", o.Step.Described(), o.Reason)
+		}
+	}
+	want := map[string]Action{"migrate": SkippedFinished, "migrate-x": SkippedFinished, "failed": SkippedFinished, "running": Create, "web-1": Create}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s: %s, want %s", name, got[name], w)
+		}
+	}
+	if len(c.created) != 2 {
+		t.Errorf("created %d objects, want the running Job and pod only", len(c.created))
+	}
+
+	plan, err = PlanRestore(items(), Options{RunFinished: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = &fakeCluster{live: map[string]types.UID{}}
+	if outcomes, err = plan.Run(context.Background(), c, false); err != nil || len(c.created) != 5 {
+		t.Fatalf("with RunFinished: created %d of 5: %v", len(c.created), err)
+	}
+}
