@@ -22,6 +22,10 @@ type ScaledResource struct {
 	Path string
 }
 
+// ReplicasCEL is the replicas of obj (object, oldObject) in CEL, as the
+// compiled policies read them: 1 when absent or not an integer.
+func (s ScaledResource) ReplicasCEL(obj string) string { return s.path().at(obj) }
+
 func (s ScaledResource) path() replicasPath {
 	return replicasPath{fields: strings.Split(strings.TrimPrefix(s.Path, "."), "."), custom: true}
 }
