@@ -566,6 +566,23 @@ func (c *Compiled) record(ctx context.Context, inForce map[string]string) error 
 	return c.Client.Patch(ctx, p, patch)
 }
 
+// InForce is the record on the probe policy p: each source's version
+// (Hash) that every API server was seen to enforce, by key (sourceLabels,
+// PolicyKey, CRDKey). For tests and tools that must act as soon as a
+// compiled policy is loaded.
+func InForce(p *admissionregistrationv1.ValidatingAdmissionPolicy) map[string]string {
+	out := map[string]string{}
+	if raw := p.Annotations[inForceAnnotation]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &out); err != nil {
+			return map[string]string{} // unreadable: nothing in force
+		}
+	}
+	return out
+}
+
+// ProbePolicyName is the probe policy's name, which holds the record.
+const ProbePolicyName = probeName
+
 // readInForce reads the record; none means nothing is in force.
 func readInForce(ctx context.Context, c client.Reader) (map[string]string, error) {
 	p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
@@ -576,11 +593,5 @@ func readInForce(ctx context.Context, c client.Reader) (map[string]string, error
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
-	if raw := p.Annotations[inForceAnnotation]; raw != "" {
-		if err := json.Unmarshal([]byte(raw), &out); err != nil {
-			return map[string]string{}, nil // unreadable: nothing in force
-		}
-	}
-	return out, nil
+	return InForce(p), nil
 }
