@@ -254,7 +254,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	reg := registrar.New(registrar.Config{
 		CompiledLabels: compiledLabels, CRDs: views.CRDs,
-		Client:         direct, Reader: mgr.GetCache(), Targets: views.ScaleTargets, Budgets: views.Budgets, Policies: policies,
+		Client: direct, Reader: mgr.GetCache(), Targets: views.ScaleTargets, Budgets: views.Budgets, Policies: policies,
 		Barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace},
 		Base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true,
 			RecycleBin: bin != nil},
