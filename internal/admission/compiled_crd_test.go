@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -102,6 +103,16 @@ func TestCompiledCustomResourceReplicasHoldWithoutRampart(t *testing.T) {
 		}
 		return false, nil
 	})
+	// rampart export policies, from the cluster, compiles the same.
+	_, rampart, err := clustertest.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	export, err := exec.Command(rampart, "export", "policies", "--kubeconfig", env.Kubeconfig).Output()
+	if err != nil || !strings.Contains(string(export), "# Custom resources' replicas compiled for the CRDs: "+crd.Name+" (.spec.size).") ||
+		!strings.Contains(string(export), "name: "+compiledName+"\n") || !strings.Contains(string(export), "name: "+policyCompiled+"\n") {
+		t.Errorf("rampart export policies from the cluster: %v; want %s and %s compiled:\n%s", err, compiledName, policyCompiled, export)
+	}
 	barrier := rampartadmission.Barrier{Namespace: localcluster.ManagerNamespace,
 		Servers: func(context.Context) ([]kubernetes.Interface, error) { return []kubernetes.Interface{env.Client}, nil }}
 	if err := barrier.Wait(ctx, token); err != nil {

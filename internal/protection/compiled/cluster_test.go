@@ -39,20 +39,10 @@ spec:
 
 // exportTestCRD is a CRD whose scale subresource keeps replicas at
 // .spec.size: with -f, the CRDs in the files are compiled.
-const exportTestCRD = `
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: pools.export.example.com}
-spec:
-  group: export.example.com
-  names: {plural: pools, singular: pool, kind: Pool, listKind: PoolList}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
-    subresources: {scale: {specReplicasPath: .spec.size, statusReplicasPath: .status.size}}
+const exportTestCRD = `{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, metadata: {name: pools.export.example.com},
+  spec: {group: export.example.com, names: {plural: pools, singular: pool, kind: Pool, listKind: PoolList}, scope: Namespaced,
+    versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}},
+      subresources: {scale: {specReplicasPath: .spec.size, statusReplicasPath: .status.size}}}]}}
 `
 
 // TestExportedPoliciesHoldWithoutRampart installs no Rampart at all: the
