@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -40,6 +41,9 @@ func (labelsPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 		// built-in workloads that already carry the label.
 		del.ObjectSelector = labelled(v1alpha1.LabelProtection, string(v1alpha1.ProtectionCascading))
 		upd.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "not-compiled", Expression: notCompiledReplicas}}
+		if len(reg.Scaled) > 0 {
+			upd.MatchConditions = append(upd.MatchConditions, admissionregistrationv1.MatchCondition{Name: "not-confirmed", Expression: notConfirmedScaled(reg.Scaled)})
+		}
 	}
 	// A workload created with the label gets its scale subresource guarded
 	// before the creation is admitted. Pods copied from a labelled
@@ -54,6 +58,31 @@ func (labelsPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	return own(Owner{}, del, upd, created)
 }
 
+// notConfirmedScaled leaves out the confirmed replica changes of custom
+// resources with a scale subresource that carried the explicit-replicas
+// label before the write: the webhook admits them (a workload that
+// already carried the label gains no guard), so leaving them to the
+// compiled policies, which admit them too, takes nothing from the webhook
+// and lets them through while Rampart is down. Every other change still
+// reaches it. Each resource's replicas are read as its compiled policy
+// reads them (the CRD's path, 1 when absent), and has() guards every
+// field: a condition that fails to evaluate would refuse the request.
+func notConfirmedScaled(scaled []compiled.ScaledResource) string {
+	confirm := `(has(object.metadata.annotations) && "` + v1alpha1.AnnotationConfirmReplicas + `" in object.metadata.annotations ? ` +
+		`object.metadata.annotations["` + v1alpha1.AnnotationConfirmReplicas + `"] : "")`
+	var byResource []string
+	for _, s := range scaled {
+		byResource = append(byResource, fmt.Sprintf(`(request.resource.group == %q && request.resource.resource == %q && %s == string(%s))`,
+			s.Resource.Group, s.Resource.Resource, confirm, s.ReplicasCEL("object")))
+	}
+	return `!(` + oldLabelled + ` && (` + strings.Join(byResource, " || ") + `))`
+}
+
+// oldLabelled: the object carried the explicit-replicas label before the
+// write.
+const oldLabelled = `has(oldObject.metadata.labels) && "` + v1alpha1.LabelExplicitReplicas + `" in oldObject.metadata.labels && ` +
+	`oldObject.metadata.labels["` + v1alpha1.LabelExplicitReplicas + `"] == "true"`
+
 // notCompiledReplicas leaves out the updates a compiled policy judges: a
 // built-in workload that carried the explicit-replicas label before the
 // write. A workload gaining the label still reaches Rampart, which puts its
@@ -63,7 +92,5 @@ var notCompiledReplicas = func() string {
 	for _, gr := range compiled.Workloads {
 		names = append(names, strconv.Quote(gr.Group+"/"+gr.Resource))
 	}
-	return `!([request.resource.group, request.resource.resource].join("/") in [` + strings.Join(names, ", ") + `] && ` +
-		`has(oldObject.metadata.labels) && "` + v1alpha1.LabelExplicitReplicas + `" in oldObject.metadata.labels && ` +
-		`oldObject.metadata.labels["` + v1alpha1.LabelExplicitReplicas + `"] == "true")`
+	return `!([request.resource.group, request.resource.resource].join("/") in [` + strings.Join(names, ", ") + `] && ` + oldLabelled + `)`
 }()

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection/compiled"
 )
 
 // ValidatingConfigName is the name of Rampart's ValidatingWebhookConfiguration.
@@ -99,6 +100,13 @@ type Registration struct {
 	// needs Rampart (Cascading; a workload gaining the explicit-replicas
 	// label, whose scale subresource is put in force; custom resources).
 	CompiledLabels bool
+	// Scaled are the custom resources with a scale subresource whose
+	// replicas are compiled, when CompiledLabels: the label webhook keeps
+	// judging their replica changes, all but the confirmed ones of an
+	// object that carried the label, which it would admit anyway; those
+	// are left to the compiled policies, so that they go through while
+	// Rampart is down.
+	Scaled []compiled.ScaledResource
 	// Token, when set, adds the probe webhook that a Barrier uses to see
 	// that the API servers have loaded this version of the configuration:
 	// a fresh one for each version written.

@@ -17,6 +17,8 @@ import (
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	celvalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
 	apiextensionsvalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -56,22 +58,28 @@ func newExportPoliciesCommand() *cobra.Command {
 		Long: `policies prints, as YAML to apply, a ValidatingAdmissionPolicy and its
 binding for each of Rampart's static rules: the label rules
 (rampart.io/protection=Always on any resource; rampart.io/explicit-replicas
-on Deployments, ReplicaSets, StatefulSets and ReplicationControllers) and
-each ProtectionPolicy's protection: Always and explicitReplicas, with its
-selectors, exemptions and mode. The API server then enforces them in CEL,
-with no webhook call, with Rampart down or not installed at all. Denials
-say the same as Rampart's webhooks.
+on Deployments, ReplicaSets, StatefulSets and ReplicationControllers, and
+on each custom resource whose CRD has a scale subresource, its replicas
+read at the CRD's specReplicasPath) and each ProtectionPolicy's
+protection: Always and explicitReplicas, with its selectors, exemptions
+and mode. The API server then enforces them in CEL, with no webhook call,
+with Rampart down or not installed at all. Denials say the same as
+Rampart's webhooks.
 
 What needs the cluster's state is not compiled and needs Rampart running:
 protection Cascading, the scale subresource (kubectl scale: its requests
-carry no labels), custom resources' replicas, budgets, flow control and
-change windows.
+carry no labels), budgets, flow control and change windows. A CRD whose
+served versions keep replicas at different paths, or at a path with a
+field name CEL escapes (a dash, a reserved word), is left to the webhook:
+the header names it and says why.
 
-The policies come from the cluster (every ProtectionPolicy), or from files
-with -f (YAML; kinds other than ProtectionPolicy are skipped), so they can
-be compiled in CI without a cluster; a file's policies are validated as the
-API server would (the CRD's schema and rules), and one it would refuse is
-an error. The API server loads new policies on
+The policies come from the cluster (every ProtectionPolicy and CRD), or
+from files with -f (YAML; ProtectionPolicies and CustomResourceDefinitions
+are read, other kinds skipped: only the CRDs in the files count), so they
+can be compiled in CI without a cluster; a file's policies are validated
+as the API server would (the CRD's schema and rules), and one it would
+refuse is an error. A CRD added later needs a new export. The API server
+loads new policies on
 a one-second tick, so the first ones applied can be in force a second
 before the last: check the LAST policy printed with a dry run before
 relying on any of them (it is loaded after the others), e.g.
@@ -84,17 +92,17 @@ relying on any of them (it is loaded after the others), e.g.
 			if err := exemptServiceAccounts(&o.exempt, o.exemptSAs); err != nil {
 				return err
 			}
-			var policies []v1alpha1.ProtectionPolicy
+			var in exportInput
 			var err error
 			if len(o.files) > 0 {
-				policies, err = policiesFromFiles(cmd.Context(), cmd.InOrStdin(), cmd.ErrOrStderr(), o.files)
+				in, err = fromFiles(cmd.Context(), cmd.InOrStdin(), cmd.ErrOrStderr(), o.files)
 			} else {
-				policies, err = policiesFromCluster(cmd, flags)
+				in, err = fromCluster(cmd, flags)
 			}
 			if err != nil {
 				return err
 			}
-			return writeCompiled(cmd.OutOrStdout(), policies, o)
+			return writeCompiled(cmd.OutOrStdout(), in, o)
 		},
 	}
 	flags.AddFlags(cmd.Flags())
@@ -106,23 +114,43 @@ relying on any of them (it is loaded after the others), e.g.
 	return cmd
 }
 
-func policiesFromCluster(cmd *cobra.Command, flags *genericclioptions.ConfigFlags) ([]v1alpha1.ProtectionPolicy, error) {
+// exportInput is what the policies are compiled from: the
+// ProtectionPolicies, and the CRDs (their custom resources with a scale
+// subresource).
+type exportInput struct {
+	policies []v1alpha1.ProtectionPolicy
+	crds     []apiextensionsv1.CustomResourceDefinition
+}
+
+func fromCluster(cmd *cobra.Command, flags *genericclioptions.ConfigFlags) (exportInput, error) {
 	c, err := rampartClient(flags)
 	if err != nil {
-		return nil, err
+		return exportInput{}, err
 	}
 	var list v1alpha1.ProtectionPolicyList
 	if err := c.List(cmd.Context(), &list); err != nil {
-		return nil, fmt.Errorf("listing ProtectionPolicies (use -f to compile from files): %w", err)
+		return exportInput{}, fmt.Errorf("listing ProtectionPolicies (use -f to compile from files): %w", err)
 	}
-	return list.Items, nil
+	cfg, err := flags.ToRESTConfig()
+	if err != nil {
+		return exportInput{}, err
+	}
+	ext, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return exportInput{}, err
+	}
+	crds, err := ext.ApiextensionsV1().CustomResourceDefinitions().List(cmd.Context(), metav1.ListOptions{})
+	if err != nil {
+		return exportInput{}, fmt.Errorf("listing CustomResourceDefinitions, for the replicas of custom resources (use -f to compile from files): %w", err)
+	}
+	return exportInput{policies: list.Items, crds: crds.Items}, nil
 }
 
-// policiesFromFiles reads ProtectionPolicies from YAML or JSON documents.
-// The API server is not there to validate them: checkPolicy does as it
-// would.
-func policiesFromFiles(ctx context.Context, stdin io.Reader, stderr io.Writer, files []string) ([]v1alpha1.ProtectionPolicy, error) {
-	var out []v1alpha1.ProtectionPolicy
+// fromFiles reads ProtectionPolicies and CRDs from YAML or JSON
+// documents. The API server is not there to validate them: checkPolicy
+// does as it would for a policy.
+func fromFiles(ctx context.Context, stdin io.Reader, stderr io.Writer, files []string) (exportInput, error) {
+	var out exportInput
 	for _, name := range files {
 		var r io.Reader
 		if name == "-" {
@@ -130,7 +158,7 @@ func policiesFromFiles(ctx context.Context, stdin io.Reader, stderr io.Writer, f
 		} else {
 			data, err := os.ReadFile(name)
 			if err != nil {
-				return nil, err
+				return exportInput{}, err
 			}
 			r = bytes.NewReader(data)
 		}
@@ -141,37 +169,60 @@ func policiesFromFiles(ctx context.Context, stdin io.Reader, stderr io.Writer, f
 				break
 			}
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
+				return exportInput{}, fmt.Errorf("%s: %w", name, err)
 			}
 			if len(bytes.TrimSpace(doc)) == 0 {
 				continue
 			}
+			var head struct{ APIVersion, Kind string }
+			if err := yaml.Unmarshal(doc, &head); err != nil {
+				return exportInput{}, fmt.Errorf("%s: document %d: %w", name, i, err)
+			}
+			if isCRD(head.APIVersion, head.Kind) {
+				crd, err := readCRD(doc)
+				if err != nil {
+					return exportInput{}, fmt.Errorf("%s: document %d: %w", name, i, err)
+				}
+				out.crds = append(out.crds, crd)
+				continue
+			}
+			if !isProtectionPolicy(head.APIVersion, head.Kind) {
+				fmt.Fprintf(stderr, "%s: document %d: skipping %s %s (only ProtectionPolicies and CustomResourceDefinitions are read)\n", name, i, head.APIVersion, head.Kind)
+				continue
+			}
 			var p v1alpha1.ProtectionPolicy
 			if err := yaml.UnmarshalStrict(doc, &p); err != nil {
-				// Another kind may have fields ProtectionPolicy lacks:
-				// read its kind leniently before calling it malformed.
-				var head struct{ APIVersion, Kind string }
-				if yaml.Unmarshal(doc, &head) == nil && !isProtectionPolicy(head.APIVersion, head.Kind) {
-					fmt.Fprintf(stderr, "%s: document %d: skipping %s %s (only ProtectionPolicies are compiled)\n", name, i, head.APIVersion, head.Kind)
-					continue
-				}
-				return nil, fmt.Errorf("%s: document %d: %w", name, i, err)
-			}
-			if !isProtectionPolicy(p.APIVersion, p.Kind) {
-				fmt.Fprintf(stderr, "%s: document %d: skipping %s %s (only ProtectionPolicies are compiled)\n", name, i, p.APIVersion, p.Kind)
-				continue
+				return exportInput{}, fmt.Errorf("%s: document %d: %w", name, i, err)
 			}
 			errs, err := checkPolicy(ctx, &p, doc)
 			if err != nil {
-				return nil, err
+				return exportInput{}, err
 			}
 			if len(errs) > 0 {
-				return nil, fmt.Errorf("%s: document %d: ProtectionPolicy %q: %w", name, i, p.Name, errs.ToAggregate())
+				return exportInput{}, fmt.Errorf("%s: document %d: ProtectionPolicy %q: %w", name, i, p.Name, errs.ToAggregate())
 			}
-			out = append(out, p)
+			out.policies = append(out.policies, p)
 		}
 	}
 	return out, nil
+}
+
+func isCRD(apiVersion, kind string) bool {
+	return kind == "CustomResourceDefinition" && apiVersion == apiextensionsv1.SchemeGroupVersion.String()
+}
+
+// readCRD reads a CRD for its scale subresources. Its name must be the
+// one the API server would require (plural.group): the compiled policies
+// are named after it and match its resource.
+func readCRD(doc []byte) (apiextensionsv1.CustomResourceDefinition, error) {
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(doc, &crd); err != nil {
+		return crd, err
+	}
+	if want := crd.Spec.Names.Plural + "." + crd.Spec.Group; crd.Name != want || crd.Spec.Names.Plural == "" || crd.Spec.Group == "" {
+		return crd, fmt.Errorf("CustomResourceDefinition %q: its name must be spec.names.plural.spec.group (%q), as the API server requires", crd.Name, want)
+	}
+	return crd, nil
 }
 
 func isProtectionPolicy(apiVersion, kind string) bool {
@@ -252,22 +303,34 @@ var policyValidator = sync.OnceValues(func() (*crdValidator, error) {
 
 // writeCompiled prints the compiled policies as one YAML stream, each
 // binding after its policy.
-func writeCompiled(w io.Writer, policies []v1alpha1.ProtectionPolicy, o exportOptions) error {
+func writeCompiled(w io.Writer, in exportInput, o exportOptions) error {
 	opts := compiled.Options{OwnNamespace: o.rampartNamespace, ReplicasExempt: o.exempt}
+	scaled, notCompiled := compiled.ScaledResources(in.crds)
+	opts.Scaled = scaled
 	var out []compiled.Policy
 	if o.labels {
-		out = compiled.LabelRules(opts)
+		out = append(compiled.LabelRules(opts), compiled.ScaledLabelRules(opts)...)
 	}
 	var left []string
-	for i := range policies {
-		c := compiled.FromPolicy(&policies[i], opts)
+	for _, n := range notCompiled {
+		left = append(left, fmt.Sprintf("#   CustomResourceDefinition %s: the replicas of its custom resources, because %s", n.CRD, n.Why))
+	}
+	for i := range in.policies {
+		c := compiled.FromPolicy(&in.policies[i], opts)
 		out = append(out, c...)
-		if p := &policies[i]; p.Spec.Protection == v1alpha1.ProtectionCascading {
+		if p := &in.policies[i]; p.Spec.Protection == v1alpha1.ProtectionCascading {
 			left = append(left, fmt.Sprintf("#   ProtectionPolicy %s: protection Cascading", p.Name))
 		}
 	}
 	fmt.Fprintln(w, "# Compiled by `rampart export policies`: Rampart's static rules, enforced by the API server.")
-	fmt.Fprintln(w, "# Not compiled (they need Rampart running): Cascading, the scale subresource, custom resources' replicas.")
+	fmt.Fprintln(w, "# Not compiled (they need Rampart running): Cascading, the scale subresource.")
+	if len(scaled) > 0 {
+		var crds []string
+		for _, s := range scaled {
+			crds = append(crds, s.CRD+" ("+s.Path+")")
+		}
+		fmt.Fprintln(w, "# Custom resources' replicas compiled for the CRDs: "+strings.Join(crds, ", ")+".")
+	}
 	if len(left) > 0 {
 		fmt.Fprintln(w, "# Left to Rampart's webhooks here:")
 		fmt.Fprintln(w, strings.Join(left, "\n"))

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -72,6 +73,30 @@ func applied(t *testing.T, stream string) (names []string) {
 	return names
 }
 
+// compiledPairs are the documents of compiled policies by name: each
+// policy, then its binding.
+func compiledPairs(names ...string) []string {
+	var out []string
+	for _, n := range names {
+		out = append(out, "policy/"+n, "binding/"+n)
+	}
+	return out
+}
+
+// exported runs the export, which must succeed, and checks it holds the
+// compiled policies named, in order; it returns what it printed.
+func exported(t *testing.T, stdin string, want []string, args ...string) (stdout, stderr string) {
+	t.Helper()
+	out, errOut, err := export(t, stdin, args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	if got := applied(t, out); !slices.Equal(got, want) {
+		t.Errorf("exported %v, want %v", got, want)
+	}
+	return out, errOut
+}
+
 const exportPolicy = `apiVersion: rampart.io/v1alpha1
 kind: ProtectionPolicy
 metadata: {name: payments}
@@ -90,29 +115,60 @@ func TestExportPoliciesFromFiles(t *testing.T) {
 	if err := os.WriteFile(file, []byte(mixed), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, err := export(t, "", "-f", file)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, errOut)
-	}
-	want := []string{
-		"policy/deletion.rampart.io", "binding/deletion.rampart.io",
-		"policy/replicas.rampart.io", "binding/replicas.rampart.io",
-		"policy/payments.deletion.policy.rampart.io", "binding/payments.deletion.policy.rampart.io",
-		"policy/payments.replicas.policy.rampart.io", "binding/payments.replicas.policy.rampart.io",
-	}
-	if got := applied(t, out); !slices.Equal(got, want) {
-		t.Errorf("exported %v, want %v", got, want)
-	}
-	if !strings.Contains(errOut, "skipping apps/v1 Deployment (only ProtectionPolicies are compiled)") {
+	want := compiledPairs("deletion.rampart.io", "replicas.rampart.io", "payments.deletion.policy.rampart.io", "payments.replicas.policy.rampart.io")
+	_, errOut := exported(t, "", want, "-f", file)
+	if !strings.Contains(errOut, "skipping apps/v1 Deployment (only ProtectionPolicies and CustomResourceDefinitions are read)") {
 		t.Errorf("the skipped Deployment is not named on stderr:\n%s", errOut)
 	}
 
-	out, errOut, err = export(t, exportPolicy, "-f", "-", "--labels=false")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, errOut)
+	exported(t, exportPolicy, want[4:], "-f", "-", "--labels=false")
+}
+
+// scaledCRD is a CRD whose scale subresource keeps replicas at path.
+func scaledCRD(plural, kind, path string) string {
+	return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: %[1]s.example.com}
+spec:
+  group: example.com
+  names: {plural: %[1]s, kind: %[2]s}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+    subresources: {scale: {specReplicasPath: %[3]s, statusReplicasPath: .status.size}}
+`, plural, kind, path)
+}
+
+// exportCRDs are CRDs with a scale subresource: one at a path CEL reads,
+// one whose field name it escapes.
+var exportCRDs = scaledCRD("widgets", "Widget", ".spec.size") + "---\n" + scaledCRD("dashes", "Dash", ".spec.desired-size")
+
+// TestExportPoliciesCompilesCustomResourcesInTheFiles: with -f, the CRDs
+// in the files count: the replicas of a custom resource with a scale
+// subresource are compiled for the label and for a policy covering it,
+// and a CRD whose path CEL cannot read as written is named in the header
+// as left to the webhook.
+func TestExportPoliciesCompilesCustomResourcesInTheFiles(t *testing.T) {
+	policy := strings.Replace(exportPolicy, "resources: [{apiGroups: [apps], resources: [deployments]}]",
+		"resources: [{apiGroups: [apps, example.com], resources: [deployments, widgets, dashes]}]", 1)
+	out, _ := exported(t, exportCRDs+"---\n"+policy, compiledPairs("deletion.rampart.io", "replicas.rampart.io", "widgets.example.com.replicas.rampart.io",
+		"payments.deletion.policy.rampart.io", "payments.replicas.policy.rampart.io", "payments.replicas.widgets.example.com.policy.rampart.io"), "-f", "-")
+	for _, w := range []string{
+		"# Not compiled (they need Rampart running): Cascading, the scale subresource.\n",
+		"# Custom resources' replicas compiled for the CRDs: widgets.example.com (.spec.size).",
+		`#   CustomResourceDefinition dashes.example.com: the replicas of its custom resources, because its replicas path ".spec.desired-size": field name "desired-size" is escaped in CEL`,
+		"has(object.spec.size)",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("the export does not say %q:\n%s", w, out)
+		}
 	}
-	if got := applied(t, out); !slices.Equal(got, want[4:]) {
-		t.Errorf("from standard input without the label rules: exported %v, want %v", got, want[4:])
+	bad := strings.Replace(exportCRDs, "metadata: {name: widgets.example.com}", "metadata: {name: widget.example.com}", 1)
+	if _, _, err := export(t, bad, "-f", "-"); err == nil || !strings.Contains(err.Error(), `its name must be spec.names.plural.spec.group ("widgets.example.com")`) {
+		t.Errorf("a CRD named unlike its resource: %v; want it refused", err)
 	}
 }
 

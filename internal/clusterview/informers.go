@@ -413,6 +413,26 @@ func (c *Informers) crdDeleted(obj any) {
 	}
 }
 
+// CRDs are the cached CRDs, and whether the cache has synced (before, it
+// may lack some).
+func (c *Informers) CRDs() ([]apiextensionsv1.CustomResourceDefinition, bool) {
+	var out []apiextensionsv1.CustomResourceDefinition
+	for _, obj := range c.crds.GetStore().List() {
+		if crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition); ok {
+			out = append(out, *crd)
+		}
+	}
+	return out, c.crds.HasSynced()
+}
+
+// OnCRDChange calls f after any CRD is added, changed or deleted (after
+// the views' own reactions). Call it before Start.
+func (c *Informers) OnCRDChange(f func()) {
+	each := func(*apiextensionsv1.CustomResourceDefinition) { f() }
+	c.onCRD = append(c.onCRD, each)
+	c.onCRDDeleted = append(c.onCRDDeleted, each)
+}
+
 // eachCRD calls f with every cached CRD.
 func (c *Informers) eachCRD(f func(*apiextensionsv1.CustomResourceDefinition)) {
 	for _, obj := range c.crds.GetStore().List() {

@@ -253,8 +253,8 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		}
 	}
 	reg := registrar.New(registrar.Config{
-		CompiledLabels: compiledLabels,
-		Client:         direct, Reader: mgr.GetCache(), Targets: views.ScaleTargets, Budgets: views.Budgets, Policies: policies,
+		CompiledLabels: compiledLabels, CRDs: views.CRDs,
+		Client: direct, Reader: mgr.GetCache(), Targets: views.ScaleTargets, Budgets: views.Budgets, Policies: policies,
 		Barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace},
 		Base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true,
 			RecycleBin: bin != nil},
@@ -277,8 +277,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	reg.SetOwner(owner)
-	keeper := &registrar.Compiled{Client: direct, Servers: servers, Namespace: o.Namespace, Options: compiledOpts,
+	keeper := &registrar.Compiled{Client: direct, Servers: servers, Namespace: o.Namespace, Options: compiledOpts, CRDs: views.CRDs,
 		Enabled: o.CompiledPolicies, Registrar: reg, Owner: func() *metav1.OwnerReference { return owner }, Log: o.Log.WithName("compiled")}
+	// A CRD added, changed or removed recompiles its custom resources'
+	// replicas at once (and the label webhook's condition reading them).
+	views.OnCRDChange(keeper.Poke)
+	views.OnCRDChange(reg.Poke)
 	if err := watchProtections(ctx, mgr, reg, keeper, views, policies, o.Log); err != nil {
 		return err
 	}

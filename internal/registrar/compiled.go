@@ -15,10 +15,12 @@ import (
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,6 +68,12 @@ const (
 // server only once its policy and binding watches have delivered both, and
 // so everything written before them.
 //
+// The explicit-replicas label on custom resources with a scale
+// subresource is compiled too (one policy per CRD, kept in step with the
+// CRDs), but the label webhook is never narrowed for them: it keeps
+// judging their replicas (belt and braces), and the compiled policy holds
+// them while Rampart is down.
+//
 // A ProtectionPolicy's webhooks stay wide: the webhook holds the policy
 // from the moment the API accepts it (the compiled policy only once every
 // API server has loaded it), counts its denials and records Events. Its
@@ -78,6 +86,10 @@ type Compiled struct {
 	// Namespace is Rampart's, where the probe's ConfigMap would be.
 	Namespace string
 	Options   compiled.Options
+	// CRDs are the cluster's CRDs, and whether the cache holding them has
+	// synced: the custom resources with a scale subresource are compiled
+	// (Options.Scaled). Nil: none.
+	CRDs func() ([]apiextensionsv1.CustomResourceDefinition, bool)
 	// Enabled false removes what the manager applied, after widening the
 	// webhooks again.
 	Enabled bool
@@ -113,6 +125,14 @@ func (c *Compiled) kicks() chan struct{} {
 // Start keeps the compiled policies in step until ctx ends.
 func (c *Compiled) Start(ctx context.Context) error {
 	kick := c.kicks()
+	// Compiled from a cache still filling, the custom resources' policies
+	// would be removed and made again at every start.
+	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		_, synced := c.options()
+		return synced, nil
+	}); err != nil {
+		return nil
+	}
 	for {
 		if err := c.sync(ctx); err != nil && ctx.Err() == nil {
 			c.Log.Error(err, "keeping the compiled policies; retrying")
@@ -129,6 +149,35 @@ func (c *Compiled) Start(ctx context.Context) error {
 // PolicyKey is a ProtectionPolicy's key in the in-force record.
 func PolicyKey(name string) string { return "policy/" + name }
 
+// CRDKey is the key in the in-force record of the explicit-replicas
+// label's compiled policy for the custom resource of a CRD.
+func CRDKey(crd string) string { return "crd/" + crd }
+
+// options are the compiler's options with the custom resources of the
+// CRDs now, and whether the CRD cache has synced.
+func (c *Compiled) options() (compiled.Options, bool) {
+	o := c.Options
+	if c.CRDs == nil {
+		return o, true
+	}
+	crds, synced := c.CRDs()
+	o.Scaled, _ = compiled.ScaledResources(crds)
+	return o, synced
+}
+
+// leftToTheWebhook logs the CRDs with a scale subresource whose replicas
+// are not compiled, and why.
+func (c *Compiled) leftToTheWebhook() {
+	if c.CRDs == nil {
+		return
+	}
+	crds, _ := c.CRDs()
+	_, left := compiled.ScaledResources(crds)
+	for _, l := range left {
+		c.Log.Info("custom resources' replicas left to the webhook (not compiled)", "crd", l.CRD, "why", l.Why)
+	}
+}
+
 // wanted is what should be applied, and the record that says it is in
 // force: each source's version (Hash).
 func (c *Compiled) wanted(ctx context.Context) (all []compiled.Policy, record map[string]string, err error) {
@@ -136,16 +185,23 @@ func (c *Compiled) wanted(ctx context.Context) (all []compiled.Policy, record ma
 	if !c.Enabled {
 		return nil, record, nil
 	}
-	labels := compiled.LabelRules(c.Options)
+	o, _ := c.options()
+	labels := compiled.LabelRules(o)
 	all = append(all, labels...)
 	record[sourceLabels] = Hash(labels)
+	// Recorded apart from the label rules: a CRD coming or going changes
+	// only its own entry, and never widens the label webhooks.
+	for i, cp := range compiled.ScaledLabelRules(o) {
+		all = append(all, cp)
+		record[CRDKey(o.Scaled[i].CRD)] = Hash([]compiled.Policy{cp})
+	}
 	var policies v1alpha1.ProtectionPolicyList
 	if err := c.Client.List(ctx, &policies); err != nil {
 		return nil, nil, err
 	}
 	for i := range policies.Items {
 		p := &policies.Items[i]
-		ps := PolicyRules(p, c.Options)
+		ps := PolicyRules(p, o)
 		if len(ps) == 0 {
 			continue
 		}
@@ -185,7 +241,8 @@ func (c *Compiled) PolicyState(ctx context.Context, p *v1alpha1.ProtectionPolicy
 	if !c.Enabled {
 		return nil, false, nil
 	}
-	ps := PolicyRules(p, c.Options)
+	o, _ := c.options()
+	ps := PolicyRules(p, o)
 	if len(ps) == 0 {
 		return nil, false, nil
 	}
@@ -248,7 +305,8 @@ func (c *Compiled) sync(ctx context.Context) error {
 	if err := c.record(ctx, wantRecord); err != nil {
 		return err
 	}
-	c.Log.Info("compiled policies in force on every API server", "labels", hash, "protectionPolicies", len(wantRecord)-1, "policies", len(want))
+	c.Log.Info("compiled policies in force on every API server", "labels", hash, "sources", len(wantRecord), "policies", len(want))
+	c.leftToTheWebhook()
 	c.Registrar.Poke()
 	return nil
 }
@@ -267,8 +325,9 @@ func Hash(ps []compiled.Policy) string {
 
 // drifted says whether what the manager applied differs from want (a
 // policy deleted or edited by hand, one not applied yet, or one no longer
-// wanted), and whether the label rules' policies are among those that
-// differ: only those are behind the narrowed label webhooks.
+// wanted), and whether the label rules' policies for the built-in kinds
+// are among those that differ: only those are behind the narrowed label
+// webhooks (those of custom resources are not).
 func (c *Compiled) drifted(ctx context.Context, want []compiled.Policy) (anything, labels bool, err error) {
 	var have admissionregistrationv1.ValidatingAdmissionPolicyList
 	if err := c.Client.List(ctx, &have, client.MatchingLabels{labelAppliedBy: appliedBy}); err != nil {
@@ -278,34 +337,33 @@ func (c *Compiled) drifted(ctx context.Context, want []compiled.Policy) (anythin
 	if err := c.Client.List(ctx, &bindings, client.MatchingLabels{labelAppliedBy: appliedBy}); err != nil {
 		return false, false, err
 	}
-	type live struct{ spec, source string }
+	type live struct{ spec, name string }
 	specs := map[string]live{}
 	for _, p := range have.Items {
 		if p.Name != probeName {
-			specs["p/"+p.Name] = live{specJSON(p.Spec), p.Labels[compiled.LabelSource]}
+			specs["p/"+p.Name] = live{specJSON(p.Spec), p.Name}
 		}
 	}
 	for _, b := range bindings.Items {
 		if b.Name != probeName {
-			specs["b/"+b.Name] = live{specJSON(b.Spec), b.Labels[compiled.LabelSource]}
+			specs["b/"+b.Name] = live{specJSON(b.Spec), b.Name}
 		}
 	}
-	differs := func(source string) {
+	differs := func(name string) {
 		anything = true
-		labels = labels || source == sourceLabels
+		labels = labels || name == compiled.LabelDeletionName || name == compiled.LabelReplicasName
 	}
 	for _, p := range want {
-		source := p.Policy.Labels[compiled.LabelSource]
 		// The API server defaults some fields: compare what was asked for
 		// field by field through a round trip of the live object.
 		if !covers(specs["p/"+p.Policy.Name].spec, p.Policy.Spec) || !covers(specs["b/"+p.Binding.Name].spec, p.Binding.Spec) {
-			differs(source)
+			differs(p.Policy.Name)
 		}
 		delete(specs, "p/"+p.Policy.Name)
 		delete(specs, "b/"+p.Binding.Name)
 	}
 	for _, l := range specs {
-		differs(l.source)
+		differs(l.name)
 	}
 	return anything, labels, nil
 }
@@ -508,6 +566,23 @@ func (c *Compiled) record(ctx context.Context, inForce map[string]string) error 
 	return c.Client.Patch(ctx, p, patch)
 }
 
+// InForce is the record on the probe policy p: each source's version
+// (Hash) that every API server was seen to enforce, by key (sourceLabels,
+// PolicyKey, CRDKey). For tests and tools that must act as soon as a
+// compiled policy is loaded.
+func InForce(p *admissionregistrationv1.ValidatingAdmissionPolicy) map[string]string {
+	out := map[string]string{}
+	if raw := p.Annotations[inForceAnnotation]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &out); err != nil {
+			return map[string]string{} // unreadable: nothing in force
+		}
+	}
+	return out
+}
+
+// ProbePolicyName is the probe policy's name, which holds the record.
+const ProbePolicyName = probeName
+
 // readInForce reads the record; none means nothing is in force.
 func readInForce(ctx context.Context, c client.Reader) (map[string]string, error) {
 	p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
@@ -518,11 +593,5 @@ func readInForce(ctx context.Context, c client.Reader) (map[string]string, error
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
-	if raw := p.Annotations[inForceAnnotation]; raw != "" {
-		if err := json.Unmarshal([]byte(raw), &out); err != nil {
-			return map[string]string{}, nil // unreadable: nothing in force
-		}
-	}
-	return out, nil
+	return InForce(p), nil
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -130,7 +133,8 @@ func TestPolicyStateFollowsTheRecord(t *testing.T) {
 
 // A ProtectionPolicy's compiled policy missing (just created) or stale
 // (its policy deleted) is drift to repair, but not a reason to widen the
-// label webhooks; a label rule's policy or binding missing is.
+// label webhooks; a label rule's policy or binding missing is, but not
+// that of a custom resource (the webhooks judge those anyway).
 func TestDriftOfAPolicyLeavesTheLabelWebhooksNarrow(t *testing.T) {
 	s := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(s), v1alpha1.AddToScheme(s)); err != nil {
@@ -152,6 +156,9 @@ func TestDriftOfAPolicyLeavesTheLabelWebhooksNarrow(t *testing.T) {
 		return &Compiled{Client: b.Build(), Options: opts, Enabled: true}
 	}
 	both := append(append([]compiled.Policy{}, labels...), ledger...)
+	widgets := compiled.ScaledLabelRules(compiled.Options{OwnNamespace: "rampart-system", Scaled: []compiled.ScaledResource{{
+		CRD: "widgets.example.com", Resource: schema.GroupResource{Group: "example.com", Resource: "widgets"}, Path: ".spec.size"}}})
+	withWidgets := append(append([]compiled.Policy{}, both...), widgets...)
 	for _, tt := range []struct {
 		name           string
 		have, want     []compiled.Policy
@@ -161,6 +168,8 @@ func TestDriftOfAPolicyLeavesTheLabelWebhooksNarrow(t *testing.T) {
 		{"a new policy's not applied yet", labels, both, true, false},
 		{"a deleted policy's still there", both, labels, true, false},
 		{"a label rule's missing", append(append([]compiled.Policy{}, labels[1:]...), ledger...), both, true, true},
+		{"a new CRD's label rule not applied yet", both, withWidgets, true, false},
+		{"a deleted CRD's label rule still there", withWidgets, both, true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			anything, lbls, err := applied(tt.have).drifted(context.Background(), tt.want)
@@ -193,5 +202,46 @@ func TestNoConfigurationFromViewsStillLoading(t *testing.T) {
 	defer cancel()
 	if err := r.waitSynced(ctx); err == nil {
 		t.Error("waitSynced returned before the views synced")
+	}
+}
+
+// The custom resources with a scale subresource are compiled from the
+// CRDs, each recorded apart from the label rules (a CRD coming or going
+// leaves the label webhooks' version alone), and a policy covering one
+// compiles its replicas there too.
+func TestCustomResourcesCompiledFromTheCRDs(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(s), v1alpha1.AddToScheme(s)); err != nil {
+		t.Fatal(err)
+	}
+	widgets := apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: "example.com", Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Subresources: &apiextensionsv1.CustomResourceSubresources{Scale: &apiextensionsv1.CustomResourceSubresourceScale{SpecReplicasPath: ".spec.size"}}}}}}
+	fleet := &v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "fleet"}, Spec: v1alpha1.ProtectionPolicySpec{
+		Resources:        []v1alpha1.ResourceRule{{APIGroups: []string{"example.com"}, Resources: []string{"widgets"}}},
+		ExplicitReplicas: &v1alpha1.ExplicitReplicas{Guard: v1alpha1.GuardAll}}}
+	c := &Compiled{Client: fake.NewClientBuilder().WithScheme(s).WithObjects(fleet).Build(), Options: compiled.Options{OwnNamespace: "rampart-system"}, Enabled: true,
+		CRDs: func() ([]apiextensionsv1.CustomResourceDefinition, bool) {
+			return []apiextensionsv1.CustomResourceDefinition{widgets}, true
+		}}
+	all, record, err := c.wanted(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range all {
+		names = append(names, p.Policy.Name)
+	}
+	want := []string{compiled.LabelDeletionName, compiled.LabelReplicasName, "widgets.example.com.replicas.rampart.io", "fleet.replicas.widgets.example.com.policy.rampart.io"}
+	if !slices.Equal(names, want) {
+		t.Errorf("compiled %v, want %v", names, want)
+	}
+	if record[sourceLabels] != Hash(compiled.LabelRules(c.Options)) || record[CRDKey("widgets.example.com")] == "" || record[PolicyKey("fleet")] == "" {
+		t.Errorf("record %v: want the label rules' version unchanged by the CRD, and entries for the CRD and the policy", record)
+	}
+	names, _, err = c.PolicyState(context.Background(), fleet)
+	if err != nil || !slices.Equal(names, want[3:]) {
+		t.Errorf("the policy's compiled policies: %v, %v; want %v", names, err, want[3:])
 	}
 }

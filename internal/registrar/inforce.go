@@ -312,7 +312,7 @@ func (r *Registrar) writeOnce(ctx context.Context, force bool) (string, error) {
 	want, marks := mergeLive(reg, own, live, now)
 	if live != nil && !force && sameReach(live.Webhooks, want.Webhooks) && live.Annotations[pendingAnnotation] == encodeMarks(marks) &&
 		live.Annotations[tokenAnnotation] != "" {
-		return live.Annotations[tokenAnnotation], nil
+		return Token(live), nil
 	}
 	reg.Token = rampartadmission.NewToken()
 	tokened := rampartadmission.ValidatingConfig(reg)
@@ -471,12 +471,18 @@ func (r *Registrar) RecyclePolicy(ctx context.Context, p *v1alpha1.RecyclePolicy
 }
 
 // liveToken reads the token of the configuration live now.
+// Token is the token of a written configuration's probe webhook: pass it
+// to a Barrier to wait until every API server has loaded that version.
+func Token(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) string {
+	return cfg.Annotations[tokenAnnotation]
+}
+
 func liveToken(c client.Client) func(context.Context) (string, error) {
 	return func(ctx context.Context) (string, error) {
 		live := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 		if err := c.Get(ctx, client.ObjectKey{Name: rampartadmission.ValidatingConfigName}, live); err != nil {
 			return "", err
 		}
-		return live.Annotations[tokenAnnotation], nil
+		return Token(live), nil
 	}
 }

@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
+	"github.com/rampart-io/rampart/internal/protection/compiled"
 )
 
 // PolicyLister lists every ProtectionPolicy, in a stable order.
@@ -45,7 +47,11 @@ type Config struct {
 	// the manager applies; the label webhooks narrow once the probe's
 	// record says every API server enforces it. Empty: never.
 	CompiledLabels string
-	Log            logr.Logger
+	// CRDs are the cluster's CRDs (the manager's cache): with the label
+	// rules in force, the label webhook leaves the confirmed replica
+	// changes of custom resources to their compiled policies. Nil: none.
+	CRDs func() ([]apiextensionsv1.CustomResourceDefinition, bool)
+	Log  logr.Logger
 }
 
 // New is a Registrar; add it to the manager (it runs on every replica).
@@ -54,7 +60,7 @@ func New(c Config) *Registrar {
 		c.Barrier.Current = liveToken(c.Client)
 	}
 	return &Registrar{client: c.Client, reader: c.Reader, targets: c.Targets, budgets: c.Budgets, policies: c.Policies,
-		barrier: c.Barrier, base: c.Base, compiledLabels: c.CompiledLabels, log: c.Log, done: make(chan struct{}), kick: make(chan struct{}, 1),
+		barrier: c.Barrier, base: c.Base, compiledLabels: c.CompiledLabels, crds: c.CRDs, log: c.Log, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		writing: make(chan struct{}, 1)}
 }
 
@@ -92,6 +98,7 @@ type Registrar struct {
 	writing chan struct{}
 	// compiledLabels: see Config.CompiledLabels.
 	compiledLabels string
+	crds           func() ([]apiextensionsv1.CustomResourceDefinition, bool)
 	// viewsSynced, when set, stands for the views' HasSynced (tests).
 	viewsSynced func() bool
 
@@ -159,6 +166,10 @@ func (r *Registrar) fromCaches(ctx context.Context) rampartadmission.Registratio
 			r.log.Error(err, "reading which compiled policies are in force")
 		}
 		reg.CompiledLabels = record[sourceLabels] == r.compiledLabels
+		if reg.CompiledLabels && r.crds != nil {
+			crds, _ := r.crds()
+			reg.Scaled, _ = compiled.ScaledResources(crds)
+		}
 	}
 	return reg
 }

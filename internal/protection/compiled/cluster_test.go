@@ -37,11 +37,20 @@ spec:
   mode: Warn
 `
 
+// exportTestCRD is a CRD whose scale subresource keeps replicas at
+// .spec.size: with -f, the CRDs in the files are compiled.
+const exportTestCRD = `{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, metadata: {name: pools.export.example.com},
+  spec: {group: export.example.com, names: {plural: pools, singular: pool, kind: Pool, listKind: PoolList}, scope: Namespaced,
+    versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}},
+      subresources: {scale: {specReplicasPath: .spec.size, statusReplicasPath: .status.size}}}]}}
+`
+
 // TestExportedPoliciesHoldWithoutRampart installs no Rampart at all: the
 // rules come from `rampart export policies`, applied with kubectl, and the
 // API server alone enforces them. Always-labelled Namespace, ConfigMap and
 // Deployment cannot be deleted, an unconfirmed replica change of an
-// explicit-replicas Deployment is refused and a confirmed one goes
+// explicit-replicas Deployment, or of a custom resource whose CRD keeps
+// its replicas at .spec.size, is refused and a confirmed one goes
 // through, a policy's exemption and Warn mode hold, and unprotected
 // objects pass.
 func TestExportedPoliciesHoldWithoutRampart(t *testing.T) {
@@ -84,6 +93,17 @@ func TestExportedPoliciesHoldWithoutRampart(t *testing.T) {
 	must(kubectl("-n", ns, "create", "deployment", "web", "--image=registry.k8s.io/pause:3.10", "--replicas=3"))
 	must(kubectl("-n", ns, "label", "deployment", "web", "rampart.io/protection=Always", "rampart.io/explicit-replicas=true"))
 	must(kubectl("-n", ns, "create", "deployment", "loose", "--image=registry.k8s.io/pause:3.10", "--replicas=3"))
+	crdFile := filepath.Join(t.TempDir(), "crd.yaml")
+	if err := os.WriteFile(crdFile, []byte(exportTestCRD), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	must(kubectl("apply", "-f", crdFile))
+	must(kubectl("wait", "--for=condition=Established", "crd/pools.export.example.com"))
+	pool := filepath.Join(t.TempDir(), "pool.yaml")
+	if err := os.WriteFile(pool, []byte("apiVersion: export.example.com/v1\nkind: Pool\nmetadata: {name: db, labels: {rampart.io/explicit-replicas: \"true\"}}\nspec: {size: 3}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	must(kubectl("-n", ns, "create", "-f", pool))
 
 	// rampart export policies -f policies.yaml | kubectl apply -f -
 	_, rampart, err := clustertest.Binaries()
@@ -94,7 +114,7 @@ func TestExportedPoliciesHoldWithoutRampart(t *testing.T) {
 	if err := os.WriteFile(file, []byte(exportTestPolicies), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	export := exec.Command(rampart, "export", "policies", "-f", file)
+	export := exec.Command(rampart, "export", "policies", "-f", file, "-f", crdFile)
 	yaml, err := export.Output()
 	if err != nil {
 		t.Fatalf("rampart export policies: %v", err)
@@ -148,6 +168,14 @@ func TestExportedPoliciesHoldWithoutRampart(t *testing.T) {
 	if err != nil || d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
 		t.Fatalf("the confirmed change to 1 replica was not made: %v %v", err, d.Spec.Replicas)
 	}
+	out, err = kubectl("-n", ns, "patch", "pools.export.example.com", "db", "--type=merge", "-p", `{"spec":{"size":0}}`)
+	refused("an unconfirmed change of a custom resource's size", out, err, `ValidatingAdmissionPolicy 'pools.export.example.com.replicas.rampart.io'`,
+		`changing the replicas of pools.export.example.com "db" in namespace "`+ns+`" from 3 to 0 needs confirmation`)
+	must(kubectl("-n", ns, "patch", "pools.export.example.com", "db", "--type=merge", "-p",
+		`{"metadata":{"annotations":{"rampart.io/confirm-replicas":"1"}},"spec":{"size":1}}`))
+	if out := must(kubectl("-n", ns, "get", "pools.export.example.com", "db", "-o", "jsonpath={.spec.size}")); out != "1" {
+		t.Errorf("the confirmed change of the size to 1 was not made: size %s", out)
+	}
 
 	out, err = kubectl("-n", ns, "delete", "configmap", "ledger")
 	refused("deleting a ConfigMap a policy protects", out, err, `ValidatingAdmissionPolicy 'payments.deletion.policy.rampart.io'`,
@@ -170,6 +198,7 @@ func TestExportedPoliciesHoldWithoutRampart(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^deletion\.rampart\.io\s+labels\s+Deny\s+3\s+0$`, // keep, the namespace, web
 		`(?m)^replicas\.rampart\.io\s+labels\s+Deny\s+2\s+0$`,
+		`(?m)^pools\.export\.example\.com\.replicas\.rampart\.io\s+labels\s+Deny\s+1\s+0$`,
 		`(?m)^payments\.deletion\.policy\.rampart\.io\s+payments\s+Deny\s+1\s+0$`,
 		`(?m)^trial\.deletion\.policy\.rampart\.io\s+trial\s+Warn\s+0\s+2$`, // the probe's dry run and the delete
 	} {

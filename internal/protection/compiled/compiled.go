@@ -4,12 +4,14 @@
 //
 // A rule is static when the request alone decides it: the
 // rampart.io/protection=Always label or a policy's protection: Always on a
-// DELETE, and explicit replicas on an update of a built-in workload's
-// object (the new spec.replicas and the rampart.io/confirm-replicas
-// annotation are both in the request). What needs the cluster's state stays
-// in the webhooks: Cascading (it counts dependents), the scale subresource
-// (its requests carry no labels), custom resources' replicas (their path is
-// in their CRD), budgets, flow control and change windows.
+// DELETE, and explicit replicas on an update of a workload's object (the
+// new replicas and the rampart.io/confirm-replicas annotation are both in
+// the request): the built-in workloads, and the custom resources whose CRD
+// has a scale subresource, their replicas read where the CRD says
+// (Options.Scaled, one policy per CRD). What needs the cluster's state
+// stays in the webhooks: Cascading (it counts dependents), the scale
+// subresource (its requests carry no labels), budgets, flow control and
+// change windows.
 //
 // Each compiled policy says the same as the Go decision in
 // internal/protection/deletion and internal/protection/replicas, message
@@ -26,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -59,6 +62,9 @@ type Options struct {
 	// ReplicasExempt are requesters the explicit-replicas label never
 	// denies (the manager's --replicas-exempt-* flags).
 	ReplicasExempt v1alpha1.Subjects
+	// Scaled are the custom resources whose explicit replicas are
+	// compiled (ScaledResources reads them from CRDs).
+	Scaled []ScaledResource
 }
 
 // Policy is one compiled ValidatingAdmissionPolicy with its binding (of
@@ -77,9 +83,10 @@ var Workloads = []schema.GroupResource{
 	{Resource: "replicationcontrollers"},
 }
 
-// Compile is every static rule: the label rules, then each policy's.
+// Compile is every static rule: the label rules (built-in kinds, then
+// custom resources), then each policy's.
 func Compile(policies []v1alpha1.ProtectionPolicy, o Options) []Policy {
-	out := LabelRules(o)
+	out := append(LabelRules(o), ScaledLabelRules(o)...)
 	for i := range policies {
 		out = append(out, FromPolicy(&policies[i], o)...)
 	}
@@ -87,21 +94,39 @@ func Compile(policies []v1alpha1.ProtectionPolicy, o Options) []Policy {
 }
 
 // LabelRules compiles rampart.io/protection=Always and
-// rampart.io/explicit-replicas=true.
+// rampart.io/explicit-replicas=true on the built-in workloads: the rules
+// the manager narrows the label webhooks for once they are in force.
+// ScaledLabelRules are the explicit-replicas label on custom resources.
 func LabelRules(o Options) []Policy {
 	del := newPolicy(LabelDeletionName, SourceLabels, deleteRules([]v1alpha1.ResourceRule{{APIGroups: []string{"*"}, Resources: []string{"*"}}}), o.notOwn(nil))
 	del.Policy.Spec.MatchConstraints.ObjectSelector = labelIn(v1alpha1.LabelProtection, string(v1alpha1.ProtectionAlways))
 	del.Policy.Spec.Validations = []admissionregistrationv1.Validation{deletionValidation(labelSource(v1alpha1.LabelProtection))}
 
-	rep := newPolicy(LabelReplicasName, SourceLabels, replicaRules(Workloads), o.notOwn(nil))
+	return []Policy{del, labelReplicas(LabelReplicasName, Workloads, workloadReplicas, o)}
+}
+
+// ScaledLabelRules compiles rampart.io/explicit-replicas=true on each
+// custom resource of o.Scaled: one policy per CRD (LabelScaledName).
+func ScaledLabelRules(o Options) []Policy {
+	var out []Policy
+	for _, s := range o.Scaled {
+		out = append(out, labelReplicas(LabelScaledName(s.CRD), []schema.GroupResource{s.Resource}, s.path(), o))
+	}
+	return out
+}
+
+// labelReplicas is the explicit-replicas label on grs, whose replicas are
+// at path.
+func labelReplicas(name string, grs []schema.GroupResource, path replicasPath, o Options) Policy {
+	rep := newPolicy(name, SourceLabels, replicaRules(grs), o.notOwn(nil))
 	// The API server matches an update's objectSelector against the
 	// object before and after: removing the label in the same write does
 	// not escape it, as with the webhook.
 	rep.Policy.Spec.MatchConstraints.ObjectSelector = labelIn(v1alpha1.LabelExplicitReplicas, "true")
-	rep.Policy.Spec.MatchConditions = append([]admissionregistrationv1.MatchCondition{changesReplicas}, exemptCondition(o.ReplicasExempt)...)
-	rep.Policy.Spec.Variables = append(rep.Policy.Spec.Variables, replicaVariables()...)
+	rep.Policy.Spec.MatchConditions = append([]admissionregistrationv1.MatchCondition{path.changes()}, exemptCondition(o.ReplicasExempt)...)
+	rep.Policy.Spec.Variables = append(rep.Policy.Spec.Variables, path.variables()...)
 	rep.Policy.Spec.Validations = []admissionregistrationv1.Validation{replicasValidation(v1alpha1.GuardAll, labelSource(v1alpha1.LabelExplicitReplicas))}
-	return []Policy{del, rep}
+	return rep
 }
 
 // DeletionName and ReplicasName are the names of a ProtectionPolicy's
@@ -111,16 +136,27 @@ func DeletionName(p string) string { return p + ".deletion.policy.rampart.io" }
 // ReplicasName: see DeletionName.
 func ReplicasName(p string) string { return p + ".replicas.policy.rampart.io" }
 
+// LabelScaledName is the name of the explicit-replicas label's compiled
+// policy for a custom resource, after its CRD: the webhook it backs is
+// replicas.rampart.io.
+func LabelScaledName(crd string) string { return crd + ".replicas.rampart.io" }
+
+// ScaledReplicasName is the name of a ProtectionPolicy's compiled policy
+// for the replicas of the custom resource of a CRD.
+func ScaledReplicasName(p, crd string) string { return p + ".replicas." + crd + ".policy.rampart.io" }
+
 // FromPolicy compiles what of a ProtectionPolicy is static: protection
-// Always, and explicit replicas of the built-in workloads it covers.
+// Always, and explicit replicas of the built-in workloads and of the
+// custom resources of o.Scaled it covers (one compiled policy for the
+// built-in ones, one per CRD). A name longer than the API server takes
+// (ScaledReplicasName of a long policy and CRD) is left to the webhook.
 func FromPolicy(p *v1alpha1.ProtectionPolicy, o Options) []Policy {
 	var out []Policy
-	src := policySource(p.Name)
 	if p.Spec.Protection == v1alpha1.ProtectionAlways {
 		del := newPolicy(DeletionName(p.Name), p.Name, deleteRules(p.Spec.Resources), o.notOwn(p.Spec.NamespaceSelector))
 		del.Policy.Spec.MatchConstraints.ObjectSelector = orEverything(p.Spec.ObjectSelector)
 		del.Policy.Spec.MatchConditions = exemptCondition(p.Spec.Exempt)
-		del.Policy.Spec.Validations = []admissionregistrationv1.Validation{deletionValidation(src)}
+		del.Policy.Spec.Validations = []admissionregistrationv1.Validation{deletionValidation(policySource(p.Name))}
 		out = append(out, del.mode(p))
 	}
 	if guard := policy.Guard(p); guard != "" {
@@ -131,27 +167,35 @@ func FromPolicy(p *v1alpha1.ProtectionPolicy, o Options) []Policy {
 			}
 		}
 		if len(covered) > 0 {
-			rep := newPolicy(ReplicasName(p.Name), p.Name, replicaRules(covered), o.notOwn(p.Spec.NamespaceSelector))
-			rep.Policy.Spec.MatchConstraints.ObjectSelector = orEverything(p.Spec.ObjectSelector)
-			rep.Policy.Spec.MatchConditions = append([]admissionregistrationv1.MatchCondition{changesReplicas}, exemptCondition(p.Spec.Exempt)...)
-			if sel := selectorCondition(p.Spec.ObjectSelector, "oldObject"); sel != "" {
-				// The webhook judges an update by the policy that selected
-				// the object before the write; the API server's selector
-				// matches before or after.
-				rep.Policy.Spec.MatchConditions = append(rep.Policy.Spec.MatchConditions,
-					admissionregistrationv1.MatchCondition{Name: "selected-before-the-write", Expression: sel})
+			out = append(out, policyReplicas(ReplicasName(p.Name), p, covered, workloadReplicas, guard, o))
+		}
+		for _, s := range o.Scaled {
+			name := ScaledReplicasName(p.Name, s.CRD)
+			if policy.CoversResource(p, s.Resource) && len(validation.IsDNS1123Subdomain(name)) == 0 {
+				out = append(out, policyReplicas(name, p, []schema.GroupResource{s.Resource}, s.path(), guard, o))
 			}
-			rep.Policy.Spec.Variables = append(rep.Policy.Spec.Variables, replicaVariables()...)
-			rep.Policy.Spec.Validations = []admissionregistrationv1.Validation{replicasValidation(guard, src)}
-			out = append(out, rep.mode(p))
 		}
 	}
 	return out
 }
 
-// StaticReplicas says whether a replica change of gr through its own
-// object (not the scale subresource) is decided by a compiled policy.
-func StaticReplicas(gr schema.GroupResource) bool { return slices.Contains(Workloads, gr) }
+// policyReplicas is a policy's explicit replicas on grs, whose replicas
+// are at path.
+func policyReplicas(name string, p *v1alpha1.ProtectionPolicy, grs []schema.GroupResource, path replicasPath, guard v1alpha1.ReplicaGuard, o Options) Policy {
+	rep := newPolicy(name, p.Name, replicaRules(grs), o.notOwn(p.Spec.NamespaceSelector))
+	rep.Policy.Spec.MatchConstraints.ObjectSelector = orEverything(p.Spec.ObjectSelector)
+	rep.Policy.Spec.MatchConditions = append([]admissionregistrationv1.MatchCondition{path.changes()}, exemptCondition(p.Spec.Exempt)...)
+	if sel := selectorCondition(p.Spec.ObjectSelector, "oldObject"); sel != "" {
+		// The webhook judges an update by the policy that selected
+		// the object before the write; the API server's selector
+		// matches before or after.
+		rep.Policy.Spec.MatchConditions = append(rep.Policy.Spec.MatchConditions,
+			admissionregistrationv1.MatchCondition{Name: "selected-before-the-write", Expression: sel})
+	}
+	rep.Policy.Spec.Variables = append(rep.Policy.Spec.Variables, path.variables()...)
+	rep.Policy.Spec.Validations = []admissionregistrationv1.Validation{replicasValidation(guard, policySource(p.Name))}
+	return rep.mode(p)
+}
 
 func newPolicy(name, source string, rules []admissionregistrationv1.NamedRuleWithOperations, nsSel *metav1.LabelSelector) Policy {
 	meta := metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelManagedBy: ManagedBy, LabelSource: source}}
@@ -312,23 +356,47 @@ func deletionValidation(s source) admissionregistrationv1.Validation {
 	}
 }
 
-// A workload's replicas before and after the write; they default to 1.
-const (
-	oldReplicas = `(has(oldObject.spec.replicas) ? oldObject.spec.replicas : 1)`
-	newReplicas = `(has(object.spec.replicas) ? object.spec.replicas : 1)`
-)
+// replicasPath is where a kind keeps its replicas: the field names from
+// the object's root.
+type replicasPath struct {
+	fields []string
+	// custom: a custom resource's, whose spec may be absent and whose
+	// field may hold anything its schema lets through; a built-in
+	// workload always has a spec, and an integer there.
+	custom bool
+}
 
-// changesReplicas leaves out, before any validation or message runs, the
-// writes that keep the replicas (most updates of a workload): the API
-// server then converts the object once for the condition instead of once
-// for each of its three passes (validations, messages, audit
-// annotations). The validation admits them anyway.
-var changesReplicas = admissionregistrationv1.MatchCondition{Name: "changes-replicas", Expression: oldReplicas + " != " + newReplicas}
+// workloadReplicas is the built-in workloads' spec.replicas.
+var workloadReplicas = replicasPath{fields: []string{"spec", "replicas"}}
 
-func replicaVariables() []admissionregistrationv1.Variable {
+// at is the replicas of obj (object, oldObject) in CEL, 1 when absent, as
+// the webhook reads them (also when a custom resource's field holds no
+// integer).
+func (p replicasPath) at(obj string) string {
+	field := obj + "." + strings.Join(p.fields, ".")
+	if !p.custom {
+		return "(has(" + field + ") ? " + field + " : 1)"
+	}
+	var present []string
+	for i := range p.fields {
+		present = append(present, "has("+obj+"."+strings.Join(p.fields[:i+1], ".")+")")
+	}
+	return "(" + strings.Join(present, " && ") + " && type(" + field + ") == int ? " + field + " : 1)"
+}
+
+// changes leaves out, before any validation or message runs, the writes
+// that keep the replicas (most updates of a workload): the API server
+// then converts the object once for the condition instead of once for
+// each of its three passes (validations, messages, audit annotations).
+// The validation admits them anyway.
+func (p replicasPath) changes() admissionregistrationv1.MatchCondition {
+	return admissionregistrationv1.MatchCondition{Name: "changes-replicas", Expression: p.at("oldObject") + " != " + p.at("object")}
+}
+
+func (p replicasPath) variables() []admissionregistrationv1.Variable {
 	return []admissionregistrationv1.Variable{
-		{Name: "old", Expression: oldReplicas},
-		{Name: "new", Expression: newReplicas},
+		{Name: "old", Expression: p.at("oldObject")},
+		{Name: "new", Expression: p.at("object")},
 		{Name: "confirm", Expression: `has(object.metadata.annotations) && "` + v1alpha1.AnnotationConfirmReplicas + `" in object.metadata.annotations ? ` +
 			`object.metadata.annotations["` + v1alpha1.AnnotationConfirmReplicas + `"] : ""`},
 	}

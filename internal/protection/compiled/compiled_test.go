@@ -38,10 +38,11 @@ var (
 	daemonSets  = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSet"}
 	rcs         = schema.GroupVersionKind{Version: "v1", Kind: "ReplicationController"}
 	crds        = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}
+	widgets     = compiledtest.Kinds[compiledtest.Widgets.Resource]
 	resourceOf  = map[schema.GroupVersionKind]string{
 		configMaps: "configmaps", namespaces: "namespaces", deployments: "deployments",
 		statefulSet: "statefulsets", daemonSets: "daemonsets", rcs: "replicationcontrollers",
-		crds: "customresourcedefinitions",
+		crds: "customresourcedefinitions", widgets: "widgets",
 	}
 	cluster = []*corev1.Namespace{
 		{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"team": "pay"}}},
@@ -97,6 +98,25 @@ var tablePolicies = []v1alpha1.ProtectionPolicy{
 		},
 	},
 	{
+		// A custom resource's replicas, at its CRD's path.
+		ObjectMeta: metav1.ObjectMeta{Name: "fleet"},
+		Spec: v1alpha1.ProtectionPolicySpec{
+			Resources:        []v1alpha1.ResourceRule{{APIGroups: []string{"example.com"}, Resources: []string{"widgets"}}},
+			ObjectSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": "core"}},
+			ExplicitReplicas: &v1alpha1.ExplicitReplicas{Guard: v1alpha1.GuardDecrease},
+			Exempt:           v1alpha1.Subjects{Users: []string{"dba"}},
+		},
+	},
+	{
+		ObjectMeta: metav1.ObjectMeta{Name: "fleet-trial"},
+		Spec: v1alpha1.ProtectionPolicySpec{
+			Resources:        []v1alpha1.ResourceRule{{APIGroups: []string{"*"}, Resources: []string{"widgets"}}},
+			ObjectSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{"fleet": "trial"}},
+			ExplicitReplicas: &v1alpha1.ExplicitReplicas{Guard: v1alpha1.GuardToZero},
+			Mode:             v1alpha1.ModeWarn,
+		},
+	},
+	{
 		// Cascading needs state: nothing of it is compiled.
 		ObjectMeta: metav1.ObjectMeta{Name: "careful"},
 		Spec: v1alpha1.ProtectionPolicySpec{
@@ -107,7 +127,8 @@ var tablePolicies = []v1alpha1.ProtectionPolicy{
 	},
 }
 
-var tableOptions = compiled.Options{OwnNamespace: own, ReplicasExempt: v1alpha1.Subjects{Users: []string{"autoscaler-bot"}}}
+var tableOptions = compiled.Options{OwnNamespace: own, ReplicasExempt: v1alpha1.Subjects{Users: []string{"autoscaler-bot"}},
+	Scaled: []compiled.ScaledResource{compiledtest.Widgets}}
 
 // webhooks is what Rampart's webhooks answer for the same request: the
 // manager's own handlers (admission.Deletion, admission.Replicas), called
@@ -191,7 +212,8 @@ func throughPolicy(name string) context.Context {
 }
 
 // emptyCluster is the handlers' view of a cluster holding nothing but the
-// request's object: nothing to cascade to, built-in kinds only.
+// request's object: nothing to cascade to, built-in kinds and the CRD of
+// compiledtest.Widgets.
 type emptyCluster struct{}
 
 func (emptyCluster) LivePods(string) deletion.Sample         { return deletion.Sample{} }
@@ -202,8 +224,8 @@ func (emptyCluster) CustomResources(string) deletion.Sample  { return deletion.S
 func (emptyCluster) Dependents(types.UID) deletion.Sample    { return deletion.Sample{} }
 func (emptyCluster) LivePodsOf(types.UID) deletion.Sample    { return deletion.Sample{} }
 func (emptyCluster) HasSynced() bool                         { return true }
-func (emptyCluster) ScaleReplicasPath(schema.GroupResource) (string, bool) {
-	return "", false
+func (emptyCluster) ScaleReplicasPath(gr schema.GroupResource) (string, bool) {
+	return compiledtest.Widgets.Path, gr == compiledtest.Widgets.Resource
 }
 func (emptyCluster) WorkloadLabels(schema.GroupResource, string, string) (map[string]string, types.UID, bool) {
 	return nil, "", false
@@ -228,13 +250,15 @@ func collectionItem(r compiledtest.Request) compiledtest.Request {
 	return r
 }
 
-func update(gvk schema.GroupVersionKind, ns, name string, oldLabels, newLabels map[string]string, from, to int64, confirm string, u user.Info) compiledtest.Request {
+func update(gvk schema.GroupVersionKind, ns, name string, oldLabels, newLabels map[string]string, from, to any, confirm string, u user.Info) compiledtest.Request {
 	var ann map[string]string
 	if confirm != "" {
 		ann = map[string]string{v1alpha1.AnnotationConfirmReplicas: confirm}
 	}
-	return compiledtest.Request{Op: admission.Update, GVK: gvk, GVR: gvk.GroupVersion().WithResource(resourceOf[gvk]), Namespace: ns, Name: name,
-		Old: compiledtest.Object(gvk, ns, name, oldLabels, from, nil), Obj: compiledtest.Object(gvk, ns, name, newLabels, to, ann), User: u}
+	gvr := gvk.GroupVersion().WithResource(resourceOf[gvk])
+	path := compiledtest.ReplicasPath(gvr.GroupResource())
+	return compiledtest.Request{Op: admission.Update, GVK: gvk, GVR: gvr, Namespace: ns, Name: name,
+		Old: compiledtest.ObjectAt(gvk, path, ns, name, oldLabels, from, nil), Obj: compiledtest.ObjectAt(gvk, path, ns, name, newLabels, to, ann), User: u}
 }
 
 var (
@@ -242,7 +266,17 @@ var (
 	cascade  = map[string]string{v1alpha1.LabelProtection: string(v1alpha1.ProtectionCascading)}
 	explicit = map[string]string{v1alpha1.LabelExplicitReplicas: "true"}
 	db       = map[string]string{"tier": "db"}
+	core     = map[string]string{"fleet": "core"}
+	trial    = map[string]string{"fleet": "trial"}
 )
+
+func withExplicit(l map[string]string) map[string]string {
+	out := map[string]string{v1alpha1.LabelExplicitReplicas: "true"}
+	for k, v := range l {
+		out[k] = v
+	}
+	return out
+}
 
 // TestBothEnginesAgree runs requests through the manager's webhook
 // handlers (policies, selectors, exemptions, Warn mode, Rampart's
@@ -304,6 +338,23 @@ func TestBothEnginesAgree(t *testing.T) {
 		{name: "ToZero guard: to one", req: update(rcs, "lab", "legacy", nil, nil, 2, 1, "", admin)},
 		{name: "ToZero guard: namespace not selected", req: update(deployments, "shop", "web", nil, nil, 2, 0, "", admin)},
 		{name: "label and policy: the label denies first", req: update(deployments, "lab", "web", explicit, explicit, 2, 0, "", admin), denied: true},
+		// Replicas of a custom resource, at its CRD's path (.spec.size).
+		{name: "custom resource: unconfirmed change", req: update(widgets, "lab", "w", explicit, explicit, 3, 0, "", admin), denied: true},
+		{name: "custom resource: confirmed change", req: update(widgets, "lab", "w", explicit, explicit, 3, 0, "0", admin)},
+		{name: "custom resource: wrong confirmation", req: update(widgets, "lab", "w", explicit, explicit, 3, 4, "3", admin), denied: true},
+		{name: "custom resource: label removed in the same write", req: update(widgets, "lab", "w", explicit, nil, 3, 0, "", admin), denied: true},
+		{name: "custom resource: unlabelled", req: update(widgets, "lab", "w", nil, nil, 3, 0, "", admin)},
+		{name: "custom resource: exempt from the label", req: update(widgets, "lab", "w", explicit, explicit, 3, 0, "", hpa)},
+		{name: "custom resource: in Rampart's namespace", req: update(widgets, own, "w", explicit, explicit, 3, 0, "", admin)},
+		{name: "custom resource: no spec before reads as 1", req: update(widgets, "lab", "w", explicit, explicit, nil, int64(0), "", admin), denied: true},
+		{name: "custom resource: no spec after reads as 1", req: update(widgets, "lab", "w", explicit, explicit, int64(1), nil, "", admin)},
+		{name: "custom resource: a size that is no integer reads as 1", req: update(widgets, "lab", "w", explicit, explicit, "3", int64(1), "", admin)},
+		{name: "custom resource: a policy's Decrease guard", req: update(widgets, "shop", "w", core, core, 3, 2, "", admin), denied: true},
+		{name: "custom resource: a policy's Decrease guard, an increase", req: update(widgets, "shop", "w", core, core, 3, 4, "", admin)},
+		{name: "custom resource: a policy's exempt user", req: update(widgets, "shop", "w", core, core, 3, 2, "", &user.DefaultInfo{Name: "dba"})},
+		{name: "custom resource: selected only after the write", req: update(widgets, "shop", "w", nil, core, 3, 2, "", admin)},
+		{name: "custom resource: a Warn-mode policy warns", req: update(widgets, "shop", "w", trial, trial, 3, 0, "", admin), warned: true},
+		{name: "custom resource: label and Warn-mode policy: the label denies", req: update(widgets, "shop", "w", withExplicit(trial), withExplicit(trial), 3, 0, "", admin), denied: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -340,8 +391,9 @@ func TestCompiledShapes(t *testing.T) {
 			t.Errorf("%s: not labelled as Rampart's", p.Policy.Name)
 		}
 	}
-	want := []string{compiled.LabelDeletionName, compiled.LabelReplicasName,
-		compiled.DeletionName("pay-config"), compiled.DeletionName("databases"), compiled.ReplicasName("databases"), compiled.ReplicasName("no-zero"), compiled.DeletionName("try-out")}
+	want := []string{compiled.LabelDeletionName, compiled.LabelReplicasName, "widgets.example.com.replicas.rampart.io",
+		compiled.DeletionName("pay-config"), compiled.DeletionName("databases"), compiled.ReplicasName("databases"), compiled.ReplicasName("no-zero"), compiled.DeletionName("try-out"),
+		"fleet.replicas.widgets.example.com.policy.rampart.io", "fleet-trial.replicas.widgets.example.com.policy.rampart.io"}
 	if !slices.Equal(names, want) {
 		t.Errorf("compiled %v, want %v (Cascading is never compiled)", names, want)
 	}

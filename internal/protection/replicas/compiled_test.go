@@ -20,12 +20,14 @@ const exemptUser = "autoscaler-bot"
 // kube-apiserver's own libraries, answer the write a row of the decision
 // table describes as Decide did (v): an update of the workload that
 // carries the explicit-replicas label, or that the row's policy covers
-// with the row's guard. A write through the scale subresource carries no
-// labels: it is never compiled, and the compiled policies must leave it to
-// the webhook.
+// with the row's guard. A custom resource's (compiledtest.Widgets) keeps
+// its replicas where its CRD says. A write through the scale subresource
+// carries no labels: it is never compiled, and the compiled policies must
+// leave it to the webhook.
 func agreeCompiled(t *testing.T, r Request, v protection.Verdict) {
 	t.Helper()
 	exempt := v1alpha1.Subjects{Users: []string{exemptUser}}
+	scaled := []compiled.ScaledResource{compiledtest.Widgets}
 	var policies []compiled.Policy
 	var labels map[string]string
 	switch {
@@ -36,12 +38,13 @@ func agreeCompiled(t *testing.T, r Request, v protection.Verdict) {
 			ExplicitReplicas: &v1alpha1.ExplicitReplicas{Guard: r.Guard},
 			Exempt:           exempt,
 		}}
-		policies = compiled.FromPolicy(&p, compiled.Options{})
+		policies = compiled.FromPolicy(&p, compiled.Options{Scaled: scaled})
 	case r.Guard != v1alpha1.GuardAll:
 		t.Fatalf("the label guards every change: guard %s comes only from a policy; give the row a policy source", r.Guard)
 	default:
 		labels = map[string]string{v1alpha1.LabelExplicitReplicas: "true"}
-		policies = compiled.LabelRules(compiled.Options{ReplicasExempt: exempt})
+		o := compiled.Options{ReplicasExempt: exempt, Scaled: scaled}
+		policies = append(compiled.LabelRules(o), compiled.ScaledLabelRules(o)...)
 	}
 	who := "alice"
 	if r.Exempt {
@@ -62,7 +65,8 @@ func agreeCompiled(t *testing.T, r Request, v protection.Verdict) {
 	if r.Confirm != "" {
 		confirm = map[string]string{v1alpha1.AnnotationConfirmReplicas: r.Confirm}
 	}
-	req.Old = compiledtest.Object(req.GVK, r.Namespace, r.Name, labels, r.Old, confirm)
-	req.Obj = compiledtest.Object(req.GVK, r.Namespace, r.Name, labels, r.New, confirm)
+	path := compiledtest.ReplicasPath(r.Resource)
+	req.Old = compiledtest.ObjectAt(req.GVK, path, r.Namespace, r.Name, labels, r.Old, confirm)
+	req.Obj = compiledtest.ObjectAt(req.GVK, path, r.Namespace, r.Name, labels, r.New, confirm)
 	compiledtest.SameVerdict(t, v.Allowed, v.Message, compiledtest.InNamespace(t, r.Namespace).Admit(t, policies, req.Attributes()))
 }

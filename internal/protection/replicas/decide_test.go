@@ -14,9 +14,12 @@ import (
 // the compiled policies, evaluated with kube-apiserver's own libraries
 // (agreeCompiled): a write through the scale subresource must be left to
 // the webhook by them. A guard other than All comes from a policy (the
-// label guards every change), so such rows name one.
+// label guards every change), so such rows name one. The rows on a custom
+// resource (widget) run through its CRD's compiled policy, which reads the
+// replicas at the CRD's specReplicasPath (.spec.size).
 func TestDecide(t *testing.T) {
 	web := protection.Object{Resource: schema.GroupResource{Group: "apps", Resource: "deployments"}, Namespace: "shop", Name: "web"}
+	widget := protection.Object{Resource: schema.GroupResource{Group: "example.com", Resource: "widgets"}, Namespace: "shop", Name: "w"}
 	all, dec, zero := v1alpha1.GuardAll, v1alpha1.GuardDecrease, v1alpha1.GuardToZero
 	noZero, noShrink := protection.Source{Policy: "no-zero"}, protection.Source{Policy: "no-shrink"}
 	tests := []struct {
@@ -59,6 +62,28 @@ func TestDecide(t *testing.T) {
 			req:    Request{Object: web, Guard: all, Old: 3, New: 0, Source: protection.Source{Policy: "critical"}},
 			wantIn: []string{`ProtectionPolicy "critical"`, "kubectl edit protectionpolicy critical"},
 		},
+		// A custom resource with a scale subresource.
+		{
+			name: "custom resource: a change without confirmation is denied with the command that works",
+			req:  Request{Object: widget, Guard: all, Old: 3, New: 0},
+			wantIn: []string{`widgets.example.com "w" in namespace "shop"`, "from 3 to 0", `rampart.io/confirm-replicas="0"`,
+				"kubectl rampart scale -n shop widgets.example.com/w --replicas 0", "kubectl label -n shop widgets.example.com/w rampart.io/explicit-replicas-"},
+		},
+		{name: "custom resource: a confirmed change passes", req: Request{Object: widget, Guard: all, Old: 3, New: 5, Confirm: "5"}, allowed: true},
+		{name: "custom resource: no change", req: Request{Object: widget, Guard: all, Old: 2, New: 2}, allowed: true},
+		{
+			name:   "custom resource: a confirmation of another count is denied",
+			req:    Request{Object: widget, Guard: all, Old: 3, New: 30, Confirm: "3"},
+			wantIn: []string{`confirms rampart.io/confirm-replicas="3"`, "not the new count 30"},
+		},
+		{name: "custom resource: the label's exempt requester passes", req: Request{Object: widget, Guard: all, Old: 3, New: 0, Exempt: true}, allowed: true},
+		{name: "custom resource: the scale subresource", req: Request{Object: widget, Guard: all, Old: 3, New: 0, Scale: true}, wantIn: []string{"scale subresource"}},
+		{name: "custom resource: Decrease guards decreases", req: Request{Object: widget, Guard: dec, Old: 3, New: 2, Source: noShrink}, wantIn: []string{"guard Decrease", `ProtectionPolicy "no-shrink"`}},
+		{name: "custom resource: Decrease lets increases through", req: Request{Object: widget, Guard: dec, Old: 3, New: 4, Source: noShrink}, allowed: true},
+		{name: "custom resource: Decrease, confirmed", req: Request{Object: widget, Guard: dec, Old: 3, New: 2, Confirm: "2", Source: noShrink}, allowed: true},
+		{name: "custom resource: ToZero guards 1 -> 0", req: Request{Object: widget, Guard: zero, Old: 1, New: 0, Source: noZero}, wantIn: []string{"guard ToZero"}},
+		{name: "custom resource: ToZero lets 0 -> 1 through", req: Request{Object: widget, Guard: zero, Old: 0, New: 1, Source: noZero}, allowed: true},
+		{name: "custom resource: a policy's exempt requester passes", req: Request{Object: widget, Guard: all, Old: 3, New: 0, Exempt: true, Source: noShrink}, allowed: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

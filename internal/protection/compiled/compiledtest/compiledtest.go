@@ -221,6 +221,12 @@ func (r Request) Attributes() admission.Attributes {
 
 // Object is a minimal object of kind gvk; replicas nil leaves spec out.
 func Object(gvk schema.GroupVersionKind, ns, name string, labels map[string]string, replicas any, annotations map[string]string) map[string]any {
+	return ObjectAt(gvk, ".spec.replicas", ns, name, labels, replicas, annotations)
+}
+
+// ObjectAt is Object with the replicas at path (a CRD's
+// specReplicasPath); replicas nil leaves spec out.
+func ObjectAt(gvk schema.GroupVersionKind, path, ns, name string, labels map[string]string, replicas any, annotations map[string]string) map[string]any {
 	meta := map[string]any{"name": name}
 	if ns != "" {
 		meta["namespace"] = ns
@@ -241,9 +247,26 @@ func Object(gvk schema.GroupVersionKind, ns, name string, labels map[string]stri
 	}
 	o := map[string]any{"apiVersion": gvk.GroupVersion().String(), "kind": gvk.Kind, "metadata": meta}
 	if replicas != nil {
-		o["spec"] = map[string]any{"replicas": replicas}
+		if n, ok := replicas.(int); ok {
+			replicas = int64(n) // as decoded from JSON
+		}
+		if err := unstructured.SetNestedField(o, replicas, strings.Split(strings.TrimPrefix(path, "."), ".")...); err != nil {
+			panic(err) // a test's path
+		}
 	}
 	return o
+}
+
+// Widgets is the custom resource of the tables: its CRD has a scale
+// subresource whose replicas are at .spec.size.
+var Widgets = compiled.ScaledResource{CRD: "widgets.example.com", Resource: schema.GroupResource{Group: "example.com", Resource: "widgets"}, Path: ".spec.size"}
+
+// ReplicasPath is where the tables' kinds keep their replicas.
+func ReplicasPath(gr schema.GroupResource) string {
+	if gr == Widgets.Resource {
+		return Widgets.Path
+	}
+	return ".spec.replicas"
 }
 
 func (o Outcome) String() string {
@@ -267,6 +290,7 @@ var Kinds = map[schema.GroupResource]schema.GroupVersionKind{
 	{Group: "apps", Resource: "statefulsets"}:                              {Group: "apps", Version: "v1", Kind: "StatefulSet"},
 	{Group: "apps", Resource: "daemonsets"}:                                {Group: "apps", Version: "v1", Kind: "DaemonSet"},
 	{Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}: {Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
+	Widgets.Resource:                                                       {Group: "example.com", Version: "v1", Kind: "Widget"},
 }
 
 // For is a request of op on the object of resource gr in namespace ns
