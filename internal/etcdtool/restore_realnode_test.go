@@ -1,0 +1,222 @@
+package etcdtool_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/rampart-io/rampart/internal/localcluster"
+	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
+)
+
+// TestRestoreWithARealKubelet follows all five of the README's restore
+// steps on a cluster with one real node (kubelet, node guard, containerd).
+// Pod "before" runs when the snapshot is saved, pod "after" is made once
+// it is. What a user sees once the kubelet is back: "before" is Running
+// with the same UID, and containerd runs the very container it ran before
+// the restore (same ID, same sandbox, attempt 0, restartCount 0 in the
+// API, no Killing Event); "after" is gone from the API and the kubelet has
+// stopped its container; nothing else runs or was stopped.
+func TestRestoreWithARealKubelet(t *testing.T) {
+	etcdutlPath(t)
+	env := clustertest.Start(t, localcluster.Options{Unprotected: true, Nodes: 1})
+	node := env.RealNodes(t, 1)[0]
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	before := startRealPod(t, env, node, ns, "before")
+	deleted := startRealPod(t, env, node, ns, "deleted")
+
+	// Step 1: save, copy out of the store, check.
+	store, snap := t.TempDir(), filepath.Join(t.TempDir(), "s.db")
+	if out, ok := rampart(t, append([]string{"etcd", "snapshot", "save", "--dir=" + store, "--name=etcd/s.db"}, etcdFlags(env)...)...); !ok {
+		t.Fatalf("snapshot save:\n%s", out)
+	}
+	for _, args := range [][]string{
+		{"etcd", "snapshot", "get", "etcd/s.db", "--dir=" + store, "--to=" + snap},
+		{"etcd", "snapshot", "verify", snap},
+		{"etcd", "check", "--snapshot=" + snap},
+	} {
+		if out, ok := rampart(t, args...); !ok {
+			t.Fatalf("step 1 failed:\n%s", out)
+		}
+	}
+	after := startRealPod(t, env, node, ns, "after")
+	if out, err := env.Kubectl(t, "delete", "pod", "-n", ns, deleted.name, "--grace-period=1"); err != nil {
+		t.Fatalf("kubectl delete pod: %v: %s", err, out)
+	}
+
+	// Step 2: the kubelet stops first; its containers keep running.
+	start := time.Now()
+	kubelet := localcluster.KubeletName(node)
+	if err := env.StopComponent(kubelet); err != nil {
+		t.Fatal(err)
+	}
+	// Steps 2-4: API server and etcd stop, the restore exactly as the
+	// README writes it, etcd and the API server start again, and every
+	// controller restarts.
+	restoreEtcd(t, env, snap, "--bump-revision", "1000000000", "--mark-compacted")
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := env.RestartControllers(rctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := runningOf(t, env, node, after.uid); n != 1 {
+		t.Fatalf("with the kubelet stopped, %d containers of pod %q run, want 1: something else stopped it", n, after.name)
+	}
+	// Step 5: the kubelet starts and makes the node match the restored
+	// state.
+	if err := env.StartComponent(kubelet); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.WaitRealNodeReady(rctx, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node Ready again %.1fs after the kubelet stopped", time.Since(start).Seconds())
+
+	if _, err := env.Client.CoreV1().Pods(ns).Get(ctx, after.name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod %q, made after the snapshot, is still in the API: %v", after.name, err)
+	}
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		n := runningOf(t, env, node, after.uid)
+		last = strconv.Itoa(n) + " running"
+		return n == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the kubelet did not stop the containers of pod %q, which the restored API does not have (%s)", after.name, last)
+	}
+	t.Logf("pod %q's container stopped by the kubelet %.1fs after the kubelet stopped", after.name, time.Since(start).Seconds())
+
+	// Pod "before" keeps its container, and keeps it for a while: the
+	// kubelet has synced every pod by the time it stops an orphan, and a
+	// kill of this one would show within seconds.
+	hold := time.Now().Add(10 * time.Second)
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = before.unchanged(ctx, t, env, node)
+		return last != "" || time.Now().After(hold), nil
+	})
+	if err != nil || last != "" {
+		t.Fatalf("pod %q, saved in the snapshot, did not keep its container: %s", before.name, last)
+	}
+	// Pod "deleted" is back in the API, so the kubelet runs it again, in
+	// a new container.
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, deleted.name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		n := runningOf(t, env, node, deleted.uid)
+		last = fmt.Sprintf("UID %s, phase %s, %d containers running", p.UID, p.Status.Phase, n)
+		return p.UID == deleted.uid && p.Status.Phase == corev1.PodRunning && n == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %q, deleted after the snapshot, was not run again (%s)", deleted.name, last)
+	}
+	t.Logf("pod %q, deleted after the snapshot, runs again %.1fs after the kubelet stopped", deleted.name, time.Since(start).Seconds())
+	running := map[string]int{}
+	for _, c := range env.Containers(t, node) {
+		if c.Running {
+			running[c.PodUID]++
+		}
+		if c.ID == deleted.running.ID && c.Running {
+			t.Errorf("pod %q's container from before its delete runs again", deleted.name)
+		}
+	}
+	if want := map[string]int{string(before.uid): 1, string(deleted.uid): 1}; !maps.Equal(running, want) {
+		t.Errorf("containers running on %s by pod UID: %v, want %v", node, running, want)
+	}
+	killing := fields.Set{"involvedObject.uid": string(before.uid), "reason": "Killing"}.String()
+	if evs, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: killing}); err != nil || len(evs.Items) > 0 {
+		t.Errorf("Killing Events on pod %q: %v %v", before.name, evs, err)
+	}
+}
+
+// realPod is a pod running on a real node and the container containerd
+// runs for it.
+type realPod struct {
+	ns, name string
+	uid      types.UID
+	running  localcluster.RuntimeContainer
+}
+
+// startRealPod creates a pod on the real node and waits until it and its
+// container run.
+func startRealPod(t *testing.T, env *clustertest.Env, node, ns, name string) realPod {
+	t.Helper()
+	pod := localcluster.RealNodePod(name, map[string]string{"app": name}, map[string]string{localcluster.RealNodeLabel: "true"})
+	pod.Spec.NodeName = node
+	created, err := env.Client.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.WaitPodsRunning(t, ns, "app="+name, 1, time.Minute)
+	p := realPod{ns: ns, name: name, uid: created.UID}
+	err = wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for _, c := range env.Containers(t, node) {
+			if c.PodUID == string(p.uid) && c.Running {
+				p.running = c
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("containerd runs no container of pod %q", name)
+	}
+	return p
+}
+
+// unchanged says how the pod differs from when it started, in the API
+// and in containerd; "" when it does not.
+func (p realPod) unchanged(ctx context.Context, t *testing.T, env *clustertest.Env, node string) string {
+	t.Helper()
+	pod, err := env.Client.CoreV1().Pods(p.ns).Get(ctx, p.name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Sprintf("not in the API: %v", err)
+	}
+	switch {
+	case pod.UID != p.uid:
+		return fmt.Sprintf("UID %s, was %s", pod.UID, p.uid)
+	case pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil:
+		return fmt.Sprintf("phase %s, deletionTimestamp %v", pod.Status.Phase, pod.DeletionTimestamp)
+	case len(pod.Status.ContainerStatuses) != 1:
+		return fmt.Sprintf("%d container statuses", len(pod.Status.ContainerStatuses))
+	}
+	if cs := pod.Status.ContainerStatuses[0]; cs.RestartCount != 0 || cs.ContainerID != "containerd://"+p.running.ID {
+		return fmt.Sprintf("the API has container %s with restartCount %d, containerd ran %s", cs.ContainerID, cs.RestartCount, p.running.ID)
+	}
+	var ours []localcluster.RuntimeContainer
+	for _, c := range env.Containers(t, node) {
+		if c.PodUID == string(p.uid) {
+			ours = append(ours, c)
+		}
+	}
+	if len(ours) != 1 || ours[0] != p.running {
+		return fmt.Sprintf("containerd has %+v, ran %+v", ours, p.running)
+	}
+	return ""
+}
+
+// runningOf counts the pod's running containers in the node's containerd.
+func runningOf(t *testing.T, env *clustertest.Env, node string, uid types.UID) int {
+	t.Helper()
+	n := 0
+	for _, c := range env.Containers(t, node) {
+		if c.PodUID == string(uid) && c.Running {
+			n++
+		}
+	}
+	return n
+}
