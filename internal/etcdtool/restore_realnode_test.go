@@ -34,8 +34,8 @@ func TestRestoreWithARealKubelet(t *testing.T) {
 	node := env.RealNodes(t, 1)[0]
 	ctx := context.Background()
 	ns := env.Namespace(t)
-	before := startRealPod(t, env, node, ns, "before")
-	deleted := startRealPod(t, env, node, ns, "deleted")
+	before := env.StartRealPod(t, node, ns, realNodePod("before"))
+	deleted := env.StartRealPod(t, node, ns, realNodePod("deleted"))
 
 	// Step 1: save, copy out of the store, check.
 	store, snap := t.TempDir(), filepath.Join(t.TempDir(), "s.db")
@@ -51,8 +51,8 @@ func TestRestoreWithARealKubelet(t *testing.T) {
 			t.Fatalf("step 1 failed:\n%s", out)
 		}
 	}
-	after := startRealPod(t, env, node, ns, "after")
-	if out, err := env.Kubectl(t, "delete", "pod", "-n", ns, deleted.name, "--grace-period=1"); err != nil {
+	after := env.StartRealPod(t, node, ns, realNodePod("after"))
+	if out, err := env.Kubectl(t, "delete", "pod", "-n", ns, deleted.Name, "--grace-period=1"); err != nil {
 		t.Fatalf("kubectl delete pod: %v: %s", err, out)
 	}
 
@@ -71,8 +71,8 @@ func TestRestoreWithARealKubelet(t *testing.T) {
 	if err := env.RestartControllers(rctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := runningOf(t, env, node, after.uid); n != 1 {
-		t.Fatalf("with the kubelet stopped, %d containers of pod %q run, want 1: something else stopped it", n, after.name)
+	if n := runningOf(t, env, node, after.UID); n != 1 {
+		t.Fatalf("with the kubelet stopped, %d containers of pod %q run, want 1: something else stopped it", n, after.Name)
 	}
 	// Step 5: the kubelet starts and makes the node match the restored
 	// state.
@@ -84,129 +84,63 @@ func TestRestoreWithARealKubelet(t *testing.T) {
 	}
 	t.Logf("node Ready again %.1fs after the kubelet stopped", time.Since(start).Seconds())
 
-	if _, err := env.Client.CoreV1().Pods(ns).Get(ctx, after.name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("pod %q, made after the snapshot, is still in the API: %v", after.name, err)
+	if _, err := env.Client.CoreV1().Pods(ns).Get(ctx, after.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod %q, made after the snapshot, is still in the API: %v", after.Name, err)
 	}
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		n := runningOf(t, env, node, after.uid)
+		n := runningOf(t, env, node, after.UID)
 		last = strconv.Itoa(n) + " running"
 		return n == 0, nil
 	})
 	if err != nil {
-		t.Fatalf("the kubelet did not stop the containers of pod %q, which the restored API does not have (%s)", after.name, last)
+		t.Fatalf("the kubelet did not stop the containers of pod %q, which the restored API does not have (%s)", after.Name, last)
 	}
-	t.Logf("pod %q's container stopped by the kubelet %.1fs after the kubelet stopped", after.name, time.Since(start).Seconds())
+	t.Logf("pod %q's container stopped by the kubelet %.1fs after the kubelet stopped", after.Name, time.Since(start).Seconds())
 
 	// Pod "before" keeps its container, and keeps it for a while: the
 	// kubelet has synced every pod by the time it stops an orphan, and a
 	// kill of this one would show within seconds.
 	hold := time.Now().Add(10 * time.Second)
 	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-		last = before.unchanged(ctx, t, env, node)
+		last = env.RealPodChange(ctx, t, before)
 		return last != "" || time.Now().After(hold), nil
 	})
 	if err != nil || last != "" {
-		t.Fatalf("pod %q, saved in the snapshot, did not keep its container: %s", before.name, last)
+		t.Fatalf("pod %q, saved in the snapshot, did not keep its container: %s", before.Name, last)
 	}
 	// Pod "deleted" is back in the API, so the kubelet runs it again, in
 	// a new container.
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, deleted.name, metav1.GetOptions{})
+		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, deleted.Name, metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
 			return false, nil
 		}
-		n := runningOf(t, env, node, deleted.uid)
+		n := runningOf(t, env, node, deleted.UID)
 		last = fmt.Sprintf("UID %s, phase %s, %d containers running", p.UID, p.Status.Phase, n)
-		return p.UID == deleted.uid && p.Status.Phase == corev1.PodRunning && n == 1, nil
+		return p.UID == deleted.UID && p.Status.Phase == corev1.PodRunning && n == 1, nil
 	})
 	if err != nil {
-		t.Fatalf("pod %q, deleted after the snapshot, was not run again (%s)", deleted.name, last)
+		t.Fatalf("pod %q, deleted after the snapshot, was not run again (%s)", deleted.Name, last)
 	}
-	t.Logf("pod %q, deleted after the snapshot, runs again %.1fs after the kubelet stopped", deleted.name, time.Since(start).Seconds())
+	t.Logf("pod %q, deleted after the snapshot, runs again %.1fs after the kubelet stopped", deleted.Name, time.Since(start).Seconds())
 	running := map[string]int{}
 	for _, c := range env.Containers(t, node) {
 		if c.Running {
 			running[c.PodUID]++
 		}
-		if c.ID == deleted.running.ID && c.Running {
-			t.Errorf("pod %q's container from before its delete runs again", deleted.name)
+		if c.ID == deleted.Container.ID && c.Running {
+			t.Errorf("pod %q's container from before its delete runs again", deleted.Name)
 		}
 	}
-	if want := map[string]int{string(before.uid): 1, string(deleted.uid): 1}; !maps.Equal(running, want) {
+	if want := map[string]int{string(before.UID): 1, string(deleted.UID): 1}; !maps.Equal(running, want) {
 		t.Errorf("containers running on %s by pod UID: %v, want %v", node, running, want)
 	}
-	killing := fields.Set{"involvedObject.uid": string(before.uid), "reason": "Killing"}.String()
+	killing := fields.Set{"involvedObject.uid": string(before.UID), "reason": "Killing"}.String()
 	if evs, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: killing}); err != nil || len(evs.Items) > 0 {
-		t.Errorf("Killing Events on pod %q: %v %v", before.name, evs, err)
+		t.Errorf("Killing Events on pod %q: %v %v", before.Name, evs, err)
 	}
-}
-
-// realPod is a pod running on a real node and the container containerd
-// runs for it.
-type realPod struct {
-	ns, name string
-	uid      types.UID
-	running  localcluster.RuntimeContainer
-}
-
-// startRealPod creates a pod on the real node and waits until it and its
-// container run.
-func startRealPod(t *testing.T, env *clustertest.Env, node, ns, name string) realPod {
-	t.Helper()
-	pod := localcluster.RealNodePod(name, map[string]string{"app": name}, map[string]string{localcluster.RealNodeLabel: "true"})
-	pod.Spec.NodeName = node
-	created, err := env.Client.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env.WaitPodsRunning(t, ns, "app="+name, 1, time.Minute)
-	p := realPod{ns: ns, name: name, uid: created.UID}
-	err = wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		for _, c := range env.Containers(t, node) {
-			if c.PodUID == string(p.uid) && c.Running {
-				p.running = c
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("containerd runs no container of pod %q", name)
-	}
-	return p
-}
-
-// unchanged says how the pod differs from when it started, in the API
-// and in containerd; "" when it does not.
-func (p realPod) unchanged(ctx context.Context, t *testing.T, env *clustertest.Env, node string) string {
-	t.Helper()
-	pod, err := env.Client.CoreV1().Pods(p.ns).Get(ctx, p.name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Sprintf("not in the API: %v", err)
-	}
-	switch {
-	case pod.UID != p.uid:
-		return fmt.Sprintf("UID %s, was %s", pod.UID, p.uid)
-	case pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil:
-		return fmt.Sprintf("phase %s, deletionTimestamp %v", pod.Status.Phase, pod.DeletionTimestamp)
-	case len(pod.Status.ContainerStatuses) != 1:
-		return fmt.Sprintf("%d container statuses", len(pod.Status.ContainerStatuses))
-	}
-	if cs := pod.Status.ContainerStatuses[0]; cs.RestartCount != 0 || cs.ContainerID != "containerd://"+p.running.ID {
-		return fmt.Sprintf("the API has container %s with restartCount %d, containerd ran %s", cs.ContainerID, cs.RestartCount, p.running.ID)
-	}
-	var ours []localcluster.RuntimeContainer
-	for _, c := range env.Containers(t, node) {
-		if c.PodUID == string(p.uid) {
-			ours = append(ours, c)
-		}
-	}
-	if len(ours) != 1 || ours[0] != p.running {
-		return fmt.Sprintf("containerd has %+v, ran %+v", ours, p.running)
-	}
-	return ""
 }
 
 // runningOf counts the pod's running containers in the node's containerd.
@@ -219,4 +153,9 @@ func runningOf(t *testing.T, env *clustertest.Env, node string, uid types.UID) i
 		}
 	}
 	return n
+}
+
+// realNodePod is a pod for the real node, labelled app=NAME.
+func realNodePod(name string) *corev1.Pod {
+	return localcluster.RealNodePod(name, map[string]string{"app": name}, map[string]string{localcluster.RealNodeLabel: "true"})
 }
