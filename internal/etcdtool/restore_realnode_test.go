@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -158,4 +159,67 @@ func runningOf(t *testing.T, env *clustertest.Env, node string, uid types.UID) i
 // realNodePod is a pod for the real node, labelled app=NAME.
 func realNodePod(name string) *corev1.Pod {
 	return localcluster.RealNodePod(name, map[string]string{"app": name}, map[string]string{localcluster.RealNodeLabel: "true"})
+}
+
+// TestRestoreIntoTheKubeletTrap does the same restore with the kubelet
+// left running: without --bump-revision/--mark-compacted (the trap), and
+// with them. What the kubelet then does depends on timing (whether the
+// restored etcd's revision passes the one the kubelet's watch resumes from
+// before the watch gives up), so it is reported, not asserted, and the
+// test runs only when asked (subtest names without commas: kwok splits
+// its --config path, in the test's TempDir, at them):
+// RAMPART_SHOW_TRAP=1 go test -v -run TestRestoreIntoTheKubeletTrap.
+func TestRestoreIntoTheKubeletTrap(t *testing.T) {
+	if os.Getenv("RAMPART_SHOW_TRAP") == "" {
+		t.Skip("reports, asserts nothing: set RAMPART_SHOW_TRAP=1 to run it")
+	}
+	etcdutlPath(t)
+	t.Run("without bump or compaction", func(t *testing.T) { restoreUnderARunningKubelet(t) })
+	t.Run("bump and compaction", func(t *testing.T) {
+		restoreUnderARunningKubelet(t, "--bump-revision", "1000000000", "--mark-compacted")
+	})
+}
+
+func restoreUnderARunningKubelet(t *testing.T, flags ...string) {
+	env := clustertest.Start(t, localcluster.Options{Unprotected: true, Nodes: 1})
+	node := env.RealNodes(t, 1)[0]
+	ns := env.Namespace(t)
+	before := env.StartRealPod(t, node, ns, realNodePod("before"))
+	deleted := env.StartRealPod(t, node, ns, realNodePod("deleted"))
+	snap := filepath.Join(t.TempDir(), "s.db")
+	if out, ok := rampart(t, append([]string{"etcd", "snapshot", "save", "--dir=" + filepath.Dir(snap), "--name=s.db"}, etcdFlags(env)...)...); !ok {
+		t.Fatalf("snapshot save:\n%s", out)
+	}
+	after := env.StartRealPod(t, node, ns, realNodePod("after"))
+	if out, err := env.Kubectl(t, "delete", "pod", "-n", ns, deleted.Name, "--grace-period=1"); err != nil {
+		t.Fatalf("kubectl delete pod: %v: %s", err, out)
+	}
+	start := time.Now()
+	restoreEtcd(t, env, snap, flags...)
+	rctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := env.RestartControllers(rctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("control plane back %.1fs after it stopped", time.Since(start).Seconds())
+	last := ""
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		ctx := context.Background()
+		state := fmt.Sprintf("before: %q; deleted: %s in the API, %d running in containerd; after: in the API %v, %d running in containerd",
+			env.RealPodChange(ctx, t, before), apiPhase(ctx, env, ns, deleted.Name), runningOf(t, env, node, deleted.UID),
+			apiPhase(ctx, env, ns, after.Name), runningOf(t, env, node, after.UID))
+		if state != last {
+			t.Logf("%5.1fs %s", time.Since(start).Seconds(), state)
+			last = state
+		}
+	}
+}
+
+// apiPhase is the pod's phase in the API, or why there is none.
+func apiPhase(ctx context.Context, env *clustertest.Env, ns, name string) string {
+	p, err := env.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	return string(p.Status.Phase)
 }
