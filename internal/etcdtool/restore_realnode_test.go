@@ -80,7 +80,9 @@ func TestRestoreWithARealKubelet(t *testing.T) {
 	if err := env.StartComponent(kubelet); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.WaitRealNodeReady(rctx, node); err != nil {
+	kctx, kcancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer kcancel()
+	if err := env.WaitRealNodeReady(kctx, node); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("node Ready again %.1fs after the kubelet stopped", time.Since(start).Seconds())
