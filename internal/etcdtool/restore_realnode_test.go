@@ -6,7 +6,9 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,8 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/localcluster"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
+	"github.com/rampart-io/rampart/internal/nodeguard"
 )
 
 // TestRestoreWithARealKubelet follows all five of the README's restore
@@ -27,8 +31,11 @@ import (
 // it is. What a user sees once the kubelet is back: "before" is Running
 // with the same UID, and containerd runs the very container it ran before
 // the restore (same ID, same sandbox, attempt 0, restartCount 0 in the
-// API, no Killing Event); "after" is gone from the API and the kubelet has
-// stopped its container; nothing else runs or was stopped.
+// API, no Killing Event); "deleted", deleted after the snapshot, runs
+// again; "after" is gone from the API and the kubelet has stopped its
+// container, but "after-protected", labelled rampart.io/explicit-deletion,
+// still runs, its kill refused by the node guard, until stopped on the
+// runtime as the refusal says; nothing else runs or was stopped.
 func TestRestoreWithARealKubelet(t *testing.T) {
 	etcdutlPath(t)
 	env := clustertest.Start(t, localcluster.Options{Unprotected: true, Nodes: 1})
@@ -53,6 +60,11 @@ func TestRestoreWithARealKubelet(t *testing.T) {
 		}
 	}
 	after := env.StartRealPod(t, node, ns, realNodePod("after"))
+	// Labelled for the node guard, which refuses to let the kubelet kill
+	// a protected pod the API lost without a delete.
+	keptPod := realNodePod("after-protected")
+	keptPod.Labels[v1alpha1.LabelExplicitDeletion] = "true"
+	kept := env.StartRealPod(t, node, ns, keptPod)
 	if out, err := env.Kubectl(t, "delete", "pod", "-n", ns, deleted.Name, "--grace-period=1"); err != nil {
 		t.Fatalf("kubectl delete pod: %v: %s", err, out)
 	}
@@ -128,6 +140,34 @@ func TestRestoreWithARealKubelet(t *testing.T) {
 		t.Fatalf("pod %q, deleted after the snapshot, was not run again (%s)", deleted.Name, last)
 	}
 	t.Logf("pod %q, deleted after the snapshot, runs again %.1fs after the kubelet stopped", deleted.Name, time.Since(start).Seconds())
+	// The protected pod made after the snapshot still runs: the guard
+	// refused its kill, and says so in its metrics (and log). The way
+	// out its refusal names, stopping the pod on the runtime past the
+	// guard, ends it.
+	if n := runningOf(t, env, node, kept.UID); n != 1 {
+		t.Errorf("pod %q, labelled %s=true and made after the snapshot, has %d running containers, want 1: the node guard did not keep it", kept.Name, v1alpha1.LabelExplicitDeletion, n)
+	}
+	// The kubelet retries the kill on every sync; the guard calls it
+	// VanishedFromAPI once its relist (after the restore's 410) has shown
+	// the pod gone.
+	vanished := regexp.MustCompile(`rampart_nodeguard_vetoes_total\{call="[A-Za-z]+",reason="` + nodeguard.ReasonVanished + `"\} [1-9]`)
+	var metrics string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		metrics, err = env.NodeGuardMetrics(ctx, node)
+		return err == nil && vanished.MatchString(metrics), nil
+	})
+	if err != nil {
+		t.Errorf("the node guard counted no %s veto within a minute:\n%s", nodeguard.ReasonVanished, grepLines(metrics, "vetoes_total"))
+	}
+	if err := env.StopPodsOnRuntime(ctx, node, []string{string(kept.UID)}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return runningOf(t, env, node, kept.UID) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("pod %q still runs after crictl stopp past the guard", kept.Name)
+	}
 	running := map[string]int{}
 	for _, c := range env.Containers(t, node) {
 		if c.Running {
@@ -224,4 +264,14 @@ func apiPhase(ctx context.Context, env *clustertest.Env, ns, name string) string
 		return err.Error()
 	}
 	return string(p.Status.Phase)
+}
+
+func grepLines(text, substr string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
