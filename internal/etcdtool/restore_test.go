@@ -30,14 +30,7 @@ import (
 // makes kubelets and controllers act on stale state; new writes get
 // revisions no client has seen.
 func TestRestoreWithoutTheKubeletTrap(t *testing.T) {
-	assets, _, err := clustertest.Binaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	etcdutl := filepath.Join(assets, "etcdutl")
-	if _, err := os.Stat(etcdutl); err != nil {
-		t.Fatalf("%s is missing: run make assets", etcdutl)
-	}
+	etcdutlPath(t)
 	env := clustertest.Start(t, localcluster.Options{Unprotected: true})
 	ctx := context.Background()
 	ns := "restore"
@@ -66,37 +59,8 @@ func TestRestoreWithoutTheKubeletTrap(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Stop the API server, then etcd; restore into a new directory and
-	// put it in place of the old one.
-	for _, name := range []string{localcluster.APIServerName(0), "etcd"} {
-		if err := env.StopComponent(name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	member, peer := env.EtcdMember()
-	restored := filepath.Join(t.TempDir(), "etcd-restored")
 	const bump = 1_000_000_000
-	out, err := exec.Command(etcdutl, "snapshot", "restore", filepath.Join(dir, "s.db"), "--data-dir", restored,
-		"--name", member, "--initial-cluster", member+"="+peer, "--initial-advertise-peer-urls", peer,
-		"--bump-revision", strconv.Itoa(bump), "--mark-compacted").CombinedOutput()
-	t.Logf("etcdutl snapshot restore:\n%s", out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(env.EtcdDataDir(), env.EtcdDataDir()+".before-restore"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(restored, env.EtcdDataDir()); err != nil {
-		t.Fatal(err)
-	}
-	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := env.StartEtcd(startCtx); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.StartAPIServer(startCtx, 0); err != nil {
-		t.Fatal(err)
-	}
+	restoreEtcd(t, env, filepath.Join(dir, "s.db"), "--bump-revision", strconv.Itoa(bump), "--mark-compacted")
 
 	if _, err := env.Client.CoreV1().ConfigMaps(ns).Get(ctx, "before", metav1.GetOptions{}); err != nil {
 		t.Errorf("the object saved in the snapshot is not back: %v", err)
@@ -138,4 +102,54 @@ func TestRestoreWithoutTheKubeletTrap(t *testing.T) {
 	if out, ok := rampart(t, append([]string{"etcd", "check"}, etcdFlags(env)...)...); !ok || !strings.Contains(out, "0 undecodable") {
 		t.Errorf("check on the restored etcd:\n%s", out)
 	}
+}
+
+// restoreEtcd is the README's restore from the API server's stop (step 2)
+// to its start (step 4): the API server and etcd stop, etcdutl restores
+// snap into a new data directory with the extra flags, which takes the old
+// one's place, and etcd and the API server start on it.
+func restoreEtcd(t *testing.T, env *clustertest.Env, snap string, extra ...string) {
+	t.Helper()
+	etcdutl := etcdutlPath(t)
+	for _, name := range []string{localcluster.APIServerName(0), "etcd"} {
+		if err := env.StopComponent(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	member, peer := env.EtcdMember()
+	restored := filepath.Join(t.TempDir(), "etcd-restored")
+	out, err := exec.Command(etcdutl, append([]string{"snapshot", "restore", snap, "--data-dir", restored,
+		"--name", member, "--initial-cluster", member + "=" + peer, "--initial-advertise-peer-urls", peer}, extra...)...).CombinedOutput()
+	t.Logf("etcdutl snapshot restore %s:\n%s", strings.Join(extra, " "), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(env.EtcdDataDir(), env.EtcdDataDir()+".before-restore"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(restored, env.EtcdDataDir()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := env.StartEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.StartAPIServer(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// etcdutlPath is bin/k8s/etcdutl, checked before a test starts a cluster.
+func etcdutlPath(t *testing.T) string {
+	t.Helper()
+	assets, _, err := clustertest.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdutl := filepath.Join(assets, "etcdutl")
+	if _, err := os.Stat(etcdutl); err != nil {
+		t.Fatalf("%s is missing: run make assets", etcdutl)
+	}
+	return etcdutl
 }

@@ -28,3 +28,40 @@ func (c *Cluster) StartEtcd(ctx context.Context) error {
 	c.forgetStopped("etcd")
 	return c.startEtcd(ctx)
 }
+
+// RestartControllers stops and starts again every client of the API
+// server that keeps a cache: kube-controller-manager, kube-scheduler,
+// kwok and the Rampart managers, each waited for until healthy. After an
+// etcd restore (README, "Restoring an etcd snapshot without the kubelet
+// trap", step 4) none may keep acting on what it cached before.
+func (c *Cluster) RestartControllers(ctx context.Context) error {
+	restarts := []struct {
+		name  string
+		start func(context.Context) error
+	}{
+		{"kube-controller-manager", c.startControllerManager},
+		{"kube-scheduler", c.startScheduler},
+		{"kwok", c.startKwok},
+	}
+	for _, r := range restarts {
+		if err := c.StopComponent(r.name); err != nil {
+			return err
+		}
+		c.forgetStopped(r.name)
+		if err := r.start(ctx); err != nil {
+			return err
+		}
+	}
+	if c.opts.Unprotected {
+		return nil
+	}
+	for i := range c.ports.managers {
+		if err := c.StopComponent(ManagerName(i)); err != nil {
+			return err
+		}
+		if err := c.StartManager(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}

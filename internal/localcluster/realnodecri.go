@@ -70,6 +70,32 @@ func (r *runtimeClient) removeAllPods(ctx context.Context) error {
 // runtime runs, asked of containerd itself: what a kill really ended,
 // whatever the API says of the pod.
 func (c *Cluster) RunningContainers(ctx context.Context, node string) (map[string]int, error) {
+	all, err := c.RuntimeContainers(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, ctr := range all {
+		if ctr.Running {
+			out[ctr.PodUID]++
+		}
+	}
+	return out, nil
+}
+
+// RuntimeContainer is one container as a real node's containerd has it.
+// A container the kubelet restarts is a new one, with a new ID.
+type RuntimeContainer struct {
+	ID, SandboxID, PodUID, Name string
+	Running                     bool
+	// Attempt is the kubelet's restart count when it created it.
+	Attempt uint32
+	Created time.Time
+}
+
+// RuntimeContainers lists every container of a real node's containerd,
+// running or not, asked past the node guard.
+func (c *Cluster) RuntimeContainers(ctx context.Context, node string) ([]RuntimeContainer, error) {
 	socket, err := c.RealNodeRuntime(node)
 	if err != nil {
 		return nil, err
@@ -79,14 +105,17 @@ func (c *Cluster) RunningContainers(ctx context.Context, node string) (map[strin
 		return nil, err
 	}
 	defer rt.close()
-	list, err := rt.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
-		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}})
+	list, err := rt.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int{}
+	var out []RuntimeContainer
 	for _, ctr := range list.GetContainers() {
-		out[ctr.GetLabels()["io.kubernetes.pod.uid"]]++
+		out = append(out, RuntimeContainer{
+			ID: ctr.GetId(), SandboxID: ctr.GetPodSandboxId(), PodUID: ctr.GetLabels()["io.kubernetes.pod.uid"],
+			Name: ctr.GetMetadata().GetName(), Running: ctr.GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING,
+			Attempt: ctr.GetMetadata().GetAttempt(), Created: time.Unix(0, ctr.GetCreatedAt()),
+		})
 	}
 	return out, nil
 }

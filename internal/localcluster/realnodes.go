@@ -129,7 +129,10 @@ func (n *realNode) guardSocket() string { return n.path("node-guard.sock") }
 
 // Component names of a real node's processes, in start order.
 func containerdName(node string) string { return "containerd-" + node }
-func guardName(node string) string      { return "node-guard-" + node }
+
+// NodeGuardName is the component name of a real node's `rampart node-guard`,
+// for StopComponent and StartComponent.
+func NodeGuardName(node string) string { return "node-guard-" + node }
 
 // KubeletName is the component name of a real node's kubelet, for
 // StopComponent and StartComponent.
@@ -217,7 +220,7 @@ func (c *Cluster) startRealNode(ctx context.Context, name string) error {
 	if err := c.importImage(ctx, node); err != nil {
 		return err
 	}
-	if err := c.run(guardName(name), c.opts.Rampart, "node-guard",
+	if err := c.run(NodeGuardName(name), c.opts.Rampart, "node-guard",
 		"--listen", node.guardSocket(),
 		"--runtime-endpoint", "unix://"+node.socket(),
 		"--node-name", name,
@@ -226,7 +229,7 @@ func (c *Cluster) startRealNode(ctx context.Context, name string) error {
 	); err != nil {
 		return err
 	}
-	if err := c.waitHealthy(ctx, guardName(name), "http://127.0.0.1:"+strconv.Itoa(node.GuardPort)+"/healthz", nil); err != nil {
+	if err := c.waitHealthy(ctx, NodeGuardName(name), "http://127.0.0.1:"+strconv.Itoa(node.GuardPort)+"/healthz", nil); err != nil {
 		return err
 	}
 	if err := c.run(KubeletName(name), c.asset("kubelet"), kubeletArgs(node)...); err != nil {
@@ -318,7 +321,7 @@ func (c *Cluster) waitRealNodeReady(ctx context.Context, n *realNode) error {
 	var last string
 	// A cold kubelet takes about 20 s to register and report Ready here.
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, startTimeout, true, func(ctx context.Context) (bool, error) {
-		for _, name := range []string{containerdName(n.Name), guardName(n.Name), KubeletName(n.Name)} {
+		for _, name := range []string{containerdName(n.Name), NodeGuardName(n.Name), KubeletName(n.Name)} {
 			if err := c.exitedEarly(name); err != nil {
 				return false, err
 			}

@@ -28,9 +28,7 @@ import (
 // running, with the refusal as an Event. A restart the pod's spec asks for
 // (a failing liveness probe) still happens.
 func TestRealNodeGuard(t *testing.T) {
-	env := clustertest.Start(t, localcluster.Options{Nodes: 1})
-	node := env.RealNodes(t, 1)[0]
-	ns := env.Namespace(t)
+	env, node, ns := realNodeCluster(t)
 	ctx := context.Background()
 	protected := map[string]string{v1alpha1.LabelExplicitDeletion: "true"}
 	onNode := map[string]string{localcluster.RealNodeLabel: "true"}
@@ -135,6 +133,138 @@ func TestRealNodeGuard(t *testing.T) {
 	})
 }
 
+// TestRealNodeGuardDown stops a real node's node guard, as a crash or an
+// upgrade of it would: the kubelet loses its runtime endpoint while
+// containerd runs on. What a user sees: the Node turns Ready=False with the
+// kubelet's "container runtime is down" message, the pods stay Running in
+// the API and their containers keep running in containerd, neither killed
+// nor restarted, protected or not; once the guard is back the Node is
+// Ready again and the pods run the same containers, restartCount 0.
+func TestRealNodeGuardDown(t *testing.T) {
+	env, node, ns := realNodeCluster(t)
+	ctx := context.Background()
+	onNode := map[string]string{localcluster.RealNodeLabel: "true"}
+	pods := []clustertest.RealPod{
+		env.StartRealPod(t, node, ns, localcluster.RealNodePod("protected", map[string]string{v1alpha1.LabelExplicitDeletion: "true"}, onNode)),
+		env.StartRealPod(t, node, ns, localcluster.RealNodePod("unprotected", nil, onNode)),
+	}
+	// unchanged fails the test at the first pod killed or restarted.
+	unchanged := func(ctx context.Context) {
+		t.Helper()
+		for _, p := range pods {
+			if change := env.RealPodChange(ctx, t, p); change != "" {
+				t.Fatalf("pod %s changed: %s", p.Name, change)
+			}
+		}
+	}
+
+	guard := localcluster.NodeGuardName(node)
+	stopped := time.Now()
+	if err := env.StopComponent(guard); err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet calls the runtime's Status every 5 s and reports it
+	// down once 30 s have passed without an answer, at its next node
+	// status update.
+	var ready corev1.NodeCondition
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		unchanged(ctx)
+		ready = nodeReadyCondition(t, env, node)
+		return ready.Status == corev1.ConditionFalse, nil
+	})
+	if err != nil {
+		t.Fatalf("node %s still Ready=%s (%s) 3 minutes after its node guard stopped", node, ready.Status, ready.Message)
+	}
+	t.Logf("Ready=False %.1fs after the guard stopped: %s: %s", time.Since(stopped).Seconds(), ready.Reason, ready.Message)
+	if !strings.Contains(ready.Message, "container runtime is down") {
+		t.Errorf("node %s is not Ready for another reason than its runtime: %s", node, ready.Message)
+	}
+	// The node controller taints the node NoExecute; the pods tolerate
+	// that for 300 s (the API server's DefaultTolerationSeconds), after
+	// which they would be evicted: the guard must be back before then.
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		unchanged(ctx)
+		n, err := env.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, taint := range n.Spec.Taints {
+			if taint.Key == corev1.TaintNodeNotReady && taint.Effect == corev1.TaintEffectNoExecute {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("node %s not tainted %s:NoExecute within a minute of Ready=False", node, corev1.TaintNodeNotReady)
+	}
+	t.Logf("tainted %s:NoExecute %.1fs after the guard stopped", corev1.TaintNodeNotReady, time.Since(stopped).Seconds())
+	for _, p := range pods {
+		pod, err := env.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tolerated *int64
+		for _, tol := range pod.Spec.Tolerations {
+			if tol.Key == corev1.TaintNodeNotReady && tol.Effect == corev1.TaintEffectNoExecute {
+				tolerated = tol.TolerationSeconds
+			}
+		}
+		if tolerated == nil || *tolerated != 300 {
+			t.Errorf("pod %s tolerates %s:NoExecute for %v s, want 300", p.Name, corev1.TaintNodeNotReady, tolerated)
+		}
+		t.Logf("pod %s while the guard is down: phase %s, conditions %s", p.Name, pod.Status.Phase, podConditions(pod))
+	}
+
+	started := time.Now()
+	if err := env.StartComponent(guard); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := env.WaitRealNodeReady(rctx, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Ready again %.1fs after the guard started (down %.1fs in all)", time.Since(started).Seconds(), time.Since(stopped).Seconds())
+	// The kubelet syncs every pod again once the runtime answers; a kill
+	// or a restart would show within seconds.
+	hold := time.Now().Add(15 * time.Second)
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		unchanged(ctx)
+		return time.Now().After(hold), nil
+	})
+}
+
+func podConditions(p *corev1.Pod) string {
+	var out []string
+	for _, c := range p.Status.Conditions {
+		out = append(out, string(c.Type)+"="+string(c.Status))
+	}
+	return strings.Join(out, " ")
+}
+
+func nodeReadyCondition(t *testing.T, env *clustertest.Env, node string) corev1.NodeCondition {
+	t.Helper()
+	n, err := env.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get node %s: %v", node, err)
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c
+		}
+	}
+	return corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Message: "no Ready condition"}
+}
+
+// realNodeCluster starts a cluster of the test's own (the manager
+// included) with one real node, and a namespace.
+func realNodeCluster(t *testing.T) (env *clustertest.Env, node, ns string) {
+	t.Helper()
+	env = clustertest.Start(t, localcluster.Options{Nodes: 1})
+	return env, env.RealNodes(t, 1)[0], env.Namespace(t)
+}
+
 func createPod(t *testing.T, env *clustertest.Env, ns string, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	created, err := env.Client.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{})
@@ -174,11 +304,11 @@ func setNodeLabel(t *testing.T, env *clustertest.Env, node, key, value string) {
 
 func runningContainers(t *testing.T, env *clustertest.Env, node string) map[string]int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	running, err := env.RunningContainers(ctx, node)
-	if err != nil {
-		t.Fatalf("ask containerd on %s: %v", node, err)
+	running := map[string]int{}
+	for _, c := range env.Containers(t, node) {
+		if c.Running {
+			running[c.PodUID]++
+		}
 	}
 	return running
 }

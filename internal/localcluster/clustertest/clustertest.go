@@ -347,3 +347,16 @@ func ownerNames(refs []metav1.OwnerReference) []string {
 	}
 	return names
 }
+
+// Containers lists every container of a real node's containerd, asked
+// past the node guard: what really runs, whatever the API says.
+func (e *Env) Containers(t testing.TB, node string) []localcluster.RuntimeContainer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	all, err := e.RuntimeContainers(ctx, node)
+	if err != nil {
+		t.Fatalf("ask containerd on %s: %v", node, err)
+	}
+	return all
+}
