@@ -807,41 +807,35 @@ func windowUpdateFrame(stream, n uint32) []byte {
 const maxRefusalMessage = 4 << 10
 
 // refusalFrame is a trailers-only gRPC answer on stream: a HEADERS frame
-// ending the stream, its fields literal and not indexed (RFC 7541 6.2.2),
-// so the kubelet's HPACK table is left as the runtime's encoder has it.
+// ending the stream, its fields literals never indexed, so the kubelet's
+// HPACK table is left as the runtime's encoder has it.
 func refusalFrame(stream uint32, st *status.Status) []byte {
 	msg := st.Message()
 	if len(msg) > maxRefusalMessage {
 		msg = msg[:maxRefusalMessage]
 	}
-	var block []byte
-	for _, f := range [][2]string{
-		{":status", "200"},
-		{"content-type", "application/grpc"},
-		{"grpc-status", strconv.Itoa(int(st.Code()))},
-		{"grpc-message", grpcMessageEncode(msg)},
-	} {
-		block = append(block, 0x00) // literal without indexing, new name
-		block = appendHPACKString(block, f[0])
-		block = appendHPACKString(block, f[1])
-	}
-	return frameBytes(http2.FrameHeaders, http2.FlagHeadersEndHeaders|http2.FlagHeadersEndStream, stream, block)
+	return frameBytes(http2.FrameHeaders, http2.FlagHeadersEndHeaders|http2.FlagHeadersEndStream, stream, hpackNeverIndexed(
+		":status", "200",
+		"content-type", "application/grpc",
+		"grpc-status", strconv.Itoa(int(st.Code())),
+		"grpc-message", grpcMessageEncode(msg),
+	))
 }
 
-// appendHPACKString appends s as an HPACK string literal without Huffman
-// coding: its length as a 7-bit-prefix integer (RFC 7541 5.1), then s.
-func appendHPACKString(b []byte, s string) []byte {
-	n := uint64(len(s))
-	if n < 127 {
-		b = append(b, byte(n))
-	} else {
-		b = append(b, 127)
-		for n -= 127; n >= 128; n >>= 7 {
-			b = append(b, byte(n&0x7f|0x80))
-		}
-		b = append(b, byte(n))
+// hpackNeverIndexed encodes name/value pairs as a header block that leaves
+// the receiver's HPACK table as it was: a fresh encoder (its own table
+// empty, no size update) writing Sensitive fields, which HPACK sends as
+// literals never indexed (RFC 7541 6.2.3), naming at most a static-table
+// entry. The guard does not hold the encoder state of the connection it
+// answers on, so nothing it sends may add to that table.
+func hpackNeverIndexed(pairs ...string) []byte {
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		// WriteField writes to a bytes.Buffer, which cannot fail.
+		_ = enc.WriteField(hpack.HeaderField{Name: pairs[i], Value: pairs[i+1], Sensitive: true})
 	}
-	return append(b, s...)
+	return block.Bytes()
 }
 
 // grpcMessageEncode percent-encodes a grpc-message value as the gRPC

@@ -140,6 +140,11 @@ func TestRefusalFrameEncodesAsHPACKLiterals(t *testing.T) {
 	if err := statusOf(fields); status.Code(err) != codes.FailedPrecondition || status.Convert(err).Message() != long {
 		t.Fatalf("decoded %v", err)
 	}
+	for _, f := range fields {
+		if !f.Sensitive {
+			t.Errorf("%s was sent as a field a later hop may index; want never indexed", f.Name)
+		}
+	}
 	// The first dynamic table entry (index 62) must still not exist.
 	if _, err := hp.decode([]byte{0x80 | 62}); err == nil {
 		t.Fatal("the answer added an entry to the receiver's HPACK table")

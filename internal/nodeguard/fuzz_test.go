@@ -63,11 +63,7 @@ func FuzzKubeletConnection(f *testing.F) {
 	sb, cs := r.rt.addPod("u1", "shop", "web", true, fakeContainer{"app", "app:1"})
 	stop, _ := proto.Marshal(&runtimeapi.StopContainerRequest{ContainerId: cs[0]})
 	msg := append([]byte{0, 0, 0, 0, byte(len(stop))}, stop...)
-	var block []byte
-	for _, hf := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", runtimeapi.RuntimeService_StopContainer_FullMethodName}, {":authority", "x"}, {"content-type", "application/grpc"}} {
-		block = appendHPACKString(append(block, 0), hf[0])
-		block = appendHPACKString(block, hf[1])
-	}
+	block := hpackNeverIndexed(":method", "POST", ":scheme", "http", ":path", runtimeapi.RuntimeService_StopContainer_FullMethodName, ":authority", "x", "content-type", "application/grpc")
 	settings := frameBytes(http2.FrameSettings, 0, 0, nil)
 	f.Add(append(append(settings, frameBytes(http2.FrameHeaders, http2.FlagHeadersEndHeaders, 1, block)...), frameBytes(http2.FrameData, http2.FlagDataEndStream, 1, msg)...))
 	f.Add(append(settings, frameBytes(http2.FrameHeaders, 0, 1, block[:7])...))                         // a block cut short, no CONTINUATION
