@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -186,7 +187,13 @@ func startGateway(t testing.TB, ca *pki.KeyPair, upstream string, opts Options, 
 	if adjust != nil {
 		adjust(cfg)
 	}
-	g, err := New(cfg, opts)
+	// Everything the gateway starts, in New (its watches, its upstream
+	// connections) and in Serve, carries the label side=gateway, so a
+	// CPU profile tells the gateway's own time from the client's and the
+	// stand-in API server's (hack/gateway-cpu.sh).
+	labels := pprof.Labels("side", "gateway")
+	var g *Gateway
+	pprof.Do(context.Background(), labels, func(context.Context) { g, err = New(cfg, opts) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +203,7 @@ func startGateway(t testing.TB, ca *pki.KeyPair, upstream string, opts Options, 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- g.Serve(ctx, ln) }()
+	go pprof.Do(ctx, labels, func(ctx context.Context) { done <- g.Serve(ctx, ln) })
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
