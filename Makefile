@@ -32,11 +32,7 @@ unit: ## tests that need no cluster
 # they find the binaries through RAMPART_ASSETS and RAMPART_BIN, and the
 # storage tests their S3 server through RAMPART_S3_SERVER.
 test: lint build assets ## everything: lint, unit and integration tests against real control planes
-	rm -rf $(BIN)/test-logs
-	RAMPART_TEST_LOGS=$(CURDIR)/$(BIN)/test-logs RAMPART_ASSETS=$(CURDIR)/$(BIN)/k8s RAMPART_BIN=$(CURDIR)/$(BIN)/rampart RAMPART_S3_SERVER=$(CURDIR)/$(BIN)/s3/weed $(GO) test -count=1 -timeout 40m ./...
-	@if [ -f $(BIN)/test-logs/drills.txt ]; then echo "drills at test scale (TestDrills; full scale: rampart drill):"; cat $(BIN)/test-logs/drills.txt; fi
-	$(MAKE) fuzz-smoke
-	bash hack/secret-scan.sh $(BIN)/test-logs
+	GO=$(GO) bash hack/test.sh
 
 FUZZTIME ?= 5m
 fuzz: ## run every fuzz target for FUZZTIME each (default 5m); crashers land in testdata/fuzz and replay in go test
@@ -45,7 +41,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 5m); crashers land in 
 secret-scan: ## grep the logs of the last make test (bin/test-logs) for keys, tokens and canary Secret values
 	bash hack/secret-scan.sh $(BIN)/test-logs
 
-fuzz-smoke: ## run every fuzz target for 5s (part of make test)
+fuzz-smoke: ## run every fuzz target for 5s (make test runs it beside the Go tests)
 	FUZZTIME=5s GO=$(GO) bash hack/fuzz.sh
 
 up: build assets ## start a protected local cluster in .rampart (detached)

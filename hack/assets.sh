@@ -27,10 +27,16 @@ s3build() {
   s3fresh && return
   local start=$SECONDS
   echo "assets: building the S3 server (SeaweedFS; a cold build takes about 5 minutes on 2 cores)..."
-  (cd "$root/hack/assets/s3" && go build -trimpath -ldflags '-s -w' -o "$s3out/weed" github.com/seaweedfs/seaweedfs/weed)
+  (cd "$root/hack/assets/s3" && go build -ldflags '-s -w' -o "$s3out/weed" github.com/seaweedfs/seaweedfs/weed)
   stamp s3 > "$s3out/.stamps/s3"
   echo "assets: S3 server built in $((SECONDS - start))s"
 }
+
+# The binaries are built without -trimpath, with the flags `go build` and
+# `go test` use on the project: the Kubernetes libraries they share with it
+# (client-go, apimachinery, apiserver, ... at the same versions) then
+# compile once into the build cache for both. With -trimpath a cold cache
+# compiled client-go's 554 packages a second time.
 
 # stamp NAME prints the digest of the module that builds group NAME.
 stamp() { cat "$root/hack/assets/$1/go.mod" "$root/hack/assets/$1/go.sum" | sha256sum | cut -d' ' -f1; }
@@ -67,7 +73,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 fresh kubernetes kube-apiserver kube-controller-manager kube-scheduler kubectl ||
-  build kubernetes go build -trimpath -ldflags "$ldflags" -o "$out/" \
+  build kubernetes go build -ldflags "$ldflags" -o "$out/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 
@@ -80,7 +86,7 @@ if [ "$kubelet_version" != "$k8s_version" ]; then
   exit 1
 fi
 fresh kubelet kubelet ||
-  build kubelet go build -trimpath -ldflags "$ldflags" -o "$out/kubelet" k8s.io/kubernetes/cmd/kubelet
+  build kubelet go build -ldflags "$ldflags" -o "$out/kubelet" k8s.io/kubernetes/cmd/kubelet
 
 # runc links libseccomp (Debian's runc 1.1.5 cannot start a CRI sandbox
 # here); without the headers real nodes cannot run, the rest still can.
@@ -88,22 +94,22 @@ runc_version=$(modversion runc github.com/opencontainers/runc)
 if fresh runc runc; then
   :
 elif pkg-config --exists libseccomp 2>/dev/null; then
-  build runc go build -trimpath -tags seccomp -ldflags "-s -w -X main.version=${runc_version#v}" -o "$out/runc" github.com/opencontainers/runc
+  build runc go build -tags seccomp -ldflags "-s -w -X main.version=${runc_version#v}" -o "$out/runc" github.com/opencontainers/runc
 else
   echo "assets: runc NOT built: it needs libseccomp-dev and pkg-config (apt-get install libseccomp-dev pkg-config);" \
     "rampart up --real-nodes and the real-node tests need it" >&2
 fi
 
 fresh etcd etcd etcdutl ||
-  build etcd sh -c "go build -trimpath -ldflags '-s -w' -o '$out/etcd' go.etcd.io/etcd/server/v3 &&
-    go build -trimpath -ldflags '-s -w' -o '$out/etcdutl' go.etcd.io/etcd/etcdutl/v3"
+  build etcd sh -c "go build -ldflags '-s -w' -o '$out/etcd' go.etcd.io/etcd/server/v3 &&
+    go build -ldflags '-s -w' -o '$out/etcdutl' go.etcd.io/etcd/etcdutl/v3"
 
 fresh kwok kwok kwok-stages.yaml ||
-  build kwok sh -c "go build -trimpath -ldflags '-s -w' -o '$out/kwok' sigs.k8s.io/kwok/cmd/kwok && go run ./stages > '$out/kwok-stages.yaml'"
+  build kwok sh -c "go build -ldflags '-s -w' -o '$out/kwok' sigs.k8s.io/kwok/cmd/kwok && go run ./stages > '$out/kwok-stages.yaml'"
 
 helm_version=$(modversion helm helm.sh/helm/v4)
 fresh helm helm ||
-  build helm go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" -o "$out/helm" helm.sh/helm/v4/cmd/helm
+  build helm go build -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" -o "$out/helm" helm.sh/helm/v4/cmd/helm
 
 # copy_monitoring_crds copies the two CRDs out of the pinned module.
 copy_monitoring_crds() {

@@ -39,8 +39,11 @@ const (
 	stormPods = 10000
 	// stormClients LIST all pods at once, in a loop.
 	stormClients = 24
-	// stormFor is how long the storm lasts.
-	stormFor = 30 * time.Second
+	// stormFor is how long the storm lasts at full scale; a drill at a
+	// smaller scale storms for a share of it, at least stormAtLeast (the
+	// unprotected business client still meets several LISTs in flight).
+	stormFor     = 30 * time.Second
+	stormAtLeast = 10 * time.Second
 	// businessSlow is the bound on one business request: slower than this
 	// (or failed) counts as lost.
 	businessSlow = time.Second
@@ -70,6 +73,7 @@ func runListStorm(ctx context.Context, t Target) (Loss, error) {
 		return Loss{}, err
 	}
 	pods := stormPods / t.Scale
+	stormLasts := max(stormFor/time.Duration(t.Scale), stormAtLeast)
 	if err := t.createIdlePods(ctx, ns, pods); err != nil {
 		return Loss{}, err
 	}
@@ -110,7 +114,7 @@ func runListStorm(ctx context.Context, t Target) (Loss, error) {
 			sleep(stormCtx, 250*time.Millisecond)
 		}
 	})
-	during := biz.run(ctx, stormFor)
+	during := biz.run(ctx, stormLasts)
 	stop()
 	wg.Wait()
 
@@ -132,7 +136,7 @@ func runListStorm(ctx context.Context, t Target) (Loss, error) {
 			"storm_list_errors":       float64(storm.failed.Load()),
 			"pods":                    float64(pods),
 			"storm_clients":           stormClients,
-			"storm_seconds":           stormFor.Seconds(),
+			"storm_seconds":           stormLasts.Seconds(),
 			"business_slow_bound_ms":  ms(businessSlow),
 			"business_timeout_ms":     ms(businessTimeout),
 			"business_failed_or_slow": float64(lost),
