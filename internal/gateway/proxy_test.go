@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -314,7 +315,11 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		}
 		return true
 	}
-	for _, target := range []struct{ name, base string }{{"direct", upstream.URL}, {"gateway", "https://" + gw}, {"gateway-traffic-log", "https://" + logged}} {
+	// The floor of any proxy that ends TLS: a pipe that decrypts and
+	// encrypts again and reads nothing (no HTTP), each client connection
+	// on a connection of its own to the stand-in API server.
+	pipe := startTLSPipe(b, ca, dir+"/gw.crt", dir+"/gw.key", strings.TrimPrefix(upstream.URL, "https://"))
+	for _, target := range []struct{ name, base string }{{"direct", upstream.URL}, {"gateway", "https://" + gw}, {"gateway-traffic-log", "https://" + logged}, {"tls-pipe", "https://" + pipe}} {
 		url := target.base + "/api/v1/namespaces/bench/configmaps/bench"
 		// One request at a time: ns/op is the latency.
 		b.Run(target.name+"/sequential", func(b *testing.B) {
@@ -336,4 +341,48 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			})
 		})
 	}
+}
+
+// startTLSPipe serves TLS with the certificate in certFile and keyFile and
+// copies each connection's bytes, in both directions, to a TLS connection
+// of its own to upstream, offering the protocol the client chose (so
+// HTTP/2 goes through end to end). Its goroutines carry the label
+// side=gateway, as the gateway's do, for hack/gateway-cpu.sh.
+func startTLSPipe(t testing.TB, ca *pki.KeyPair, certFile, keyFile, upstream string) string {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM())
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}, NextProtos: []string{"h2", "http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	serve := func(c net.Conn) {
+		defer c.Close()
+		in := c.(*tls.Conn)
+		if err := in.Handshake(); err != nil {
+			return
+		}
+		out, err := tls.Dial("tcp", upstream, &tls.Config{RootCAs: roots, NextProtos: []string{in.ConnectionState().NegotiatedProtocol}})
+		if err != nil {
+			return
+		}
+		defer out.Close()
+		go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
+		_, _ = io.Copy(out, in)
+	}
+	go pprof.Do(context.Background(), pprof.Labels("side", "gateway"), func(context.Context) {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	})
+	return ln.Addr().String()
 }
