@@ -15,7 +15,10 @@
 # machine's noise falls on all alike, and prints one line per run.
 # GATEWAY_CPU_TARGET=tls-pipe measures instead the benchmark's TLS byte
 # pipe (decrypt, encrypt again, no HTTP read), under the same label: the
-# floor of any proxy that ends TLS on these machines.
+# floor of any proxy that ends TLS on these machines;
+# GATEWAY_CPU_TARGET=reverseproxy a bare httputil.ReverseProxy behind
+# net/http's HTTP/2 server, upstream over HTTP/1.1: the floor of a proxy
+# built on net/http, as the gateway is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}

@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"runtime/pprof"
 	"strconv"
@@ -319,7 +321,11 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	// encrypts again and reads nothing (no HTTP), each client connection
 	// on a connection of its own to the stand-in API server.
 	pipe := startTLSPipe(b, ca, dir+"/gw.crt", dir+"/gw.key", strings.TrimPrefix(upstream.URL, "https://"))
-	for _, target := range []struct{ name, base string }{{"direct", upstream.URL}, {"gateway", "https://" + gw}, {"gateway-traffic-log", "https://" + logged}, {"tls-pipe", "https://" + pipe}} {
+	// And the floor of a proxy built on net/http as the gateway is: a bare
+	// httputil.ReverseProxy behind an HTTP/2 server, its upstream leg over
+	// HTTP/1.1 as the gateway's short requests go, and nothing else.
+	bare := startBareReverseProxy(b, ca, dir+"/gw.crt", dir+"/gw.key", upstream.URL)
+	for _, target := range []struct{ name, base string }{{"direct", upstream.URL}, {"gateway", "https://" + gw}, {"gateway-traffic-log", "https://" + logged}, {"tls-pipe", "https://" + pipe}, {"reverseproxy", "https://" + bare}} {
 		url := target.base + "/api/v1/namespaces/bench/configmaps/bench"
 		// One request at a time: ns/op is the latency.
 		b.Run(target.name+"/sequential", func(b *testing.B) {
@@ -384,5 +390,34 @@ func startTLSPipe(t testing.TB, ca *pki.KeyPair, certFile, keyFile, upstream str
 			go serve(c)
 		}
 	})
+	return ln.Addr().String()
+}
+
+// startBareReverseProxy serves, over TLS and HTTP/2, an
+// httputil.ReverseProxy to upstream whose transport speaks HTTP/1.1, under
+// the label side=gateway, and returns its address.
+func startBareReverseProxy(t testing.TB, ca *pki.KeyPair, certFile, keyFile, upstream string) string {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM())
+	target, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, Protocols: &protocols, MaxIdleConnsPerHost: 600, DisableCompression: true}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: proxy, TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}}}
+	go pprof.Do(context.Background(), pprof.Labels("side", "gateway"), func(context.Context) { _ = srv.ServeTLS(ln, "", "") })
+	t.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String()
 }
