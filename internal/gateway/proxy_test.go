@@ -356,12 +356,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 // side=gateway, as the gateway's do, for hack/gateway-cpu.sh.
 func startTLSPipe(t testing.TB, ca *pki.KeyPair, certFile, keyFile, upstream string) string {
 	t.Helper()
-	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(ca.CertPEM())
+	pair, roots := proxyTLS(t, ca, certFile, keyFile)
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}, NextProtos: []string{"h2", "http/1.1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -398,12 +393,7 @@ func startTLSPipe(t testing.TB, ca *pki.KeyPair, certFile, keyFile, upstream str
 // the label side=gateway, and returns its address.
 func startBareReverseProxy(t testing.TB, ca *pki.KeyPair, certFile, keyFile, upstream string) string {
 	t.Helper()
-	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(ca.CertPEM())
+	pair, roots := proxyTLS(t, ca, certFile, keyFile)
 	target, err := url.Parse(upstream)
 	if err != nil {
 		t.Fatal(err)
@@ -420,4 +410,17 @@ func startBareReverseProxy(t testing.TB, ca *pki.KeyPair, certFile, keyFile, ups
 	go pprof.Do(context.Background(), pprof.Labels("side", "gateway"), func(context.Context) { _ = srv.ServeTLS(ln, "", "") })
 	t.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String()
+}
+
+// proxyTLS loads a stand-in proxy's serving pair and the roots it trusts
+// the stand-in API server by.
+func proxyTLS(t testing.TB, ca *pki.KeyPair, certFile, keyFile string) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM())
+	return pair, roots
 }
