@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/rampart-io/rampart/internal/gateway"
 	"github.com/rampart-io/rampart/internal/gateway/trafficlog"
+	"github.com/rampart-io/rampart/internal/localcluster"
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
 )
 
@@ -101,6 +103,13 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	}
 	results := map[string][]time.Duration{}
 	elapsed := map[string]time.Duration{}
+	// The CPU each side used per mode: the control plane serving the
+	// requests (both API servers and etcd), the gateway process, and this
+	// process (the clients, and the in-process gateways of the
+	// gateway-1-upstream modes).
+	apiservers := []int{env.PID(localcluster.APIServerName(0)), env.PID(localcluster.APIServerName(1)), env.PID("etcd")}
+	gatewayProcess := env.PID(localcluster.GatewayName)
+	cpu := map[string]*[3]time.Duration{}
 	clients := map[string]*http.Client{}
 	for _, m := range modes {
 		c, err := rest.HTTPClientFor(m.cfg)
@@ -115,10 +124,18 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	for range rounds {
 		for _, op := range ops {
 			for _, m := range modes {
+				before := [3]time.Duration{cpuOf(apiservers...), cpuOf(gatewayProcess), cpuOf(os.Getpid())}
 				lat, took := run(b, clients[m.name], m.cfg.Host, op.path, concurrency, per)
+				after := [3]time.Duration{cpuOf(apiservers...), cpuOf(gatewayProcess), cpuOf(os.Getpid())}
 				key := op.name + "/" + m.name
 				results[key] = append(results[key], lat...)
 				elapsed[key] += took
+				if cpu[key] == nil {
+					cpu[key] = &[3]time.Duration{}
+				}
+				for i := range after {
+					cpu[key][i] += after[i] - before[i]
+				}
 			}
 		}
 	}
@@ -137,12 +154,55 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 		}
 	}
 	_ = w.Flush()
+	// CPU per request: what the gateway costs the machine beside what the
+	// API servers spend. This process's figure in a gateway-1-upstream
+	// mode, less its figure in direct, is the in-process gateway's.
+	fmt.Println("\nCPU per request, µs (from /proc, 10 ms ticks):")
+	fmt.Fprintln(w, "op\tmode\tAPI servers + etcd\tgateway process\tthis process\t")
+	for _, op := range ops {
+		for _, m := range modes {
+			key := op.name + "/" + m.name
+			n := time.Duration(len(results[key]))
+			if n == 0 {
+				continue
+			}
+			c := cpu[key]
+			fmt.Fprintf(w, "%s\t%s\t%.0f\t%.0f\t%.0f\t\n", op.name, m.name, us(c[0]/n), us(c[1]/n), us(c[2]/n))
+		}
+	}
+	_ = w.Flush()
 	if st, err := os.Stat(logPath); err == nil {
 		fmt.Printf("traffic log: %d bytes\n", st.Size())
 	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+
+// cpuOf is the CPU time, user and system, the processes have used so far,
+// from /proc/PID/stat (0 for a process that is gone or on another OS).
+func cpuOf(pids ...int) time.Duration {
+	var ticks int64
+	for _, pid := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The command name, in parentheses, may hold spaces; after it
+		// come field 3 (state) onwards, utime and stime being 14 and 15.
+		f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += utime + stime
+	}
+	// Linux counts in USER_HZ, 100 a second on every architecture Go
+	// supports there.
+	return time.Duration(ticks) * (time.Second / 100)
+}
 
 type summary struct {
 	rps      float64
