@@ -32,6 +32,8 @@ if [ ${#bins[@]} -eq 0 ]; then
 fi
 ops=${GATEWAY_CPU_OPS:-40000}
 target=${GATEWAY_CPU_TARGET:-gateway}
+# us SECONDS UNIT: pprof's "2.31 s" or "840 ms" as µs per GET.
+us() { awk -v v="$1" -v u="$2" -v n="$ops" 'BEGIN { if (u == "ms") v /= 1000; printf "%.1f", v * 1e6 / n }'; }
 printf '%-28s %5s %14s %14s %12s\n' binary round "$target µs/GET" 'process µs/GET' 'wall µs/op'
 for round in $(seq "$rounds"); do
   for bin in "${bins[@]}"; do
@@ -42,7 +44,6 @@ for round in $(seq "$rounds"); do
     # no node dropped, the first figure is everything the filter kept.
     total=$(go tool pprof -top -nodefraction=0 -nodecount=1000000 "$bin" "$prof" 2>/dev/null | sed -n 's/^Showing nodes accounting for \([0-9.]*\)\(m*s\),.*/\1 \2/p')
     gw=$(go tool pprof -top -nodefraction=0 -nodecount=1000000 -tagfocus side=gateway "$bin" "$prof" 2>/dev/null | sed -n 's/^Showing nodes accounting for \([0-9.]*\)\(m*s\),.*/\1 \2/p')
-    us() { awk -v v="$1" -v u="$2" -v n="$ops" 'BEGIN { if (u == "ms") v /= 1000; printf "%.1f", v * 1e6 / n }'; }
     printf '%-28s %5s %14s %14s %12.1f\n' "$(basename "$bin")" "$round" "$(us $gw)" "$(us $total)" "$(awk -v n="$nsop" 'BEGIN {print n / 1000}')"
   done
 done

@@ -15,6 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
+export FUZZTIME=${FUZZTIME:-5s}
 bin=$PWD/bin
 logs=$bin/test-logs
 rm -rf "$logs"
@@ -22,7 +23,7 @@ mkdir -p "$logs"
 
 fuzzlog=$(mktemp)
 trap 'rm -f "$fuzzlog"' EXIT
-FUZZTIME=${FUZZTIME:-5s} GO=$GO nice -n 19 bash hack/fuzz.sh >"$fuzzlog" 2>&1 &
+GO=$GO nice -n 19 bash hack/fuzz.sh >"$fuzzlog" 2>&1 &
 fuzz=$!
 
 RAMPART_TEST_LOGS=$logs RAMPART_ASSETS=$bin/k8s RAMPART_BIN=$bin/rampart RAMPART_S3_SERVER=$bin/s3/weed \
@@ -43,7 +44,7 @@ cat "$fuzzlog"
 # real one does: its input is in testdata/fuzz now and is replayed first.
 if [ $fuzzed -ne 0 ]; then
   echo "fuzz smoke: a target failed beside the tests; running the smoke again alone (a real failure fails again)"
-  FUZZTIME=${FUZZTIME:-5s} GO=$GO bash hack/fuzz.sh
+  GO=$GO bash hack/fuzz.sh
   fuzzed=$?
   if [ $fuzzed -eq 0 ]; then
     git status --porcelain --untracked-files=all -- '*/testdata/fuzz/*' | sed -n 's/^?? /fuzz smoke: passes alone, left by the failure beside the tests (delete it): /p'

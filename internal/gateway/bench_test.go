@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/prometheus/procfs"
 	"github.com/rampart-io/rampart/internal/gateway"
 	"github.com/rampart-io/rampart/internal/gateway/trafficlog"
 	"github.com/rampart-io/rampart/internal/localcluster"
@@ -180,28 +180,20 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 
-// cpuOf is the CPU time, user and system, the processes have used so far,
-// from /proc/PID/stat (0 for a process that is gone or on another OS).
+// cpuOf is the CPU time, user and system, the processes have used so far
+// (0 for a process that is gone, or off Linux).
 func cpuOf(pids ...int) time.Duration {
-	var ticks int64
+	var seconds float64
 	for _, pid := range pids {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		p, err := procfs.NewProc(pid)
 		if err != nil {
 			continue
 		}
-		// The command name, in parentheses, may hold spaces; after it
-		// come field 3 (state) onwards, utime and stime being 14 and 15.
-		f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
-		if len(f) < 13 {
-			continue
+		if st, err := p.Stat(); err == nil {
+			seconds += st.CPUTime()
 		}
-		utime, _ := strconv.ParseInt(f[11], 10, 64)
-		stime, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += utime + stime
 	}
-	// Linux counts in USER_HZ, 100 a second on every architecture Go
-	// supports there.
-	return time.Duration(ticks) * (time.Second / 100)
+	return time.Duration(seconds * float64(time.Second))
 }
 
 type summary struct {
