@@ -51,6 +51,10 @@ func envInt(name string, def int) int {
 // GATEWAY_BENCH_CONCURRENCY (default 8), GATEWAY_BENCH_SECONDS per mode
 // and round (default 1) and GATEWAY_BENCH_ROUNDS (default 8) tune it:
 // short rounds spread a noisy neighbour's bursts over every mode.
+// GATEWAY_BENCH_OPS (e.g. "GET") runs only the named operations.
+// GATEWAY_BENCH_PROFILE=FILE writes a CPU profile of the gateway process
+// over the timed part (the package's cluster then starts the gateway
+// with --profiling); only the gateway-2-upstreams mode sends it requests.
 func BenchmarkGatewayVsDirect(b *testing.B) {
 	env := clustertest.Get(b)
 	ns := env.Namespace(b)
@@ -92,14 +96,18 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 		{"direct-2-apiservers", "direct-2-apiservers", direct2},
 		{"gateway-2-upstreams", "direct-2-apiservers", viaGateway(b, env)},
 	}
-	ops := []struct {
+	type benchOp struct {
 		name string
 		path func(*rand.Rand) string
-	}{
+	}
+	ops := []benchOp{
 		{"GET", func(r *rand.Rand) string {
 			return "/api/v1/namespaces/" + ns + "/configmaps/" + names[r.IntN(len(names))]
 		}},
 		{"LIST-500", func(*rand.Rand) string { return "/api/v1/namespaces/" + ns + "/configmaps?labelSelector=app%3Dbench" }},
+	}
+	if only := os.Getenv("GATEWAY_BENCH_OPS"); only != "" {
+		ops = slices.DeleteFunc(ops, func(o benchOp) bool { return !slices.Contains(strings.Split(only, ","), o.name) })
 	}
 	results := map[string][]time.Duration{}
 	elapsed := map[string]time.Duration{}
@@ -121,6 +129,7 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 		run(b, c, m.cfg.Host, ops[0].path, concurrency, 300*time.Millisecond)
 	}
 	b.ResetTimer()
+	profiled := profileGateway(b, env, time.Duration(rounds*len(ops)*len(modes))*per)
 	for range rounds {
 		for _, op := range ops {
 			for _, m := range modes {
@@ -140,6 +149,9 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	if err := profiled(); err != nil {
+		b.Fatal(err)
+	}
 
 	fmt.Printf("\nconcurrency %d, %d rounds of %v per mode, %d CPUs\n", concurrency, rounds, per, runtimeCPUs())
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
@@ -174,6 +186,43 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	if st, err := os.Stat(logPath); err == nil {
 		fmt.Printf("traffic log: %d bytes\n", st.Size())
 	}
+	if path := os.Getenv("GATEWAY_BENCH_PROFILE"); path != "" {
+		for _, op := range ops {
+			fmt.Printf("gateway process profile: %s, %d %s requests through it\n", path, len(results[op.name+"/gateway-2-upstreams"]), op.name)
+		}
+	}
+}
+
+// profileGateway starts, when GATEWAY_BENCH_PROFILE names a file, a CPU
+// profile of the gateway process for d, and returns the function that
+// waits for it and writes the file.
+func profileGateway(b *testing.B, env *clustertest.Env, d time.Duration) func() error {
+	path := os.Getenv("GATEWAY_BENCH_PROFILE")
+	if path == "" {
+		return func() error { return nil }
+	}
+	url := strings.TrimSuffix(env.GatewayMetricsURL(), "/metrics") + "/debug/pprof/profile?seconds=" + strconv.Itoa(int(d.Round(time.Second).Seconds()))
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(url)
+		if err != nil {
+			done <- fmt.Errorf("profile the gateway: %w", err)
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s", resp.Status, body)
+		}
+		if err == nil {
+			err = os.WriteFile(path, body, 0o644)
+		}
+		if err != nil {
+			err = fmt.Errorf("profile the gateway: %w", err)
+		}
+		done <- err
+	}()
+	return func() error { return <-done }
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -31,8 +32,13 @@ import (
 // front of them, and kube-controller-manager, kube-scheduler and kwok
 // talking to the API servers only through the gateway.
 func TestMain(m *testing.M) {
-	clustertest.Main(m, localcluster.Options{Unprotected: true, APIServers: 2, Gateway: true, ComponentsViaGateway: true,
-		GatewayCountCustomResourceGroups: []string{countedGroup}})
+	opts := localcluster.Options{Unprotected: true, APIServers: 2, Gateway: true, ComponentsViaGateway: true,
+		GatewayCountCustomResourceGroups: []string{countedGroup}}
+	if os.Getenv("GATEWAY_BENCH_PROFILE") != "" {
+		// BenchmarkGatewayVsDirect profiles the gateway process.
+		opts.GatewayArgs = []string{"--profiling"}
+	}
+	clustertest.Main(m, opts)
 }
 
 // viaGateway is the admin configuration through the gateway.

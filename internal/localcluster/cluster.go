@@ -79,6 +79,8 @@ type Options struct {
 	// resources the gateway's LIST guard may count per namespace, as the
 	// chart's gateway.countCustomResourceGroups.
 	GatewayCountCustomResourceGroups []string
+	// GatewayArgs are extra flags for `rampart gateway`.
+	GatewayArgs []string
 }
 
 // Cluster is a running local cluster.

@@ -206,9 +206,9 @@ func (c *Cluster) installGateway(ctx context.Context) error {
 // starts the gateway again on the same address.
 func (c *Cluster) StartGateway(ctx context.Context) error {
 	c.forgetStopped(GatewayName)
-	var counted []string
+	extra := c.opts.GatewayArgs
 	if g := c.opts.GatewayCountCustomResourceGroups; len(g) > 0 {
-		counted = []string{"--count-custom-resource-groups=" + strings.Join(g, ",")}
+		extra = append(slices.Clip(extra), "--count-custom-resource-groups="+strings.Join(g, ","))
 	}
 	err := c.run(GatewayName, c.opts.Rampart, append([]string{"gateway",
 		"--kubeconfig=" + c.path(gatewayID.file),
@@ -220,7 +220,7 @@ func (c *Cluster) StartGateway(ctx context.Context) error {
 		"--health-interval=1s",
 		"--traffic-log=" + c.GatewayTrafficLog(), "--traffic-log-max-size=50", "--traffic-log-max-backups=2",
 		"--name=" + GatewayName,
-	}, counted...)...)
+	}, extra...)...)
 	if err != nil {
 		return err
 	}
