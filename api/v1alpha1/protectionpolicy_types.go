@@ -9,7 +9,7 @@ import (
 // one by one.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.protection) || has(self.explicitReplicas) || (has(self.explicitDeletion) && self.explicitDeletion)",message="set protection, explicitReplicas or explicitDeletion: a policy with none protects nothing"
-// +kubebuilder:validation:XValidation:rule="!has(self.explicitDeletion) || !self.explicitDeletion || self.resources.exists(r, r.apiGroups.exists(g, g == 'apps' || g == '*') && r.resources.exists(x, x in ['deployments', 'statefulsets', 'daemonsets', 'replicasets', '*']))",message="explicitDeletion labels the running pods of the workloads the policy covers: list deployments, statefulsets, daemonsets or replicasets (API group apps) among its resources"
+// +kubebuilder:validation:XValidation:rule="!has(self.explicitDeletion) || !self.explicitDeletion || self.resources.exists(r, (r.apiGroups.exists(g, g == 'apps' || g == '*') && r.resources.exists(x, x in ['deployments', 'statefulsets', 'daemonsets', 'replicasets', '*'])) || (r.apiGroups.exists(g, size(g) == 0 || g == '*') && r.resources.exists(x, x in ['replicationcontrollers', '*'])))",message="explicitDeletion labels the running pods of the workloads the policy covers: list deployments, statefulsets, daemonsets or replicasets (API group apps) or replicationcontrollers (the core group \"\") among its resources"
 type ProtectionPolicySpec struct {
 	// Resources the policy covers, as API groups and resource names
 	// ("" is the core group). "*" matches every resource of the groups.
@@ -41,10 +41,12 @@ type ProtectionPolicySpec struct {
 
 	// ExplicitDeletion, when true, has Rampart's manager label the running
 	// pods of the covered workloads (Deployments through their
-	// ReplicaSets, StatefulSets, DaemonSets, ReplicaSets)
-	// rampart.io/explicit-deletion=true, so the node guard lets only an
-	// API delete end them. Policies in Warn mode label nothing. Turning it
-	// off leaves the labels on the pods already running.
+	// ReplicaSets, StatefulSets, DaemonSets, ReplicaSets,
+	// ReplicationControllers) rampart.io/explicit-deletion=true, so the
+	// node guard lets only an API delete end them. Policies in Warn mode
+	// label nothing. Turning it off takes back the labels the manager
+	// wrote (not ones written by hand). Jobs' pods are never labelled: they
+	// are meant to end.
 	// +optional
 	ExplicitDeletion bool `json:"explicitDeletion,omitempty"`
 

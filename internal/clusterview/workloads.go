@@ -9,7 +9,8 @@ import (
 )
 
 // Workloads is the view of pods and the built-in workloads that run them
-// (Deployments, ReplicaSets, StatefulSets, DaemonSets), read by the
+// (Deployments, ReplicaSets, StatefulSets, DaemonSets,
+// ReplicationControllers), read by the
 // explicit-deletion controller: its informers, to watch, and lookups.
 type Workloads struct {
 	informers *Informers
@@ -18,6 +19,7 @@ type Workloads struct {
 // WorkloadResources are the workload kinds whose pods the view follows.
 var WorkloadResources = map[string]schema.GroupResource{
 	"Deployment": deployments, "ReplicaSet": replicaSets, "StatefulSet": statefulSets, "DaemonSet": daemonSets,
+	"ReplicationController": replicationControllers,
 }
 
 // PodInformer is the informer of every pod (slimmed: metadata, node and

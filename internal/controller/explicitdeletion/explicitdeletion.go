@@ -1,6 +1,7 @@
 // Package explicitdeletion labels rampart.io/explicit-deletion=true the
 // running pods of the workloads that opt in: a workload labelled so itself
-// (Deployment, StatefulSet, DaemonSet, ReplicaSet), or one an enforced
+// (Deployment, StatefulSet, DaemonSet, ReplicaSet, ReplicationController),
+// or one an enforced
 // ProtectionPolicy with explicitDeletion covers. The node guard then lets
 // only an API delete end those pods. A pod is labelled once it runs, so a
 // pod that never started can still be cleaned up by the kubelet at will.
@@ -194,8 +195,8 @@ func addPod(q queue, o client.Object) {
 }
 
 // chain is the pod's controllers, nearest first, as far as the view has
-// them: a ReplicaSet and its Deployment, or a StatefulSet, DaemonSet or
-// bare ReplicaSet. complete says the chain ends where the pod's controllers
+// them: a ReplicaSet and its Deployment, or a StatefulSet, DaemonSet,
+// bare ReplicaSet or ReplicationController. complete says the chain ends where the pod's controllers
 // end: no controller named was missing from the view.
 func (r *Reconciler) chain(pod *corev1.Pod) (out []Workload, complete bool) {
 	ns := pod.Namespace

@@ -89,8 +89,9 @@ func TestDecide(t *testing.T) {
 // TestRunningPodsOfOptedInWorkloadsAreLabelled: against the real control
 // plane (kwok nodes run the pods), the manager labels the running pods of
 // a Deployment labelled rampart.io/explicit-deletion=true, of one labelled
-// later, and of a StatefulSet a ProtectionPolicy with explicitDeletion
-// covers; an unlabelled Deployment's pods stay as they are.
+// later, and of a StatefulSet and a ReplicationController ProtectionPolicies
+// with explicitDeletion cover; an unlabelled Deployment's pods stay as they
+// are.
 func TestRunningPodsOfOptedInWorkloadsAreLabelled(t *testing.T) {
 	env := clustertest.Get(t)
 	ns := env.Namespace(t)
@@ -128,6 +129,23 @@ func TestRunningPodsOfOptedInWorkloadsAreLabelled(t *testing.T) {
 		t.Fatalf("a policy with only explicitDeletion: %v", err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), pol) })
+
+	// ReplicationControllers are workloads too: a policy over them (core
+	// group) is accepted and labels their pods.
+	legacy := &v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: ns + "-legacy"}, Spec: v1alpha1.ProtectionPolicySpec{
+		Resources:         []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"replicationcontrollers"}}},
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+		ExplicitDeletion:  true}}
+	if err := c.Create(ctx, legacy); err != nil {
+		t.Fatalf("a policy with explicitDeletion over replicationcontrollers: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), legacy) })
+	rcTemplate := template("rc")
+	rc := &corev1.ReplicationController{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rc"}, Spec: corev1.ReplicationControllerSpec{
+		Replicas: ptr.To(int32(1)), Selector: map[string]string{"app": "rc"}, Template: &rcTemplate}}
+	if err := c.Create(ctx, rc); err != nil {
+		t.Fatal(err)
+	}
 
 	deployment("web", optIn, 2)
 	deployment("plain", nil, 1)
@@ -183,6 +201,7 @@ func TestRunningPodsOfOptedInWorkloadsAreLabelled(t *testing.T) {
 	labelled("web", 2)
 	labelled("db", 2)
 	labelled("later", 1)
+	labelled("rc", 1)
 	env.WaitPodsRunning(t, ns, "app=plain", 1, time.Minute)
 	var plain corev1.PodList
 	if err := c.List(ctx, &plain, client.InNamespace(ns), client.MatchingLabels{"app": "plain"}); err != nil {
