@@ -1,12 +1,9 @@
 package backup
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
-	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -62,7 +59,7 @@ type cluster struct {
 	store   storage.Dir
 }
 
-func newCluster(t *testing.T, key *recyclebin.Key) cluster {
+func newCluster(t testing.TB, key *recyclebin.Key) cluster {
 	t.Helper()
 	lists := []*metav1.APIResourceList{
 		{GroupVersion: "v1", APIResources: []metav1.APIResource{
@@ -109,7 +106,7 @@ func newCluster(t *testing.T, key *recyclebin.Key) cluster {
 		Now: func() time.Time { clock = clock.Add(time.Second); return clock }}}
 }
 
-func testKey(t *testing.T) *recyclebin.Key {
+func testKey(t testing.TB) *recyclebin.Key {
 	k, err := recyclebin.NewKey(bytes.Repeat([]byte{3}, recyclebin.KeySize))
 	if err != nil {
 		t.Fatal(err)
@@ -223,40 +220,12 @@ func TestBackupReadFindsATamperedObject(t *testing.T) {
 	if _, err := c.creator.Create(ctx, "b", Selection{Namespaces: []string{"shop"}}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.store.Get(ctx, ArchiveName("b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gz, err := gzip.NewReader(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	zw := gzip.NewWriter(&out)
-	tw := tar.NewWriter(zw)
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
+	rewriteArchive(t, c.store, "b", func(path string, data []byte) []byte {
+		if strings.HasSuffix(path, "/prices.json") {
+			return bytes.Replace(data, []byte(`"apple":"3"`), []byte(`"apple":"9"`), 1)
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, _ := io.ReadAll(tr)
-		if strings.HasSuffix(h.Name, "/prices.json") {
-			data = bytes.Replace(data, []byte(`"apple":"3"`), []byte(`"apple":"9"`), 1)
-		}
-		h.Size = int64(len(data))
-		_ = tw.WriteHeader(h)
-		_, _ = tw.Write(data)
-	}
-	r.Close()
-	tw.Close()
-	zw.Close()
-	if _, err := c.store.Put(ctx, ArchiveName("b"), &out); err != nil {
-		t.Fatal(err)
-	}
+		return data
+	})
 	if _, _, err := Read(ctx, c.store, "b", nil, nil); !errors.Is(err, storage.ErrChecksum) || !strings.Contains(err.Error(), "configmaps/prices in namespace shop") {
 		t.Errorf("reading a tampered archive: %v", err)
 	}

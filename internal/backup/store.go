@@ -2,6 +2,7 @@ package backup
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -98,14 +99,28 @@ func (o Object) Item() restore.Item {
 	return restore.Item{Resource: o.File.GVR(), Namespace: o.File.Namespace, Name: o.File.Name, UID: o.File.UID, Object: o.Data}
 }
 
-// Read reads backup name's archive whole, checks every file against the
+// Read reads backup name's archive, checks every file against the
 // manifest's SHA-256 (and the archive against the store's), and returns
 // the manifest in the archive and the objects for which keep is true,
 // Secrets opened with key (left sealed when key is nil or another).
+//
+// It fails closed, as if it read the archive whole: nothing is returned
+// unless every file matches and the archive was read to its end. But it
+// holds only the files it returns: each file is hashed as it streams by
+// and kept only if selected, so that a restore of one namespace from a
+// backup of the whole cluster holds that namespace, not the cluster.
+// The archive's manifest is its last file, so what to keep is decided
+// with the copy beside it, which must then list the very same files.
 func Read(ctx context.Context, s storage.Store, name string, key *recyclebin.Key, keep func(File) bool) (*Manifest, []Object, error) {
 	beside, err := ReadManifest(ctx, s, name)
 	if err != nil {
 		return nil, nil, err
+	}
+	wanted := map[string]bool{}
+	for _, f := range beside.Files {
+		if keep == nil || keep(f) {
+			wanted[f.Path] = true
+		}
 	}
 	r, err := s.Get(ctx, ArchiveName(name))
 	if err != nil {
@@ -119,6 +134,7 @@ func Read(ctx context.Context, s storage.Store, name string, key *recyclebin.Key
 	tr := tar.NewReader(gz)
 	files := map[string][]byte{}
 	sums := map[string]string{}
+	copyBuf := make([]byte, 32<<10) // one for every file not held
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -127,13 +143,17 @@ func Read(ctx context.Context, s storage.Store, name string, key *recyclebin.Key
 		if err != nil {
 			return nil, nil, fmt.Errorf("backup %s: %w", name, err)
 		}
-		data, err := io.ReadAll(tr)
+		held := wanted[h.Name] || h.Name == ManifestFile
+		sum, data, err := hashFile(tr, h.Size, held, copyBuf)
 		if err != nil {
 			return nil, nil, fmt.Errorf("backup %s: %s: %w", name, h.Name, err)
 		}
-		sum := sha256.Sum256(data)
-		sums[h.Name] = hex.EncodeToString(sum[:])
-		files[h.Name] = data
+		sums[h.Name] = sum
+		if held {
+			files[h.Name] = data
+		} else {
+			delete(files, h.Name) // a later copy of a name replaces the earlier
+		}
 	}
 	// Read to the end, so that the store's checksum of the whole archive
 	// is checked too.
@@ -154,18 +174,24 @@ func Read(ctx context.Context, s storage.Store, name string, key *recyclebin.Key
 	if m.Name != beside.Name || m.Objects != beside.Objects {
 		return nil, nil, fmt.Errorf("backup %s: the archive's manifest (%s, %d objects) is not the one beside it (%s, %d objects)", name, m.Name, m.Objects, beside.Name, beside.Objects)
 	}
+	// What was kept was chosen by the files beside; the archive's own
+	// must be the same, or a selected file may have gone unheld.
+	if !slices.Equal(m.Files, beside.Files) {
+		return nil, nil, fmt.Errorf("backup %s: the archive's manifest lists other files than the one beside it: the backup was altered after it was made", name)
+	}
 	var out []Object
 	for _, f := range m.Files {
-		data, ok := files[f.Path]
+		sum, ok := sums[f.Path]
 		if !ok {
 			return nil, nil, fmt.Errorf("backup %s: %s (%s) is missing from the archive", name, f.Path, f.Described())
 		}
-		if sums[f.Path] != f.SHA256 {
+		if sum != f.SHA256 {
 			return nil, nil, fmt.Errorf("backup %s: %s (%s): %w", name, f.Path, f.Described(), storage.ErrChecksum)
 		}
-		if keep != nil && !keep(f) {
+		if !wanted[f.Path] {
 			continue
 		}
+		data := files[f.Path]
 		o := Object{File: f, Data: data}
 		if f.KeyID != "" {
 			o.Data = nil
@@ -178,4 +204,28 @@ func Read(ctx context.Context, s storage.Store, name string, key *recyclebin.Key
 		out = append(out, o)
 	}
 	return &m, out, nil
+}
+
+// maxPrealloc bounds the room made ahead for a file from its tar header's
+// size, which a damaged archive may overstate.
+const maxPrealloc = 16 << 20
+
+// hashFile reads one file of the archive to its end and returns its
+// SHA-256, and its content when hold is true; buf is room for copying.
+func hashFile(r io.Reader, size int64, hold bool, buf []byte) (string, []byte, error) {
+	h := sha256.New()
+	if !hold {
+		if _, err := io.CopyBuffer(h, r, buf); err != nil {
+			return "", nil, err
+		}
+		return hex.EncodeToString(h.Sum(nil)), nil, nil
+	}
+	var data bytes.Buffer
+	// ReadFrom wants MinRead bytes free to see the end: room for them too,
+	// or it doubles the buffer for the last read.
+	data.Grow(int(min(max(size, 0), maxPrealloc)) + bytes.MinRead)
+	if _, err := data.ReadFrom(io.TeeReader(r, h)); err != nil {
+		return "", nil, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), data.Bytes(), nil
 }

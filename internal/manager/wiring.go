@@ -174,7 +174,7 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Regi
 // labels of opted-in workloads' pods, budget status and generated budgets.
 func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registrar.Registrar, keeper *registrar.Compiled, views *clusterview.Views, scales rampartadmission.Scales, recorder events.EventRecorder) error {
 	for _, c := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		&policystatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration, Compiled: keeper},
+		&policystatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration, Compiled: keeper, OnCRDChange: views.OnCRDChange},
 		&windowstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
 		&flowcontrolstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
 		&recyclestatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},

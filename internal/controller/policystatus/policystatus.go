@@ -10,9 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
@@ -31,6 +35,11 @@ type Reconciler struct {
 	Compiled interface {
 		PolicyState(context.Context, *v1alpha1.ProtectionPolicy) (names []string, inForce bool, err error)
 	}
+	// OnCRDChange registers a function called after any CRD is added,
+	// changed or deleted (clusterview's): which custom resources have a
+	// scale subresource decides what of a policy guarding replicas is
+	// compiled, and so its message. Nil: CRDs are not followed.
+	OnCRDChange func(func())
 }
 
 // compiledWait is how soon the condition is looked at again while the
@@ -80,5 +89,37 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 // SetupWithManager runs the reconciler on the leader.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ready.Controller(mgr, "protectionpolicy-status", &v1alpha1.ProtectionPolicy{}, &v1alpha1.ProtectionPolicyList{}, r)
+	var also []source.Source
+	if r.OnCRDChange != nil {
+		// The webhook configuration changes with the CRDs too, but only
+		// while the label rules are compiled and in force: a policy's
+		// message must not hang on that.
+		changed := make(chan event.GenericEvent, 1)
+		r.OnCRDChange(func() {
+			select {
+			case changed <- event.GenericEvent{Object: &v1alpha1.ProtectionPolicy{}}:
+			default: // one pending already: it lists the policies when handled
+			}
+		})
+		also = append(also, source.Channel(changed, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			return guarding(ctx, r.Client)
+		})))
+	}
+	return ready.Controller(mgr, "protectionpolicy-status", &v1alpha1.ProtectionPolicy{}, &v1alpha1.ProtectionPolicyList{}, r, also...)
+}
+
+// guarding are the policies guarding replicas: only their compiled rules
+// depend on the CRDs.
+func guarding(ctx context.Context, c client.Reader) []reconcile.Request {
+	var l v1alpha1.ProtectionPolicyList
+	if err := c.List(ctx, &l); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range l.Items {
+		if policy.Guarding(&l.Items[i]) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: l.Items[i].Name}})
+		}
+	}
+	return out
 }

@@ -116,3 +116,19 @@ func TestReadySaysWhichEngineEnforces(t *testing.T) {
 		t.Errorf("nothing compiled: %q", m)
 	}
 }
+
+// A CRD coming or going looks again at the policies guarding replicas
+// (their compiled rules follow the CRDs' scale subresources), not at the
+// others.
+func TestACRDChangeLooksAgainAtGuardingPolicies(t *testing.T) {
+	guards := &v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "fleet"}, Spec: v1alpha1.ProtectionPolicySpec{
+		Resources:        []v1alpha1.ResourceRule{{APIGroups: []string{"example.com"}, Resources: []string{"*"}}},
+		ExplicitReplicas: &v1alpha1.ExplicitReplicas{Guard: v1alpha1.GuardToZero}}}
+	protects := &v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ledger"}, Spec: v1alpha1.ProtectionPolicySpec{
+		Resources:  []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
+		Protection: v1alpha1.ProtectionAlways}}
+	got := guarding(context.Background(), readytest.Client(t, guards, protects))
+	if len(got) != 1 || got[0].Name != "fleet" {
+		t.Errorf("looked at again after a CRD change: %v, want policy fleet alone", got)
+	}
+}

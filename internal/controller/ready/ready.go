@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 )
@@ -109,9 +110,10 @@ func Apply(ctx context.Context, c client.Client, obj client.Object, conds *[]met
 }
 
 // Controller runs r for each object of a kind whose webhooks Rampart
-// registers: on the object's changes, and for all of them when the
-// webhook configuration changes (their Ready condition follows it).
-func Controller(mgr ctrl.Manager, name string, obj client.Object, list client.ObjectList, r reconcile.Reconciler) error {
+// registers: on the object's changes, for all of them when the webhook
+// configuration changes (their Ready condition follows it), and on the
+// events of also (what else a condition reads).
+func Controller(mgr ctrl.Manager, name string, obj client.Object, list client.ObjectList, r reconcile.Reconciler, also ...source.Source) error {
 	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 		l := list.DeepCopyObject().(client.ObjectList)
 		if err := mgr.GetClient().List(ctx, l); err != nil {
@@ -126,9 +128,12 @@ func Controller(mgr ctrl.Manager, name string, obj client.Object, list client.Ob
 		})
 		return out
 	})
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		For(obj).
-		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, all).
-		Complete(r)
+		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, all)
+	for _, src := range also {
+		b = b.WatchesRawSource(src)
+	}
+	return b.Complete(r)
 }
