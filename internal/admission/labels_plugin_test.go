@@ -31,7 +31,7 @@ func TestLabelWebhookLeavesOnlyConfirmedCustomResourceWrites(t *testing.T) {
 		t.Fatal("no replicas.rampart.io webhook")
 	}
 	// A policy that denies whenever the webhook's conditions would call it.
-	calls := compiled.Compile(nil, compiled.Options{})[:1]
+	calls := compiled.LabelRules(compiled.Options{})[:1]
 	calls[0].Policy = calls[0].Policy.DeepCopy()
 	calls[0].Policy.Spec.MatchConstraints.ObjectSelector = &metav1.LabelSelector{}
 	calls[0].Policy.Spec.MatchConstraints.ResourceRules[0].Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Update}

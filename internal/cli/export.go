@@ -307,18 +307,25 @@ func writeCompiled(w io.Writer, in exportInput, o exportOptions) error {
 	opts := compiled.Options{OwnNamespace: o.rampartNamespace, ReplicasExempt: o.exempt}
 	scaled, notCompiled := compiled.ScaledResources(in.crds)
 	opts.Scaled = scaled
+	// One compiled policy per name: kubectl apply would let a later one
+	// overwrite an earlier one of the same name.
+	names := compiled.Names{}
 	var out []compiled.Policy
 	if o.labels {
-		out = append(compiled.LabelRules(opts), compiled.ScaledLabelRules(opts)...)
+		out, _ = names.Admit("", append(compiled.LabelRules(opts), compiled.ScaledLabelRules(opts)...))
 	}
 	var left []string
 	for _, n := range notCompiled {
 		left = append(left, fmt.Sprintf("#   CustomResourceDefinition %s: the replicas of its custom resources, because %s", n.CRD, n.Why))
 	}
 	for i := range in.policies {
-		c := compiled.FromPolicy(&in.policies[i], opts)
-		out = append(out, c...)
-		if p := &in.policies[i]; p.Spec.Protection == v1alpha1.ProtectionCascading {
+		p := &in.policies[i]
+		kept, notKept := names.Admit(p.Name, compiled.FromPolicy(p, opts))
+		out = append(out, kept...)
+		for _, l := range notKept {
+			left = append(left, fmt.Sprintf("#   ProtectionPolicy %s: %s, because %s", p.Name, l.Name, l.Why))
+		}
+		if p.Spec.Protection == v1alpha1.ProtectionCascading {
 			left = append(left, fmt.Sprintf("#   ProtectionPolicy %s: protection Cascading", p.Name))
 		}
 	}

@@ -172,6 +172,26 @@ func TestExportPoliciesCompilesCustomResourcesInTheFiles(t *testing.T) {
 	}
 }
 
+// TestExportPoliciesCompilesEachNameOnce: a policy name with dots joined
+// to a CRD's can make a second policy compile to a name the first already
+// has (kubectl apply would keep only the later). The first keeps it; the
+// later one's rule is named in the header as left to the webhooks, why,
+// and how to fix it; the rest of both is compiled.
+func TestExportPoliciesCompilesEachNameOnce(t *testing.T) {
+	crd := strings.NewReplacer("{name: w.example.com}", "{name: w.x.deletion}", "group: example.com", "group: x.deletion").
+		Replace(scaledCRD("w", "W", ".spec.size"))
+	first := strings.Replace(exportPolicy, "name: payments", "name: a.replicas.w.x", 1)
+	later := strings.NewReplacer("name: payments", "name: a", "resources: [deployments]", "resources: [w]", "apiGroups: [apps]", "apiGroups: [x.deletion]",
+		"  protection: Always\n", "").Replace(exportPolicy)
+	clash := "a.replicas.w.x.deletion.policy.rampart.io"
+	out, _ := exported(t, crd+"---\n"+first+"---\n"+later, compiledPairs(clash, "a.replicas.w.x.replicas.policy.rampart.io"), "-f", "-", "--labels=false")
+	want := `#   ProtectionPolicy a: ` + clash + `, because ProtectionPolicy "a.replicas.w.x" already compiles to a policy named "` + clash +
+		`"; rename one of the two ProtectionPolicies (names without dots never clash)`
+	if !strings.Contains(out, want) {
+		t.Errorf("the export does not say %q:\n%s", want, out)
+	}
+}
+
 // TestExportPoliciesRefusesBadInput: a file that would compile to
 // something else than the author meant is refused with the document and
 // the field, and nothing is printed to apply.

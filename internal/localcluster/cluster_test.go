@@ -131,6 +131,22 @@ func TestClustersRunSideBySideAndStopCompletely(t *testing.T) {
 	}
 }
 
+// kwok reads --config as a comma-separated list: a cluster directory with a
+// comma in its path must still start (the subtest's name puts one into its
+// TempDir).
+func TestClusterStartsInDirectoryWithComma(t *testing.T) {
+	t.Run("dir,with,commas", func(t *testing.T) {
+		env := clustertest.Start(t, localcluster.Options{Unprotected: true, Nodes: 1})
+		if !strings.Contains(env.Dir, ",") {
+			t.Fatalf("cluster dir %q has no comma: the test proves nothing", env.Dir)
+		}
+		nodes, err := env.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: localcluster.NodeLabel})
+		if err != nil || len(nodes.Items) != 1 {
+			t.Fatalf("simulated nodes = %v (err %v), want 1 made Ready by kwok", nodes, err)
+		}
+	})
+}
+
 func TestMissingAssetsNameTheFix(t *testing.T) {
 	err := localcluster.CheckAssets(t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "make assets") || strings.Contains(err.Error(), "\n") {

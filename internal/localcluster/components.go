@@ -169,30 +169,34 @@ func (c *Cluster) startScheduler(ctx context.Context) error {
 // instant.
 const PodReadyDelayAnnotation = "pod-ready.stage.kwok.x-k8s.io/delay"
 
-// kwokStages are kwok's own fast stages with one addition: the pod-ready
-// stage waits for PodReadyDelayAnnotation (none without it).
-func (c *Cluster) kwokStages() (string, error) {
+// kwokStagesFile is where, in the cluster's directory, kwok's stages are
+// written. kwok is given this relative name (it runs in the cluster's
+// directory, see spawn): it splits --config at commas, so an absolute path
+// through a directory with a comma in its name would make it exit.
+const kwokStagesFile = "kwok-stages.yaml"
+
+// writeKwokStages writes kwok's own fast stages with one addition: the
+// pod-ready stage waits for PodReadyDelayAnnotation (none without it).
+func (c *Cluster) writeKwokStages() error {
 	raw, err := os.ReadFile(c.asset("kwok-stages.yaml"))
 	if err != nil {
-		return "", err
+		return err
 	}
 	const anchor = "  name: pod-ready\nspec:\n"
 	delay := "  delay:\n    durationMilliseconds: 0\n    durationFrom:\n      expressionFrom: '.metadata.annotations[\"" + PodReadyDelayAnnotation + "\"]'\n"
 	if !strings.Contains(string(raw), anchor) {
-		return "", fmt.Errorf("%s: no pod-ready stage to add a start-up delay to", c.asset("kwok-stages.yaml"))
+		return fmt.Errorf("%s: no pod-ready stage to add a start-up delay to", c.asset("kwok-stages.yaml"))
 	}
-	out := c.path("kwok-stages.yaml")
-	return out, os.WriteFile(out, []byte(strings.Replace(string(raw), anchor, anchor+delay, 1)), 0o644)
+	return os.WriteFile(c.path(kwokStagesFile), []byte(strings.Replace(string(raw), anchor, anchor+delay, 1)), 0o644)
 }
 
 func (c *Cluster) startKwok(ctx context.Context) error {
-	stages, err := c.kwokStages()
-	if err != nil {
+	if err := c.writeKwokStages(); err != nil {
 		return err
 	}
-	err = c.run("kwok", c.asset("kwok"),
+	err := c.run("kwok", c.asset("kwok"),
 		"--kubeconfig="+c.path(kwokID.file),
-		"--config="+stages,
+		"--config="+kwokStagesFile,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake",
 		"--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -101,6 +102,8 @@ type Compiled struct {
 
 	kickOnce sync.Once
 	kick     chan struct{}
+	// leftLogged is what reportLeft last logged.
+	leftLogged string
 }
 
 // NeedLeaderElection: one replica applies.
@@ -178,30 +181,78 @@ func (c *Compiled) leftToTheWebhook() {
 	}
 }
 
-// wanted is what should be applied, and the record that says it is in
-// force: each source's version (Hash).
-func (c *Compiled) wanted(ctx context.Context) (all []compiled.Policy, record map[string]string, err error) {
-	record = map[string]string{}
+// reportLeft logs the compiled policies left to the webhooks because of
+// their names (each policy's Ready condition says so too), when they
+// change: at every round they would repeat.
+func (c *Compiled) reportLeft(left map[string][]compiled.Left) {
+	var all []compiled.Left
+	for _, p := range slices.Sorted(maps.Keys(left)) {
+		all = append(all, left[p]...)
+	}
+	if now := fmt.Sprint(all); now != c.leftLogged {
+		c.leftLogged = now
+		for _, l := range all {
+			c.Log.Info("compiled policy left to the webhooks (not applied)", "protectionPolicy", l.Policy, "name", l.Name, "why", l.Why)
+		}
+	}
+}
+
+// compilation is what the manager compiles: every policy to apply, and by
+// source the version to record, what each ProtectionPolicy keeps and what
+// of it is left to the webhooks.
+type compilation struct {
+	all    []compiled.Policy
+	record map[string]string
+	// kept and left are by ProtectionPolicy name.
+	kept map[string][]compiled.Policy
+	left map[string][]compiled.Left
+}
+
+// compile compiles the label rules and every ProtectionPolicy's, with
+// override in place of the listed policy of its name (the version a
+// caller holds). The label rules take their names first, then the
+// policies from the oldest: a policy created later never takes a name
+// from one in force (compiled.Names).
+func (c *Compiled) compile(ctx context.Context, override *v1alpha1.ProtectionPolicy) (*compilation, error) {
+	out := &compilation{record: map[string]string{}, kept: map[string][]compiled.Policy{}, left: map[string][]compiled.Left{}}
 	if !c.Enabled {
-		return nil, record, nil
+		return out, nil
 	}
 	o, _ := c.options()
-	labels := compiled.LabelRules(o)
-	all = append(all, labels...)
-	record[sourceLabels] = Hash(labels)
+	names := compiled.Names{}
+	labels, _ := names.Admit("", compiled.LabelRules(o))
+	out.all = append(out.all, labels...)
+	out.record[sourceLabels] = Hash(labels)
 	// Recorded apart from the label rules: a CRD coming or going changes
 	// only its own entry, and never widens the label webhooks.
 	for i, cp := range compiled.ScaledLabelRules(o) {
-		all = append(all, cp)
-		record[CRDKey(o.Scaled[i].CRD)] = Hash([]compiled.Policy{cp})
+		kept, _ := names.Admit("", []compiled.Policy{cp})
+		out.all = append(out.all, kept...)
+		out.record[CRDKey(o.Scaled[i].CRD)] = Hash(kept)
 	}
-	var policies v1alpha1.ProtectionPolicyList
-	if err := c.Client.List(ctx, &policies); err != nil {
-		return nil, nil, err
+	var list v1alpha1.ProtectionPolicyList
+	if err := c.Client.List(ctx, &list); err != nil {
+		return nil, err
 	}
-	for i := range policies.Items {
-		p := &policies.Items[i]
-		ps := PolicyRules(p, o)
+	policies := list.Items
+	if override != nil {
+		i := slices.IndexFunc(policies, func(p v1alpha1.ProtectionPolicy) bool { return p.Name == override.Name })
+		if i < 0 {
+			policies = append(policies, *override)
+		} else {
+			policies[i] = *override
+		}
+	}
+	slices.SortStableFunc(policies, func(a, b v1alpha1.ProtectionPolicy) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	for i := range policies {
+		p := &policies[i]
+		ps, left := names.Admit(p.Name, PolicyRules(p, o))
+		out.left[p.Name] = left
 		if len(ps) == 0 {
 			continue
 		}
@@ -216,10 +267,11 @@ func (c *Compiled) wanted(ctx context.Context) (all []compiled.Policy, record ma
 		for _, cp := range ps {
 			cp.Binding.SetOwnerReferences([]metav1.OwnerReference{*owner})
 		}
-		all = append(all, ps...)
-		record[PolicyKey(p.Name)] = Hash(ps)
+		out.all = append(out.all, ps...)
+		out.kept[p.Name] = ps
+		out.record[PolicyKey(p.Name)] = Hash(ps)
 	}
-	return all, record, nil
+	return out, nil
 }
 
 // PolicyRules is what the manager compiles of a ProtectionPolicy: its
@@ -233,35 +285,51 @@ func PolicyRules(p *v1alpha1.ProtectionPolicy, o compiled.Options) []compiled.Po
 	return compiled.FromPolicy(p, o)
 }
 
-// PolicyState says how a ProtectionPolicy's static rules stand: the names
-// of the compiled policies the manager keeps for it (none when compiling
-// is off or the policy has no static rule) and whether every API server
-// enforces them as they are now.
-func (c *Compiled) PolicyState(ctx context.Context, p *v1alpha1.ProtectionPolicy) ([]string, bool, error) {
-	if !c.Enabled {
-		return nil, false, nil
+// StaticRules say how a ProtectionPolicy's static rules stand, for its
+// Ready condition.
+type StaticRules struct {
+	// Names are the compiled policies the manager keeps for it (none when
+	// compiling is off or the policy has no static rule).
+	Names []string
+	// InForce: every API server enforces them as they are now.
+	InForce bool
+	// Left are its static rules left to the webhooks, and why.
+	Left []compiled.Left
+}
+
+// PolicyState says how a ProtectionPolicy's static rules stand.
+func (c *Compiled) PolicyState(ctx context.Context, p *v1alpha1.ProtectionPolicy) (StaticRules, error) {
+	if o, _ := c.options(); !c.Enabled || len(PolicyRules(p, o)) == 0 {
+		return StaticRules{}, nil
 	}
-	o, _ := c.options()
-	ps := PolicyRules(p, o)
+	// Whether its names are free depends on every other source.
+	all, err := c.compile(ctx, p)
+	if err != nil {
+		return StaticRules{}, err
+	}
+	st := StaticRules{Left: all.left[p.Name]}
+	ps := all.kept[p.Name]
 	if len(ps) == 0 {
-		return nil, false, nil
+		return st, nil
 	}
-	names := make([]string, len(ps))
-	for i, cp := range ps {
-		names[i] = cp.Policy.Name
+	for _, cp := range ps {
+		st.Names = append(st.Names, cp.Policy.Name)
 	}
 	record, err := readInForce(ctx, c.Client)
 	if err != nil {
-		return nil, false, err
+		return StaticRules{}, err
 	}
-	return names, record[PolicyKey(p.Name)] == Hash(ps), nil
+	st.InForce = record[PolicyKey(p.Name)] == Hash(ps)
+	return st, nil
 }
 
 func (c *Compiled) sync(ctx context.Context) error {
-	want, wantRecord, err := c.wanted(ctx)
+	compiledNow, err := c.compile(ctx, nil)
 	if err != nil {
 		return err
 	}
+	want, wantRecord := compiledNow.all, compiledNow.record
+	c.reportLeft(compiledNow.left)
 	hash := wantRecord[sourceLabels]
 	record, err := readInForce(ctx, c.Client)
 	if err != nil {

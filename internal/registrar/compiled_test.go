@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,12 +121,12 @@ func TestPolicyStateFollowsTheRecord(t *testing.T) {
 				b = b.WithObjects(tt.probe)
 			}
 			c := &Compiled{Client: b.Build(), Options: opts, Enabled: tt.enabled}
-			names, inForce, err := c.PolicyState(context.Background(), tt.policy)
-			if err != nil || len(names) != tt.names || inForce != tt.inForce {
-				t.Errorf("PolicyState = %v, %v, %v; want %d names, in force %v", names, inForce, err, tt.names, tt.inForce)
+			st, err := c.PolicyState(context.Background(), tt.policy)
+			if err != nil || len(st.Names) != tt.names || st.InForce != tt.inForce || len(st.Left) > 0 {
+				t.Errorf("PolicyState = %+v, %v; want %d names, in force %v", st, err, tt.names, tt.inForce)
 			}
-			if tt.names == 1 && names[0] != "ledger.deletion.policy.rampart.io" {
-				t.Errorf("compiled policy %q, want the webhook's name", names[0])
+			if tt.names == 1 && st.Names[0] != "ledger.deletion.policy.rampart.io" {
+				t.Errorf("compiled policy %q, want the webhook's name", st.Names[0])
 			}
 		})
 	}
@@ -225,12 +226,13 @@ func TestCustomResourcesCompiledFromTheCRDs(t *testing.T) {
 		CRDs: func() ([]apiextensionsv1.CustomResourceDefinition, bool) {
 			return []apiextensionsv1.CustomResourceDefinition{widgets}, true
 		}}
-	all, record, err := c.wanted(context.Background())
+	got, err := c.compile(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	record := got.record
 	var names []string
-	for _, p := range all {
+	for _, p := range got.all {
 		names = append(names, p.Policy.Name)
 	}
 	want := []string{compiled.LabelDeletionName, compiled.LabelReplicasName, "widgets.example.com.replicas.rampart.io", "fleet.replicas.widgets.example.com.policy.rampart.io"}
@@ -240,8 +242,73 @@ func TestCustomResourcesCompiledFromTheCRDs(t *testing.T) {
 	if record[sourceLabels] != Hash(compiled.LabelRules(c.Options)) || record[CRDKey("widgets.example.com")] == "" || record[PolicyKey("fleet")] == "" {
 		t.Errorf("record %v: want the label rules' version unchanged by the CRD, and entries for the CRD and the policy", record)
 	}
-	names, _, err = c.PolicyState(context.Background(), fleet)
-	if err != nil || !slices.Equal(names, want[3:]) {
-		t.Errorf("the policy's compiled policies: %v, %v; want %v", names, err, want[3:])
+	st, err := c.PolicyState(context.Background(), fleet)
+	if err != nil || !slices.Equal(st.Names, want[3:]) {
+		t.Errorf("the policy's compiled policies: %v, %v; want %v", st.Names, err, want[3:])
+	}
+}
+
+// Two ProtectionPolicies whose compiled policies would share a name (a
+// policy name with dots joined to a CRD's): the older keeps it, the newer
+// one's is left to its webhook, which its state says, and the rest of
+// both is compiled. A compiled name too long for the API server is left
+// out alike, and the others still compiled.
+func TestPolicyStateNamesWhatIsLeftToTheWebhooks(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(s), v1alpha1.AddToScheme(s)); err != nil {
+		t.Fatal(err)
+	}
+	crd := func(name string) apiextensionsv1.CustomResourceDefinition {
+		plural, group, _ := strings.Cut(name, ".")
+		return apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: group, Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: plural},
+				Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+					Subresources: &apiextensionsv1.CustomResourceSubresources{Scale: &apiextensionsv1.CustomResourceSubresourceScale{SpecReplicasPath: ".spec.size"}}}}}}
+	}
+	// 232 characters: its label rule's name fits in 253, no policy's.
+	long := "things." + strings.Repeat("g", 60) + "." + strings.Repeat("h", 60) + "." + strings.Repeat("i", 60) + "." + strings.Repeat("j", 30) + ".example.com"
+	every := []v1alpha1.ResourceRule{{APIGroups: []string{"*"}, Resources: []string{"*"}}}
+	older := &v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "a.replicas.w.x", CreationTimestamp: metav1.Unix(100, 0)},
+		Spec: v1alpha1.ProtectionPolicySpec{Resources: every, Protection: v1alpha1.ProtectionAlways}}
+	// Named "a": it sorts first by name, but was created later.
+	newer := &v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "a", CreationTimestamp: metav1.Unix(200, 0)},
+		Spec: v1alpha1.ProtectionPolicySpec{Resources: every, Protection: v1alpha1.ProtectionAlways,
+			ExplicitReplicas: &v1alpha1.ExplicitReplicas{Guard: v1alpha1.GuardAll}}}
+	c := &Compiled{Client: fake.NewClientBuilder().WithScheme(s).WithObjects(older, newer).Build(), Options: compiled.Options{OwnNamespace: "rampart-system"}, Enabled: true,
+		CRDs: func() ([]apiextensionsv1.CustomResourceDefinition, bool) {
+			return []apiextensionsv1.CustomResourceDefinition{crd("w.x.deletion"), crd(long)}, true
+		}}
+	clash := compiled.ScaledReplicasName("a", "w.x.deletion")
+	if clash != compiled.DeletionName(older.Name) {
+		t.Fatalf("the example no longer clashes: %s", clash)
+	}
+	got, err := c.compile(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range got.all {
+		if p.Policy.Name == clash && p.Policy.Labels[compiled.LabelSource] != older.Name {
+			t.Errorf("%s applied from %s, want from the older policy %s", clash, p.Policy.Labels[compiled.LabelSource], older.Name)
+		}
+	}
+	st, err := c.PolicyState(context.Background(), newer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{compiled.DeletionName("a"), compiled.ReplicasName("a")}
+	if !slices.Equal(st.Names, want) {
+		t.Errorf("compiled for %s: %v, want its other rules %v", newer.Name, st.Names, want)
+	}
+	var whys []string
+	for _, l := range st.Left {
+		whys = append(whys, l.Why)
+	}
+	all := strings.Join(whys, "\n")
+	if len(st.Left) != 2 || !strings.Contains(all, `ProtectionPolicy "a.replicas.w.x" already compiles to a policy named "`+clash+`"`) ||
+		!strings.Contains(all, "more than the API server takes (253); the CRD's name leaves no room for a policy name") {
+		t.Errorf("left to the webhooks for %s:\n%s\nwant the clash with %s and the name too long", newer.Name, all, older.Name)
+	}
+	if st, err := c.PolicyState(context.Background(), older); err != nil || len(st.Left) != 0 || !slices.Contains(st.Names, clash) {
+		t.Errorf("the older policy's state: %+v, %v; want %s compiled", st, err, clash)
 	}
 }

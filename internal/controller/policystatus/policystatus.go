@@ -22,6 +22,7 @@ import (
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/controller/ready"
 	"github.com/rampart-io/rampart/internal/protection/policy"
+	"github.com/rampart-io/rampart/internal/registrar"
 )
 
 // Reconciler sets the Ready condition of ProtectionPolicies.
@@ -33,7 +34,7 @@ type Reconciler struct {
 	// to ValidatingAdmissionPolicies, and in force (registrar.Compiled);
 	// nil: they are not compiled.
 	Compiled interface {
-		PolicyState(context.Context, *v1alpha1.ProtectionPolicy) (names []string, inForce bool, err error)
+		PolicyState(context.Context, *v1alpha1.ProtectionPolicy) (registrar.StaticRules, error)
 	}
 	// OnCRDChange registers a function called after any CRD is added,
 	// changed or deleted (clusterview's): which custom resources have a
@@ -46,6 +47,11 @@ type Reconciler struct {
 // API servers load a policy's compiled rules.
 const compiledWait = 2 * time.Second
 
+// leftWait is how soon the condition is looked at again while static
+// rules are left to the webhooks: another policy deleted or renamed can
+// free the name one needs.
+const leftWait = 30 * time.Second
+
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	p := &v1alpha1.ProtectionPolicy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
@@ -57,32 +63,41 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !policy.Enforced(p) {
 		mode = "; warning only"
 	}
-	var compiledNames []string
-	var compiledInForce bool
+	var static registrar.StaticRules
 	if r.Compiled != nil {
 		var err error
-		if compiledNames, compiledInForce, err = r.Compiled.PolicyState(ctx, p); err != nil {
+		if static, err = r.Compiled.PolicyState(ctx, p); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
-	if len(compiledNames) > 0 {
+	if len(static.Names) > 0 {
 		// Which engine enforces what: the webhooks judge everything from
 		// the start; the API server judges the static rules itself once
 		// it has loaded them, also while Rampart is down.
-		list := strings.Join(compiledNames, ", ")
-		if compiledInForce {
+		list := strings.Join(static.Names, ", ")
+		if static.InForce {
 			mode += "; its static rules also enforced by the API server itself, without Rampart (ValidatingAdmissionPolicy " + list + ")"
 		} else {
 			mode += "; compiling its static rules to ValidatingAdmissionPolicy " + list + " (not loaded by every API server yet)"
 		}
+	}
+	if len(static.Left) > 0 {
+		whys := make([]string, len(static.Left))
+		for i, l := range static.Left {
+			whys[i] = l.Why
+		}
+		mode += "; some static rules left to its webhooks, so not enforced while Rampart is down: " + strings.Join(whys, "; ")
 	}
 	cond, err := ready.Condition(ctx, r.Client, reg, rampartadmission.PolicyOwner(p.Name), p.Generation, "Enforced", mode)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	var later time.Duration
-	if len(compiledNames) > 0 && !compiledInForce {
+	switch {
+	case len(static.Names) > 0 && !static.InForce:
 		later = compiledWait
+	case len(static.Left) > 0:
+		later = leftWait
 	}
 	return ready.Apply(ctx, r.Client, p, &p.Status.Conditions, &p.Status.ObservedGeneration, p.Status.DeepCopy(), &p.Status, cond, later)
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/controller/ready/readytest"
+	"github.com/rampart-io/rampart/internal/protection/compiled"
+	"github.com/rampart-io/rampart/internal/registrar"
 )
 
 func TestReadyFollowsTheRegisteredConfiguration(t *testing.T) {
@@ -62,10 +64,11 @@ func TestReadyFollowsTheRegisteredConfiguration(t *testing.T) {
 type compiledState struct {
 	names   []string
 	inForce bool
+	left    []compiled.Left
 }
 
-func (c *compiledState) PolicyState(context.Context, *v1alpha1.ProtectionPolicy) ([]string, bool, error) {
-	return c.names, c.inForce, nil
+func (c *compiledState) PolicyState(context.Context, *v1alpha1.ProtectionPolicy) (registrar.StaticRules, error) {
+	return registrar.StaticRules{Names: c.names, InForce: c.inForce, Left: c.left}, nil
 }
 
 // The Ready condition says which engine enforces the policy: its webhook
@@ -114,6 +117,18 @@ func TestReadySaysWhichEngineEnforces(t *testing.T) {
 	}
 	if m := message(); m != "webhook ledger.deletion.policy.rampart.io registered; enforced" {
 		t.Errorf("nothing compiled: %q", m)
+	}
+
+	// A static rule left to the webhook for its compiled name: the
+	// condition says so, with the keeper's reason and fix, and is looked
+	// at again (another policy may free the name).
+	why := `ProtectionPolicy "ledger.replicas.w.x" already compiles to a policy named "x"; rename one of the two ProtectionPolicies (names without dots never clash)`
+	state.names, state.inForce, state.left = []string{"ledger.deletion.policy.rampart.io"}, true, []compiled.Left{{Policy: "ledger", Name: "x", Why: why}}
+	if res, err := r.Reconcile(context.Background(), req); err != nil || res.RequeueAfter != leftWait {
+		t.Fatalf("reconcile with a rule left to the webhook = %v, %v; want a look again in %v", res, err, leftWait)
+	}
+	if m := message(); !strings.HasSuffix(m, "(ValidatingAdmissionPolicy ledger.deletion.policy.rampart.io); some static rules left to its webhooks, so not enforced while Rampart is down: "+why) {
+		t.Errorf("a rule left to the webhook: %q", m)
 	}
 }
 

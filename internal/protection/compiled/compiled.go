@@ -28,7 +28,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -84,13 +83,16 @@ var Workloads = []schema.GroupResource{
 }
 
 // Compile is every static rule: the label rules (built-in kinds, then
-// custom resources), then each policy's.
-func Compile(policies []v1alpha1.ProtectionPolicy, o Options) []Policy {
-	out := append(LabelRules(o), ScaledLabelRules(o)...)
+// custom resources), then each policy's, in the order given; and those
+// left to the webhooks for their names (Names.Admit).
+func Compile(policies []v1alpha1.ProtectionPolicy, o Options) ([]Policy, []Left) {
+	names := Names{}
+	out, left := names.Admit("", append(LabelRules(o), ScaledLabelRules(o)...))
 	for i := range policies {
-		out = append(out, FromPolicy(&policies[i], o)...)
+		kept, l := names.Admit(policies[i].Name, FromPolicy(&policies[i], o))
+		out, left = append(out, kept...), append(left, l...)
 	}
-	return out
+	return out, left
 }
 
 // LabelRules compiles rampart.io/protection=Always and
@@ -129,27 +131,12 @@ func labelReplicas(name string, grs []schema.GroupResource, path replicasPath, o
 	return rep
 }
 
-// DeletionName and ReplicasName are the names of a ProtectionPolicy's
-// compiled policies, those of its webhooks.
-func DeletionName(p string) string { return p + ".deletion.policy.rampart.io" }
-
-// ReplicasName: see DeletionName.
-func ReplicasName(p string) string { return p + ".replicas.policy.rampart.io" }
-
-// LabelScaledName is the name of the explicit-replicas label's compiled
-// policy for a custom resource, after its CRD: the webhook it backs is
-// replicas.rampart.io.
-func LabelScaledName(crd string) string { return crd + ".replicas.rampart.io" }
-
-// ScaledReplicasName is the name of a ProtectionPolicy's compiled policy
-// for the replicas of the custom resource of a CRD.
-func ScaledReplicasName(p, crd string) string { return p + ".replicas." + crd + ".policy.rampart.io" }
-
 // FromPolicy compiles what of a ProtectionPolicy is static: protection
 // Always, and explicit replicas of the built-in workloads and of the
 // custom resources of o.Scaled it covers (one compiled policy for the
-// built-in ones, one per CRD). A name longer than the API server takes
-// (ScaledReplicasName of a long policy and CRD) is left to the webhook.
+// built-in ones, one per CRD). Names.Admit then leaves out those whose
+// names the API server would not take (ScaledReplicasName of a long
+// policy and CRD) or another source holds.
 func FromPolicy(p *v1alpha1.ProtectionPolicy, o Options) []Policy {
 	var out []Policy
 	if p.Spec.Protection == v1alpha1.ProtectionAlways {
@@ -170,9 +157,8 @@ func FromPolicy(p *v1alpha1.ProtectionPolicy, o Options) []Policy {
 			out = append(out, policyReplicas(ReplicasName(p.Name), p, covered, workloadReplicas, guard, o))
 		}
 		for _, s := range o.Scaled {
-			name := ScaledReplicasName(p.Name, s.CRD)
-			if policy.CoversResource(p, s.Resource) && len(validation.IsDNS1123Subdomain(name)) == 0 {
-				out = append(out, policyReplicas(name, p, []schema.GroupResource{s.Resource}, s.path(), guard, o))
+			if policy.CoversResource(p, s.Resource) {
+				out = append(out, policyReplicas(ScaledReplicasName(p.Name, s.CRD), p, []schema.GroupResource{s.Resource}, s.path(), guard, o))
 			}
 		}
 	}
