@@ -45,9 +45,9 @@ func ScaledReplicasName(p, crd string) string { return p + ".replicas." + crd + 
 //
 // Two policies whose names have no dots never clash: then P.deletion and
 // P.replicas have two labels, the second telling them apart, where
-// P.replicas.CRD has five or more and its first label is P. So Admit keeps the first source to
-// compile a name and leaves the later one to the webhooks, which judge
-// every policy anyway.
+// P.replicas.CRD has five or more and its first label is P. So Admit
+// keeps the first source to compile a name and leaves the later one to
+// the webhooks, which judge every policy anyway.
 type Names map[string]string
 
 // Left is a compiled policy left to Rampart's webhooks (which hold it
