@@ -18,7 +18,9 @@
 # floor of any proxy that ends TLS on these machines;
 # GATEWAY_CPU_TARGET=reverseproxy a bare httputil.ReverseProxy behind
 # net/http's HTTP/2 server, upstream over HTTP/1.1: the floor of a proxy
-# built on net/http, as the gateway is.
+# built on net/http, as the gateway is; GATEWAY_CPU_TARGET=reverseproxy-sync
+# the same with a stand-in upstream transport that reads and writes in the
+# request's goroutine (no client read/write loops): what those cost.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}

@@ -324,8 +324,11 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	// And the floor of a proxy built on net/http as the gateway is: a bare
 	// httputil.ReverseProxy behind an HTTP/2 server, its upstream leg over
 	// HTTP/1.1 as the gateway's short requests go, and nothing else.
-	bare := startBareReverseProxy(b, ca, dir+"/gw.crt", dir+"/gw.key", upstream.URL)
-	for _, target := range []struct{ name, base string }{{"direct", upstream.URL}, {"gateway", "https://" + gw}, {"gateway-traffic-log", "https://" + logged}, {"tls-pipe", "https://" + pipe}, {"reverseproxy", "https://" + bare}} {
+	bare := startBareReverseProxy(b, ca, dir+"/gw.crt", dir+"/gw.key", upstream.URL, false)
+	// The same with an upstream leg that hands nothing to other
+	// goroutines: what net/http's client loops cost.
+	bareSync := startBareReverseProxy(b, ca, dir+"/gw.crt", dir+"/gw.key", upstream.URL, true)
+	for _, target := range []struct{ name, base string }{{"direct", upstream.URL}, {"gateway", "https://" + gw}, {"gateway-traffic-log", "https://" + logged}, {"tls-pipe", "https://" + pipe}, {"reverseproxy", "https://" + bare}, {"reverseproxy-sync", "https://" + bareSync}} {
 		url := target.base + "/api/v1/namespaces/bench/configmaps/bench"
 		// One request at a time: ns/op is the latency.
 		b.Run(target.name+"/sequential", func(b *testing.B) {
@@ -389,9 +392,10 @@ func startTLSPipe(t testing.TB, ca *pki.KeyPair, certFile, keyFile, upstream str
 }
 
 // startBareReverseProxy serves, over TLS and HTTP/2, an
-// httputil.ReverseProxy to upstream whose transport speaks HTTP/1.1, under
-// the label side=gateway, and returns its address.
-func startBareReverseProxy(t testing.TB, ca *pki.KeyPair, certFile, keyFile, upstream string) string {
+// httputil.ReverseProxy to upstream whose transport speaks HTTP/1.1 (net/http's,
+// or syncTransport when syncUpstream is true), under the label side=gateway, and
+// returns its address.
+func startBareReverseProxy(t testing.TB, ca *pki.KeyPair, certFile, keyFile, upstream string, syncUpstream bool) string {
 	t.Helper()
 	pair, roots := proxyTLS(t, ca, certFile, keyFile)
 	target, err := url.Parse(upstream)
@@ -402,6 +406,9 @@ func startBareReverseProxy(t testing.TB, ca *pki.KeyPair, certFile, keyFile, ups
 	protocols.SetHTTP1(true)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, Protocols: &protocols, MaxIdleConnsPerHost: 600, DisableCompression: true}
+	if syncUpstream {
+		proxy.Transport = &syncTransport{addr: target.Host, conf: &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}}}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
