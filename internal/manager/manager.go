@@ -277,7 +277,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	reg.SetOwner(owner)
-	keeper := &registrar.Compiled{Client: direct, Servers: servers, Namespace: o.Namespace, Options: compiledOpts, CRDs: views.CRDs,
+	keeper := &registrar.Compiled{Client: direct, Cache: mgr.GetCache(), Servers: servers, Namespace: o.Namespace, Options: compiledOpts, CRDs: views.CRDs,
 		Enabled: o.CompiledPolicies, Registrar: reg, Owner: func() *metav1.OwnerReference { return owner }, Log: o.Log.WithName("compiled")}
 	// A CRD added, changed or removed recompiles its custom resources'
 	// replicas at once (and the label webhook's condition reading them).

@@ -82,7 +82,13 @@ const (
 // collector ends them with it; the policies themselves are owned like the
 // webhook configurations, so that uninstalling Rampart ends them too.
 type Compiled struct {
-	Client  client.Client
+	Client client.Client
+	// Cache lists the ProtectionPolicies for PolicyState, which runs on
+	// every status reconcile of every policy: the manager's informer
+	// cache, so that a burst of policy changes does not become a LIST per
+	// policy per change. Nil: Client. The keeper's own rounds list
+	// through Client, fresh.
+	Cache   client.Reader
 	Servers func(ctx context.Context) ([]kubernetes.Interface, error)
 	// Namespace is Rampart's, where the probe's ConfigMap would be.
 	Namespace string
@@ -213,7 +219,7 @@ type compilation struct {
 // caller holds). The label rules take their names first, then the
 // policies from the oldest: a policy created later never takes a name
 // from one in force (compiled.Names).
-func (c *Compiled) compile(ctx context.Context, override *v1alpha1.ProtectionPolicy) (*compilation, error) {
+func (c *Compiled) compile(ctx context.Context, from client.Reader, override *v1alpha1.ProtectionPolicy) (*compilation, error) {
 	out := &compilation{record: map[string]string{}, kept: map[string][]compiled.Policy{}, left: map[string][]compiled.Left{}}
 	if !c.Enabled {
 		return out, nil
@@ -231,7 +237,7 @@ func (c *Compiled) compile(ctx context.Context, override *v1alpha1.ProtectionPol
 		out.record[CRDKey(o.Scaled[i].CRD)] = Hash(kept)
 	}
 	var list v1alpha1.ProtectionPolicyList
-	if err := c.Client.List(ctx, &list); err != nil {
+	if err := from.List(ctx, &list); err != nil {
 		return nil, err
 	}
 	policies := list.Items
@@ -303,7 +309,11 @@ func (c *Compiled) PolicyState(ctx context.Context, p *v1alpha1.ProtectionPolicy
 		return StaticRules{}, nil
 	}
 	// Whether its names are free depends on every other source.
-	all, err := c.compile(ctx, p)
+	from := c.Cache
+	if from == nil {
+		from = c.Client
+	}
+	all, err := c.compile(ctx, from, p)
 	if err != nil {
 		return StaticRules{}, err
 	}
@@ -324,7 +334,7 @@ func (c *Compiled) PolicyState(ctx context.Context, p *v1alpha1.ProtectionPolicy
 }
 
 func (c *Compiled) sync(ctx context.Context) error {
-	compiledNow, err := c.compile(ctx, nil)
+	compiledNow, err := c.compile(ctx, c.Client, nil)
 	if err != nil {
 		return err
 	}

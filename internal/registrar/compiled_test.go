@@ -226,7 +226,7 @@ func TestCustomResourcesCompiledFromTheCRDs(t *testing.T) {
 		CRDs: func() ([]apiextensionsv1.CustomResourceDefinition, bool) {
 			return []apiextensionsv1.CustomResourceDefinition{widgets}, true
 		}}
-	got, err := c.compile(context.Background(), nil)
+	got, err := c.compile(context.Background(), c.Client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,10 @@ func TestPolicyStateNamesWhatIsLeftToTheWebhooks(t *testing.T) {
 	newer := &v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "a", CreationTimestamp: metav1.Unix(200, 0)},
 		Spec: v1alpha1.ProtectionPolicySpec{Resources: every, Protection: v1alpha1.ProtectionAlways,
 			ExplicitReplicas: &v1alpha1.ExplicitReplicas{Guard: v1alpha1.GuardAll}}}
-	c := &Compiled{Client: fake.NewClientBuilder().WithScheme(s).WithObjects(older, newer).Build(), Options: compiled.Options{OwnNamespace: "rampart-system"}, Enabled: true,
+	// PolicyState reads the policies from Cache (the manager's informers),
+	// not Client: here Client holds none, so a clash seen is Cache's.
+	c := &Compiled{Client: fake.NewClientBuilder().WithScheme(s).Build(), Cache: fake.NewClientBuilder().WithScheme(s).WithObjects(older, newer).Build(),
+		Options: compiled.Options{OwnNamespace: "rampart-system"}, Enabled: true,
 		CRDs: func() ([]apiextensionsv1.CustomResourceDefinition, bool) {
 			return []apiextensionsv1.CustomResourceDefinition{crd("w.x.deletion"), crd(long)}, true
 		}}
@@ -282,7 +285,7 @@ func TestPolicyStateNamesWhatIsLeftToTheWebhooks(t *testing.T) {
 	if clash != compiled.DeletionName(older.Name) {
 		t.Fatalf("the example no longer clashes: %s", clash)
 	}
-	got, err := c.compile(context.Background(), nil)
+	got, err := c.compile(context.Background(), c.Cache, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
