@@ -57,6 +57,11 @@ type Journaled struct {
 	todo chan *pendingObject
 	done chan struct{}
 	wg   sync.WaitGroup
+
+	// own holds the paths of this store's journal files: Get reads other
+	// processes' journals, never its own (what it deleted stays there
+	// until the file is removed; its pending map is what it holds).
+	own sync.Map
 }
 
 // segmentSize is one journal file's size: a record larger than what is
@@ -125,6 +130,7 @@ func OpenJournaled(ctx context.Context, d Dir, log *slog.Logger) (*Journaled, er
 		return nil, err
 	}
 	j.active = seg
+	j.own.Store(seg.path, true)
 	j.wg.Add(1)
 	go j.store()
 	return j, nil
@@ -241,6 +247,7 @@ func (j *Journaled) rotate() (*segment, error) {
 		return nil, err
 	}
 	j.active = seg
+	j.own.Store(seg.path, true)
 	old.sealed = true
 	if old.pending == 0 {
 		j.remove(old)
@@ -353,9 +360,12 @@ func (j *Journaled) remove(seg *segment) {
 	if err := os.Remove(seg.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		j.log.Warn("journal: removing a stored journal", "file", seg.path, "err", err)
 	}
+	j.own.Delete(seg.path)
 }
 
-// Get reads a journaled object from memory until it is in the Dir.
+// Get reads a journaled object from memory until it is in the Dir; one
+// another running process (another replica) journaled and has not stored
+// yet, from that process's journal, as Dir.Get does.
 func (j *Journaled) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 	if clean, err := cleanName(name); err == nil {
 		j.mu.Lock()
@@ -365,7 +375,10 @@ func (j *Journaled) Get(ctx context.Context, name string) (io.ReadCloser, error)
 			return io.NopCloser(bytes.NewReader(p.data)), nil
 		}
 	}
-	return j.Dir.get(ctx, name)
+	return j.Dir.getOrJournaled(ctx, name, func(path string) bool {
+		_, mine := j.own.Load(path)
+		return mine
+	})
 }
 
 // List lists the Dir's objects and those still in the journal.
@@ -493,10 +506,13 @@ type journaledRecord struct {
 // journaled reads the journals under root: the newest record of each
 // object, for a reader of the folder (another process than the one
 // journaling) to see what is not stored in the folder yet.
-func journaled(root string) map[string]journaledRecord {
+func journaled(root string, skip func(path string) bool) map[string]journaledRecord {
 	files, _ := filepath.Glob(filepath.Join(root, journalDir, "*.wal"))
 	out := map[string]journaledRecord{}
 	for _, p := range files { // named by creation time: oldest first
+		if skip != nil && skip(p) {
+			continue
+		}
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue // removed meanwhile: stored

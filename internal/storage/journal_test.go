@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func openJournaled(t *testing.T, root string) *Journaled {
@@ -109,6 +111,30 @@ func TestJournalLeavesARunningProcessesJournalAlone(t *testing.T) {
 	}
 	if got := readAll(t, second, "entries/x"); got != "x" {
 		t.Errorf("entries/x through the second: %q", got)
+	}
+}
+
+// What another running process journaled and has not stored in the Dir
+// yet reads through this one too: its journal is locked, so neither
+// taken over nor stored here, and the object is in neither the Dir nor
+// this process's memory.
+func TestJournalReadsWhatARunningProcessHasNotStoredYet(t *testing.T) {
+	root := t.TempDir()
+	j := openJournaled(t, root)
+	theirs := filepath.Join(root, journalDir, "1-1.wal")
+	f, err := os.OpenFile(theirs, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(encodeRecord("entries/theirs", []byte("theirs"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, j, "entries/theirs"); got != "theirs" {
+		t.Errorf("entries/theirs through this process: %q", got)
 	}
 }
 

@@ -209,10 +209,15 @@ func (d Dir) sum(p string) (string, error) {
 // Get opens name, from the folder or, while a Journaled process has not
 // stored it there yet, from its journal.
 func (d Dir) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	return d.getOrJournaled(ctx, name, nil)
+}
+
+// getOrJournaled is Get, passing over the journal files skip says.
+func (d Dir) getOrJournaled(ctx context.Context, name string, skip func(path string) bool) (io.ReadCloser, error) {
 	r, err := d.get(ctx, name)
 	if errors.Is(err, fs.ErrNotExist) {
 		if clean, cerr := cleanName(name); cerr == nil {
-			if data, ok := journaled(d.Root)[clean]; ok {
+			if data, ok := journaled(d.Root, skip)[clean]; ok {
 				return io.NopCloser(bytes.NewReader(data.data)), nil
 			}
 		}
@@ -246,7 +251,7 @@ func (d Dir) List(ctx context.Context, prefix string) ([]Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := journaled(d.Root)
+	j := journaled(d.Root, nil)
 	if len(j) == 0 {
 		return out, nil
 	}
