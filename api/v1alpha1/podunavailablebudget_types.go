@@ -39,7 +39,33 @@ type PodUnavailableBudgetSpec struct {
 	// judged).
 	// +optional
 	IgnoredPodSelector *metav1.LabelSelector `json:"ignoredPodSelector,omitempty"`
+	// UnhealthyPodPolicy is what a disruption of a pod that is already
+	// unavailable (not Ready, or on a node that is NotReady or unreachable)
+	// costs, for every disruption the budget judges — as a
+	// PodDisruptionBudget's unhealthyPodEvictionPolicy does for evictions.
+	// AlwaysAllow (the default): it costs nothing and is admitted, so the
+	// node lifecycle controller, a drain and the workload's own controller
+	// replace broken pods without waiting on the budget. IfHealthyBudget:
+	// admitted free only while the budget has its desired pods available.
+	// Never: decided like a healthy pod's. Whatever the policy, while most
+	// of the nodes the budget's pods run on are NotReady at once (a
+	// partition, not a dead node), such pods are decided like healthy ones.
+	// +kubebuilder:default=AlwaysAllow
+	// +optional
+	UnhealthyPodPolicy UnhealthyPodPolicy `json:"unhealthyPodPolicy,omitempty"`
 }
+
+// UnhealthyPodPolicy is what a disruption of an already unavailable pod
+// costs a budget.
+// +kubebuilder:validation:Enum=AlwaysAllow;IfHealthyBudget;Never
+type UnhealthyPodPolicy string
+
+// The unhealthy-pod policies.
+const (
+	UnhealthyAlwaysAllow     UnhealthyPodPolicy = "AlwaysAllow"
+	UnhealthyIfHealthyBudget UnhealthyPodPolicy = "IfHealthyBudget"
+	UnhealthyNever           UnhealthyPodPolicy = "Never"
+)
 
 // TargetReference names a workload in the budget's namespace.
 type TargetReference struct {

@@ -42,7 +42,7 @@ const (
 
 var budgetDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "rampart_budget_decisions_total",
-	Help: "Pod disruptions judged by PodUnavailableBudgets, by operation and outcome (admitted, denied, dryrun).",
+	Help: "Pod disruptions judged by PodUnavailableBudgets, by operation and outcome (admitted, denied, dryrun, unavailable: a pod already unavailable, admitted at no cost).",
 }, []string{"operation", "outcome"})
 
 func init() { metrics.Registry.MustRegister(budgetDecisions) }
@@ -73,9 +73,23 @@ type Budgets struct {
 	// has not filed yet (its status.selector is not written yet); nil
 	// treats such a budget as covering every pod of its namespace.
 	Targets TargetSelector
+	// Nodes says which nodes are NotReady or unreachable: a pod there is
+	// already unavailable, and many of a budget's nodes at once are a
+	// partition. nil treats every node as Ready.
+	Nodes NodeHealth
+	// PartitionThreshold is the share of a budget's nodes NotReady at
+	// once that makes a partition (0: budget.DefaultPartitionThreshold).
+	PartitionThreshold float64
 
 	once    sync.Once
 	written *ledger.Ledger[*v1alpha1.PodUnavailableBudget]
+}
+
+// NodeHealth says whether a node can run pods now.
+type NodeHealth interface {
+	// NodeUnavailable says why a node cannot run pods now ("NotReady",
+	// "unreachable"), "" for a Ready node or one not seen.
+	NodeUnavailable(name string) string
 }
 
 // TargetSelector resolves a budget's targetRef into its pod selector
@@ -86,9 +100,31 @@ type TargetSelector interface {
 
 var _ admission.Handler = (*Budgets)(nil)
 
+// disrupted is what a decision reads of the disrupted pod.
+type disrupted struct {
+	labels map[string]string
+	// node is the pod's node; ready its Ready condition (true when
+	// unknown: an unknown pod is decided as a healthy one).
+	node  string
+	ready bool
+}
+
+func disruptedPod(p *corev1.Pod) disrupted {
+	return disrupted{labels: p.Labels, node: p.Spec.NodeName, ready: podReady(p)}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // disruption reads what a request does to which pod; ok is false for a
 // request that disrupts nothing (a label change, a pod already going).
-func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budget.Request, podLabels map[string]string, ok bool, err error) {
+func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budget.Request, pod disrupted, ok bool, err error) {
 	r = budget.Request{Namespace: req.Namespace, Pod: req.Name}
 	decode := func(raw []byte) (*corev1.Pod, error) {
 		p := &corev1.Pod{}
@@ -98,7 +134,7 @@ func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budg
 	case req.Operation == admissionv1.Delete && req.SubResource == "":
 		old, err := decode(req.OldObject.Raw)
 		if err != nil {
-			return r, nil, false, err
+			return r, pod, false, err
 		}
 		r.Pod, r.Op, r.Verb = old.Name, v1alpha1.DisruptDelete, "delete"
 		// The old object of a graceful delete already carries the deletion
@@ -106,22 +142,22 @@ func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budg
 		// before is the cache's to say.
 		cached, found := h.Index.Pod(req.Namespace, old.Name)
 		gone := (found && cached.Gone) || old.Status.Phase == corev1.PodSucceeded || old.Status.Phase == corev1.PodFailed
-		return r, old.Labels, !gone, nil
+		return r, disruptedPod(old), !gone, nil
 	case req.Operation == admissionv1.Create && req.SubResource == "eviction":
 		r.Op, r.Verb = v1alpha1.DisruptEvict, "evict"
 		// An eviction's dry run is in its body (kubectl drain
 		// --dry-run=server), not in the request's options.
 		var ev policyv1.Eviction
 		if err := json.Unmarshal(req.Object.Raw, &ev); err != nil {
-			return r, nil, false, err
+			return r, pod, false, err
 		}
 		r.DryRun = ev.DeleteOptions != nil && slices.Contains(ev.DeleteOptions.DryRun, metav1.DryRunAll)
 		if p, found := h.Index.Pod(req.Namespace, req.Name); found {
-			return r, p.Labels, !p.Gone, nil
+			return r, disrupted{labels: p.Labels, node: p.Node, ready: p.Ready}, !p.Gone, nil
 		}
 		if h.Pods != nil {
 			if l, found := h.Pods.PodLabels(req.Namespace, req.Name); found {
-				return r, l, true, nil
+				return r, disrupted{labels: l, ready: true}, true, nil
 			}
 		}
 		// A pod created a moment ago may not be cached yet: ask the API
@@ -129,41 +165,75 @@ func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budg
 		p := &corev1.Pod{}
 		if err := h.Client.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: req.Name}, p); err != nil {
 			if apierrors.IsNotFound(err) {
-				return r, nil, false, nil
+				return r, pod, false, nil
 			}
-			return r, nil, false, fmt.Errorf("reading pod %s/%s: %w", req.Namespace, req.Name, err)
+			return r, pod, false, fmt.Errorf("reading pod %s/%s: %w", req.Namespace, req.Name, err)
 		}
 		gone := p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-		return r, p.Labels, !gone, nil
+		return r, disruptedPod(p), !gone, nil
 	case req.Operation == admissionv1.Update && (req.SubResource == "" || req.SubResource == "resize"):
 		old, err := decode(req.OldObject.Raw)
 		if err != nil {
-			return r, nil, false, err
+			return r, pod, false, err
 		}
 		cur, err := decode(req.Object.Raw)
 		if err != nil {
-			return r, nil, false, err
+			return r, pod, false, err
 		}
 		if req.SubResource == "resize" {
 			r.Op, r.Verb = v1alpha1.DisruptResize, "resize"
-			return r, old.Labels, budget.ResourcesDiffer(old, cur), nil
+			return r, disruptedPod(old), budget.ResourcesDiffer(old, cur), nil
 		}
 		r.Op, r.Verb = v1alpha1.DisruptUpdate, "update"
-		return r, old.Labels, budget.RestartsContainers(old, cur), nil
+		return r, disruptedPod(old), budget.RestartsContainers(old, cur), nil
 	}
-	return r, nil, false, nil
+	return r, pod, false, nil
+}
+
+// unavailable says why a pod is already unavailable, "" if it is not: not
+// Ready, or on a node that is NotReady or unreachable (whose pods the node
+// lifecycle controller has not marked yet).
+func (h *Budgets) unavailable(p disrupted) string {
+	if h.Nodes != nil && p.node != "" {
+		if why := h.Nodes.NodeUnavailable(p.node); why != "" {
+			return fmt.Sprintf("its node %s is %s", p.node, why)
+		}
+	}
+	if !p.ready {
+		return "it is not Ready"
+	}
+	return ""
+}
+
+// nodes counts the nodes a budget's pods run on, and those of them that
+// are NotReady or unreachable.
+func (h *Budgets) nodes(k budget.Key) budget.NodeCount {
+	var n budget.NodeCount
+	pods, _ := h.Index.Pods(k)
+	seen := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		if p.Node == "" || seen[p.Node] {
+			continue
+		}
+		seen[p.Node] = true
+		n.Total++
+		if h.Nodes != nil && h.Nodes.NodeUnavailable(p.Node) != "" {
+			n.NotReady++
+		}
+	}
+	return n
 }
 
 // Handle implements admission.Handler.
 func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.Response {
-	r, podLabels, disrupts, err := h.disruption(ctx, req)
+	r, pod, disrupts, err := h.disruption(ctx, req)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	if !disrupts || (r.Op == v1alpha1.DisruptDelete && h.Namespaces != nil && h.Namespaces.NamespaceTerminating(req.Namespace)) {
 		return admission.Allowed("")
 	}
-	keys, err := h.covering(ctx, req.Namespace, podLabels)
+	keys, err := h.covering(ctx, req.Namespace, pod.labels)
 	if err != nil {
 		return admission.Errored(http.StatusServiceUnavailable, err)
 	}
@@ -171,8 +241,12 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Allowed("")
 	}
 	now := clockOrReal(h.Clock).Now()
+	r.Unavailable = h.unavailable(pod)
 	var consumed []budget.Key
 	for _, k := range keys {
+		if r.Unavailable != "" {
+			r.Nodes = h.nodes(k)
+		}
 		v, took, err := h.consume(ctx, k, r, r.DryRun || dryRun(req), now)
 		if took {
 			consumed = append(consumed, k)
@@ -194,8 +268,11 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 			UID: types.UID(h.podUID(req)), Action: "Disruption", DryRun: r.DryRun}, v)
 	}
 	outcome := "admitted"
-	if r.DryRun || dryRun(req) {
+	switch {
+	case r.DryRun || dryRun(req):
 		outcome = "dryrun"
+	case r.Unavailable != "" && len(consumed) == 0:
+		outcome = "unavailable" // an unavailable pod, at no cost
 	}
 	budgetDecisions.WithLabelValues(string(r.Op), outcome).Inc()
 	return admission.Allowed("")
@@ -328,7 +405,7 @@ func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, d
 	out, err := h.ledger().Decide(ctx, ledger.Request{Object: client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, DryRun: dry},
 		func(b *v1alpha1.PodUnavailableBudget) (ledger.Decision, error) {
 			var consume bool
-			v, consume = budget.Decide(b, r)
+			v, consume = budget.Decide(b, r, h.PartitionThreshold)
 			if consume {
 				budget.Consume(&b.Status, r.Pod, now)
 			}

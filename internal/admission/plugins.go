@@ -134,6 +134,9 @@ type Deps struct {
 	ScaleTargets ScaleTargetsView
 	Pods         PodLabels
 	BudgetIndex  *budget.Index
+	Nodes        NodeHealth
+	// BudgetPartitionThreshold: see Budgets.PartitionThreshold.
+	BudgetPartitionThreshold float64
 	Namespaces   interface{ NamespaceTerminating(string) bool }
 	Scales       Scales
 	// ReplicasExempt and LiveLabels: see Replicas.

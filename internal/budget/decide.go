@@ -89,16 +89,49 @@ type Request struct {
 	Verb string
 	// DryRun requests are decided and never consume the budget.
 	DryRun bool
+	// Unavailable says why the pod is already unavailable ("it is not
+	// Ready", "its node n1 is NotReady"), "" for an available pod.
+	Unavailable string
+	// Nodes is what the adapter saw of the nodes this budget's pods run
+	// on, for telling a dead node from a partition.
+	Nodes NodeCount
+}
+
+// NodeCount counts the nodes a budget's pods run on.
+type NodeCount struct {
+	// Total nodes running the budget's pods, NotReady of them NotReady or
+	// unreachable.
+	Total, NotReady int
+}
+
+// DefaultPartitionThreshold is the share of a budget's nodes that, NotReady
+// at once, make a partition. It is kube-controller-manager's
+// --unhealthy-zone-threshold default: the share at which the node
+// lifecycle controller itself stops trusting what it sees of a zone and
+// slows or stops its evictions there.
+const DefaultPartitionThreshold = 0.55
+
+// Partitioned says whether the budget's nodes look partitioned rather than
+// one of them dead: at least two NotReady, and at least threshold of them
+// (the node lifecycle controller's own rule for a zone's partial
+// disruption, without its floor of three: a budget's pods often run on
+// three nodes or fewer, and two of three gone at once is no dead node).
+func (n NodeCount) Partitioned(threshold float64) bool {
+	if threshold <= 0 {
+		threshold = DefaultPartitionThreshold
+	}
+	return n.NotReady >= 2 && float64(n.NotReady) >= threshold*float64(n.Total)
 }
 
 // Decide decides one disruption against one budget's status (the latest
 // written). consume is set when the disruption must be recorded in the
 // budget's status (pod added to disruptions, one fewer allowed) before it
-// is admitted. A pod not Ready is decided like any other: it counts as
-// unavailable, which may be the very reason the budget allows nothing.
-// A denial answers 429, as the Eviction API does for a
-// PodDisruptionBudget: kubectl drain and controllers retry it.
-func Decide(b *v1alpha1.PodUnavailableBudget, r Request) (v protection.Verdict, consume bool) {
+// is admitted. A pod already unavailable costs nothing, as the budget's
+// unhealthyPodPolicy says (see Free), unless the budget's nodes look
+// partitioned (threshold, see NodeCount.Partitioned). A denial answers 429,
+// as the Eviction API does for a PodDisruptionBudget: kubectl drain and
+// controllers retry it.
+func Decide(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (v protection.Verdict, consume bool) {
 	if !Protects(b.Spec, r.Op) {
 		return protection.Allow, false
 	}
@@ -107,7 +140,12 @@ func Decide(b *v1alpha1.PodUnavailableBudget, r Request) (v protection.Verdict, 
 		// pod already counted as disrupted: no further loss.
 		return protection.Allow, false
 	}
-	if b.Status.ObservedGeneration != b.Generation || (b.Spec.TargetRef != nil && b.Status.Selector == "") {
+	free, held := Free(b, r, threshold)
+	if free {
+		return protection.Allow, false
+	}
+	computed := b.Status.ObservedGeneration == b.Generation && (b.Spec.TargetRef == nil || b.Status.Selector != "")
+	if !computed {
 		return deny(fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s is not computed yet; retry in a few seconds",
 			r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name)), false
 	}
@@ -116,10 +154,41 @@ func Decide(b *v1alpha1.PodUnavailableBudget, r Request) (v protection.Verdict, 
 		return protection.Allow, true
 	}
 	return deny(fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s allows no more disruptions "+
-		"(%d of %d pods available, %d must stay available, %d disruptions in progress). "+
+		"(%d of %d pods available, %d must stay available, %d disruptions in progress)%s. "+
 		"Wait for pods to become Ready and retry (kubectl rampart pub status -n %s), or change the budget (kubectl edit pub -n %s %s)",
 		r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name, st.CurrentAvailable, st.TotalReplicas, st.DesiredAvailable,
-		len(st.Disruptions), b.Namespace, b.Namespace, b.Name)), false
+		len(st.Disruptions), held, b.Namespace, b.Namespace, b.Name)), false
+}
+
+// Free says whether disrupting an unavailable pod costs the budget nothing
+// (KEP-3017's answer for PodDisruptionBudgets, for every disruption kind:
+// a budget that counts broken pods as the reason to allow nothing wedges
+// the node lifecycle controller, drains and recovery). When it does not,
+// held says why, for the denial ("" when the pod is available).
+func Free(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (free bool, held string) {
+	if r.Unavailable == "" {
+		return false, ""
+	}
+	if r.Nodes.Partitioned(threshold) {
+		// Kruise#1469: a partition must not become a mass deletion. The
+		// pods may well be running behind it.
+		return false, fmt.Sprintf("; the pod is unavailable (%s), but %d of the %d nodes this budget's pods run on are NotReady at once: "+
+			"a partition or a network fault rather than a dead node, so the budget holds until they are Ready again",
+			r.Unavailable, r.Nodes.NotReady, r.Nodes.Total)
+	}
+	switch b.Spec.UnhealthyPodPolicy {
+	case v1alpha1.UnhealthyNever:
+		return false, fmt.Sprintf("; the pod is unavailable (%s) and the budget's unhealthyPodPolicy is Never", r.Unavailable)
+	case v1alpha1.UnhealthyIfHealthyBudget:
+		st := b.Status
+		if st.ObservedGeneration == b.Generation && st.CurrentAvailable >= st.DesiredAvailable {
+			return true, ""
+		}
+		return false, fmt.Sprintf("; the pod is unavailable (%s), and with unhealthyPodPolicy IfHealthyBudget such pods go only "+
+			"while the budget keeps its %d available", r.Unavailable, st.DesiredAvailable)
+	default: // AlwaysAllow, and budgets stored before the field existed
+		return true, ""
+	}
 }
 
 // Rule names budget denials in metrics and Events.

@@ -61,27 +61,111 @@ func TestDecide(t *testing.T) {
 	b.Namespace, b.Name, b.Generation = "shop", "web", 1
 	b.Status = v1alpha1.PodUnavailableBudgetStatus{ObservedGeneration: 1, TotalReplicas: 10, CurrentAvailable: 9, DesiredAvailable: 8, UnavailableAllowed: 1}
 	r := Request{Namespace: "shop", Pod: "web-1", Op: v1alpha1.DisruptDelete, Verb: "delete"}
-	if v, consume := Decide(b, r); !v.Allowed || !consume {
+	if v, consume := Decide(b, r, 0); !v.Allowed || !consume {
 		t.Fatalf("first disruption: %+v", v)
 	}
 	Consume(&b.Status, "web-1", time.Now())
-	if v, consume := Decide(b, r); !v.Allowed || consume {
+	if v, consume := Decide(b, r, 0); !v.Allowed || consume {
 		t.Fatalf("the same pod again must pass without consuming: %+v", v)
 	}
 	r.Pod = "web-2"
-	v, _ := Decide(b, r)
+	v, _ := Decide(b, r, 0)
 	want := "pod shop/web-2 may not be deleted now: PodUnavailableBudget shop/web allows no more disruptions (9 of 10 pods available, 8 must stay available, 1 disruptions in progress). Wait for pods to become Ready and retry (kubectl rampart pub status -n shop), or change the budget (kubectl edit pub -n shop web)"
 	if v.Allowed || v.Message != want {
 		t.Fatalf("got %+v\nwant %s", v, want)
 	}
 	r.Op, r.Verb = v1alpha1.DisruptResize, "resize"
-	if v, consume := Decide(b, r); !v.Allowed || consume {
+	if v, consume := Decide(b, r, 0); !v.Allowed || consume {
 		t.Fatalf("resize is not protected by default: %+v", v)
 	}
 	b.Generation = 2
 	r.Op = v1alpha1.DisruptDelete
-	if v, _ := Decide(b, r); v.Allowed || !strings.Contains(v.Message, "not computed yet") {
+	if v, _ := Decide(b, r, 0); v.Allowed || !strings.Contains(v.Message, "not computed yet") {
 		t.Fatalf("a changed spec not yet computed must not admit: %+v", v)
+	}
+}
+
+// TestDecideUnavailablePods: a pod that is already unavailable costs a
+// budget nothing (unhealthyPodPolicy AlwaysAllow, the default), costs
+// nothing while the budget is healthy (IfHealthyBudget), is decided like
+// any other (Never), and is decided like any other whatever the policy
+// while most of the budget's nodes are NotReady at once.
+func TestDecideUnavailablePods(t *testing.T) {
+	// 3 pods, maxUnavailable 1, one already not Ready: nothing allowed.
+	exhausted := v1alpha1.PodUnavailableBudgetStatus{ObservedGeneration: 1, TotalReplicas: 3, CurrentAvailable: 2, DesiredAvailable: 2}
+	short := v1alpha1.PodUnavailableBudgetStatus{ObservedGeneration: 1, TotalReplicas: 3, CurrentAvailable: 1, DesiredAvailable: 2}
+	healthy := v1alpha1.PodUnavailableBudgetStatus{ObservedGeneration: 1, TotalReplicas: 3, CurrentAvailable: 3, DesiredAvailable: 2, UnavailableAllowed: 1}
+	deadNode := NodeCount{Total: 3, NotReady: 1}
+	partition := NodeCount{Total: 3, NotReady: 2}
+	for _, tt := range []struct {
+		name        string
+		policy      v1alpha1.UnhealthyPodPolicy
+		status      v1alpha1.PodUnavailableBudgetStatus
+		generation  int64
+		unavailable string
+		nodes       NodeCount
+		op          v1alpha1.DisruptionOperation
+		allowed     bool
+		consume     bool
+		message     string
+	}{
+		{name: "healthy pod, budget exhausted", status: exhausted, nodes: deadNode, message: "allows no more disruptions (2 of 3 pods available, 2 must stay available, 0 disruptions in progress). Wait"},
+		{name: "pod on a dead node, default policy", status: exhausted, unavailable: "its node n1 is NotReady", nodes: deadNode, allowed: true},
+		{name: "not Ready pod, AlwaysAllow", policy: v1alpha1.UnhealthyAlwaysAllow, status: exhausted, unavailable: "it is not Ready", allowed: true},
+		{name: "evict a not Ready pod, AlwaysAllow", policy: v1alpha1.UnhealthyAlwaysAllow, op: v1alpha1.DisruptEvict, status: exhausted, unavailable: "it is not Ready", allowed: true},
+		{name: "update a not Ready pod, AlwaysAllow", policy: v1alpha1.UnhealthyAlwaysAllow, op: v1alpha1.DisruptUpdate, status: exhausted, unavailable: "it is not Ready", allowed: true},
+		{name: "budget not computed yet, AlwaysAllow", status: exhausted, generation: 2, unavailable: "it is not Ready", allowed: true},
+		{name: "IfHealthyBudget, budget healthy", policy: v1alpha1.UnhealthyIfHealthyBudget, status: healthy, unavailable: "it is not Ready", allowed: true},
+		{name: "IfHealthyBudget, budget at its floor", policy: v1alpha1.UnhealthyIfHealthyBudget, status: exhausted, unavailable: "it is not Ready", allowed: true},
+		{name: "IfHealthyBudget, budget short", policy: v1alpha1.UnhealthyIfHealthyBudget, status: short, unavailable: "it is not Ready",
+			message: "(1 of 3 pods available, 2 must stay available, 0 disruptions in progress); the pod is unavailable (it is not Ready), and with unhealthyPodPolicy IfHealthyBudget such pods go only while the budget keeps its 2 available. Wait"},
+		{name: "Never, budget exhausted", policy: v1alpha1.UnhealthyNever, status: exhausted, unavailable: "it is not Ready",
+			message: "; the pod is unavailable (it is not Ready) and the budget's unhealthyPodPolicy is Never. Wait"},
+		{name: "Never, budget with room consumes", policy: v1alpha1.UnhealthyNever, status: healthy, unavailable: "it is not Ready", allowed: true, consume: true},
+		{name: "partition holds AlwaysAllow", status: exhausted, unavailable: "its node n2 is NotReady", nodes: partition,
+			message: "; the pod is unavailable (its node n2 is NotReady), but 2 of the 3 nodes this budget's pods run on are NotReady at once: a partition or a network fault rather than a dead node, so the budget holds until they are Ready again. Wait"},
+		{name: "partition with room consumes", status: healthy, unavailable: "its node n2 is NotReady", nodes: partition, allowed: true, consume: true},
+		{name: "one of one node dead is no partition", status: exhausted, unavailable: "its node n1 is NotReady", nodes: NodeCount{Total: 1, NotReady: 1}, allowed: true},
+		{name: "2 of 4 nodes is no partition", status: exhausted, unavailable: "its node n1 is NotReady", nodes: NodeCount{Total: 4, NotReady: 2}, allowed: true},
+		{name: "3 of 5 nodes is a partition", status: exhausted, unavailable: "its node n1 is NotReady", nodes: NodeCount{Total: 5, NotReady: 3}, message: "3 of the 5 nodes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := maxUnavailable(1)
+			spec.UnhealthyPodPolicy = tt.policy
+			b := &v1alpha1.PodUnavailableBudget{Spec: spec, Status: tt.status}
+			b.Namespace, b.Name, b.Generation = "shop", "web", max(tt.generation, 1)
+			op := tt.op
+			if op == "" {
+				op = v1alpha1.DisruptDelete
+			}
+			r := Request{Namespace: "shop", Pod: "web-1", Op: op, Verb: "delete", Unavailable: tt.unavailable, Nodes: tt.nodes}
+			v, consume := Decide(b, r, 0)
+			if v.Allowed != tt.allowed || consume != tt.consume {
+				t.Fatalf("allowed %v consume %v, want %v %v: %s", v.Allowed, consume, tt.allowed, tt.consume, v.Message)
+			}
+			if !tt.allowed && (v.Code != 429 || !strings.Contains(v.Message, tt.message)) {
+				t.Fatalf("denial %d %q\nwant it to contain %q", v.Code, v.Message, tt.message)
+			}
+		})
+	}
+}
+
+func TestPartitionThreshold(t *testing.T) {
+	for _, tt := range []struct {
+		nodes     NodeCount
+		threshold float64
+		want      bool
+	}{
+		{NodeCount{Total: 10, NotReady: 5}, 0, false}, // 50% < 55%
+		{NodeCount{Total: 10, NotReady: 6}, 0, true},
+		{NodeCount{Total: 10, NotReady: 5}, 0.5, true},
+		{NodeCount{Total: 2, NotReady: 2}, 0, true},
+		{NodeCount{Total: 1, NotReady: 1}, 0.1, false}, // one dead node never is
+		{NodeCount{}, 0, false},
+	} {
+		if got := tt.nodes.Partitioned(tt.threshold); got != tt.want {
+			t.Errorf("%+v at %v: partitioned %v, want %v", tt.nodes, tt.threshold, got, tt.want)
+		}
 	}
 }
 

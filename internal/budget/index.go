@@ -29,6 +29,8 @@ type Pod struct {
 	Created time.Time
 	// Controller is the pod's controller owner (kind/name), "" for none.
 	Controller string
+	// Node is the node the pod is bound to, "" while it is not scheduled.
+	Node string
 }
 
 // Available is a pod counted as available: Ready and not going away.

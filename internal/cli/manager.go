@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/budget"
 	"github.com/rampart-io/rampart/internal/manager"
 	"github.com/rampart-io/rampart/internal/recyclebin"
 )
@@ -63,6 +64,8 @@ func newManagerCommand() *cobra.Command {
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader for controllers (webhooks serve on every replica)")
 	f.DurationVar(&o.BudgetDisruptionTimeout, "budget-disruption-timeout", manager.DefaultBudgetDisruptionTimeout,
 		"how long a disruption a PodUnavailableBudget admitted may go unobserved before the budget gets it back")
+	f.Float64Var(&o.BudgetPartitionThreshold, "budget-partition-threshold", budget.DefaultPartitionThreshold,
+		"share of the nodes a PodUnavailableBudget's pods run on that, NotReady at once (two at least), is taken for a partition: pods there are then decided like healthy ones, whatever the budget's unhealthyPodPolicy (kube-controller-manager's --unhealthy-zone-threshold default)")
 	addReplicasExemptFlags(f, &o.ReplicasExempt, &exemptSAs)
 	f.BoolVar(&o.CompiledPolicies, "compiled-policies", true,
 		"have the API server enforce the static rules itself as ValidatingAdmissionPolicies kept applied by the leader (the label rules, and each enforced ProtectionPolicy's Always and built-in workloads' replicas), and narrow the label webhooks once every API server does: those rules then hold while Rampart is down")

@@ -16,7 +16,7 @@ import (
 
 // BudgetPod is what budgets read of a pod.
 func BudgetPod(p *corev1.Pod) budget.Pod {
-	bp := budget.Pod{Name: p.Name, Labels: p.Labels, Created: p.CreationTimestamp.Time,
+	bp := budget.Pod{Name: p.Name, Labels: p.Labels, Created: p.CreationTimestamp.Time, Node: p.Spec.NodeName,
 		Gone: p.DeletionTimestamp != nil || terminal(p)}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -188,4 +188,32 @@ func (v *Budgets) PodLabels(ns, name string) (map[string]string, bool) {
 		return nil, false
 	}
 	return m.GetLabels(), true
+}
+
+// NodeUnavailable says why a node cannot run pods now: "NotReady" when its
+// Ready condition is not True (False, or Unknown once the node lifecycle
+// controller stops hearing from it), "unreachable" when it carries the
+// node controller's unreachable or not-ready taint. "" for a Ready node and
+// for one the cache has not seen (decided as Ready: never a reason to let
+// a healthy pod go).
+func (v *Budgets) NodeUnavailable(name string) string {
+	obj, ok, err := v.informers.informer(nodes).GetIndexer().GetByKey(name)
+	if err != nil || !ok {
+		return ""
+	}
+	n, isNode := obj.(*corev1.Node)
+	if !isNode {
+		return ""
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			return "NotReady"
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady {
+			return "unreachable"
+		}
+	}
+	return ""
 }

@@ -60,6 +60,16 @@ func slim(obj any) (any, error) {
 		o.Data, o.BinaryData = nil, nil
 	case *corev1.Service:
 		o.Spec, o.Status = corev1.ServiceSpec{}, corev1.ServiceStatus{}
+	case *corev1.Node:
+		// Budgets read whether a node is Ready and reachable.
+		o.Spec = corev1.NodeSpec{Unschedulable: o.Spec.Unschedulable, Taints: o.Spec.Taints}
+		st := corev1.NodeStatus{}
+		for _, c := range o.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				st.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+			}
+		}
+		o.Status = st
 	}
 	return obj, nil
 }

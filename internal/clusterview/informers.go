@@ -46,7 +46,9 @@ const (
 // resource but Secrets (see unwatched), and custom resources in the groups
 // the operator grants (the chart's customResourceGroups). RBAC cannot leave
 // Secrets out of a group wildcard, so the core group is listed by name.
-// +kubebuilder:rbac:groups="",resources=configmaps;endpoints;events;limitranges;namespaces;persistentvolumeclaims;pods;podtemplates;replicationcontrollers;resourcequotas;serviceaccounts;services,verbs=list;watch
+// Nodes are read for their health only: a pod on a NotReady node is
+// already unavailable to its budgets.
+// +kubebuilder:rbac:groups="",resources=configmaps;endpoints;events;limitranges;namespaces;nodes;persistentvolumeclaims;pods;podtemplates;replicationcontrollers;resourcequotas;serviceaccounts;services,verbs=list;watch
 // +kubebuilder:rbac:groups=apps;batch;autoscaling;policy;networking.k8s.io;discovery.k8s.io;storage.k8s.io;coordination.k8s.io;events.k8s.io;rbac.authorization.k8s.io;resource.k8s.io;apiextensions.k8s.io,resources=*,verbs=list;watch
 
 // Built-in resources the views read.
@@ -54,6 +56,7 @@ var (
 	pods                   = schema.GroupResource{Resource: "pods"}
 	claims                 = schema.GroupResource{Resource: "persistentvolumeclaims"}
 	namespaces             = schema.GroupResource{Resource: "namespaces"}
+	nodes                  = schema.GroupResource{Resource: "nodes"}
 	configMaps             = schema.GroupResource{Resource: "configmaps"}
 	services               = schema.GroupResource{Resource: "services"}
 	replicationControllers = schema.GroupResource{Resource: "replicationcontrollers"}
@@ -72,6 +75,7 @@ var typed = []schema.GroupVersionResource{
 	pods.WithVersion("v1"), claims.WithVersion("v1"), configMaps.WithVersion("v1"), services.WithVersion("v1"),
 	replicationControllers.WithVersion("v1"), deployments.WithVersion("v1"), statefulSets.WithVersion("v1"),
 	replicaSets.WithVersion("v1"), daemonSets.WithVersion("v1"), controllerRevisions.WithVersion("v1"),
+	nodes.WithVersion("v1"),
 }
 
 var metadataOnly = []schema.GroupVersionResource{jobs.WithVersion("v1"), namespaces.WithVersion("v1")}

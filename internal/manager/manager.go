@@ -122,6 +122,11 @@ type Options struct {
 	// may stay unobserved before the budget gets it back (the request
 	// failed after admission).
 	BudgetDisruptionTimeout time.Duration
+	// BudgetPartitionThreshold is the share of the nodes a budget's pods
+	// run on that, NotReady at once, is a partition: disruptions of pods
+	// there are then decided like healthy pods' (0: the default,
+	// budget.DefaultPartitionThreshold).
+	BudgetPartitionThreshold float64
 	// RecycleBinDir, when set, turns the recycle bin on: a copy of every
 	// protected object is stored there before its delete is admitted.
 	// Off the cluster's etcd: a local directory, or a volume in a cluster.
@@ -197,6 +202,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if o.WebhookURLHost == "" && o.WebhookService == "" {
 		return errors.New("set --webhook-url-host (local) or --webhook-service (in a cluster)")
 	}
+	if t := o.BudgetPartitionThreshold; t < 0 || t > 1 {
+		return fmt.Errorf("--budget-partition-threshold %v: want a share of the nodes from 0 to 1, such as 0.55", t)
+	}
 	scheme, err := Scheme()
 	if err != nil {
 		return err
@@ -263,7 +271,8 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	scales, recorder, err := serveProtections(cfg, mgr, server, o, rampartadmission.Deps{
 		Cache: mgr.GetCache(), Direct: direct, InForce: reg, Recorder: mgr.GetEventRecorder("rampart"), Mapper: mgr.GetRESTMapper(),
 		Policies: policies, Deletion: views.Deletion, ScaleTargets: views.ScaleTargets, Pods: views.Budgets,
-		BudgetIndex: views.Budgets.Index(), Namespaces: views.Namespaces, ReplicasExempt: o.ReplicasExempt,
+		BudgetIndex: views.Budgets.Index(), Nodes: views.Budgets, BudgetPartitionThreshold: o.BudgetPartitionThreshold,
+		Namespaces: views.Namespaces, ReplicasExempt: o.ReplicasExempt,
 		Bin: bin.capturer(),
 	})
 	if err != nil {
