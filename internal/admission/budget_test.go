@@ -130,7 +130,8 @@ func evict(env *clustertest.Env, ns, pod string, dryRun bool) error {
 
 // A budget judges deletes, evictions and in-place updates of the pods it
 // covers, whoever sends them; dry runs never consume it; a pod covered by
-// two budgets needs both; a pod not Ready is judged, not waved through.
+// two budgets needs both; a pod not Ready costs nothing unless the
+// budget's unhealthyPodPolicy says otherwise.
 func TestBudgetJudgesEveryDisruption(t *testing.T) {
 	env := clustertest.Get(t)
 	ctx := context.Background()
@@ -194,7 +195,7 @@ func TestBudgetJudgesEveryDisruption(t *testing.T) {
 
 	// A second budget over the same pods that allows nothing: both must
 	// agree, and the first gives back what it took.
-	createBudget(t, env, ns, "strict", `{selector: {matchLabels: {app: web}}, minAvailable: 4}`)
+	createBudget(t, env, ns, "strict", `{selector: {matchLabels: {app: web}}, minAvailable: 4, unhealthyPodPolicy: Never}`)
 	waitBudget(t, env, ns, "strict", 30*time.Second, func(s v1alpha1.PodUnavailableBudgetStatus) bool {
 		return s.CurrentAvailable == 4 && s.UnavailableAllowed == 0
 	})
@@ -205,14 +206,32 @@ func TestBudgetJudgesEveryDisruption(t *testing.T) {
 		t.Fatalf("budget web kept a disruption budget strict refused: %+v", s)
 	}
 
-	// A pod that is not Ready is judged: with nothing allowed, deleting it
-	// is refused too.
-	createPods(t, env, ns, "pending", 1, web, map[string]string{"no-such-node": "true"})
+	// A pod that is not Ready is judged like any other by a budget whose
+	// unhealthyPodPolicy is Never: with nothing allowed, deleting it is
+	// refused too, saying why. (Before unhealthyPodPolicy every budget
+	// did this; the default, AlwaysAllow, now lets it go: below.)
+	createPods(t, env, ns, "pending", 2, web, map[string]string{"no-such-node": "true"})
 	waitBudget(t, env, ns, "strict", 30*time.Second, func(s v1alpha1.PodUnavailableBudgetStatus) bool {
-		return s.TotalReplicas == 5 && s.CurrentAvailable == 4 && s.UnavailableAllowed == 0
+		return s.TotalReplicas == 6 && s.CurrentAvailable == 4 && s.UnavailableAllowed == 0
 	})
-	if err := pods.Delete(ctx, "pending-0", metav1.DeleteOptions{}); !apierrors.IsTooManyRequests(err) {
-		t.Fatalf("delete of a pod not Ready under an exhausted budget: %v", err)
+	if err := pods.Delete(ctx, "pending-0", metav1.DeleteOptions{}); !apierrors.IsTooManyRequests(err) ||
+		!strings.Contains(err.Error(), "the pod is unavailable (it is not Ready) and the budget's unhealthyPodPolicy is Never") {
+		t.Fatalf("delete of a pod not Ready under an exhausted budget with unhealthyPodPolicy Never: %v", err)
+	}
+	// The default: a pod already unavailable costs nothing, at once after
+	// the budget changes.
+	if _, err := env.Dynamic.Resource(budgetsGVR).Namespace(ns).Patch(ctx, "strict", types.MergePatchType,
+		[]byte(`{"spec":{"unhealthyPodPolicy":"AlwaysAllow"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pods.Delete(ctx, "pending-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete of a pod not Ready, unhealthyPodPolicy AlwaysAllow: %v", err)
+	}
+	if err := evict(env, ns, "pending-1", false); err != nil {
+		t.Fatalf("eviction of a pod not Ready, unhealthyPodPolicy AlwaysAllow: %v", err)
+	}
+	if s := getBudget(t, env, ns, "strict").Status; len(s.Disruptions) != 0 {
+		t.Fatalf("unavailable pods consumed the budget: %+v", s)
 	}
 	// Pods outside every budget are never judged.
 	createPods(t, env, ns, "other", 1, map[string]string{"app": "other"}, nil)

@@ -62,3 +62,17 @@ func scaled(name string, v *intstr.IntOrString, total int32) (int32, error) {
 func Allowed(desired, available int32) int32 {
 	return max(available-desired, 0)
 }
+
+// BlocksAll says whether a budget can never allow a healthy pod's
+// disruption: maxUnavailable 0 (or 0%), or a floor of every pod it covers
+// (minAvailable at or above the replicas, 100%). why says which, for
+// Events and denials. st is the budget's computed status.
+func BlocksAll(spec v1alpha1.PodUnavailableBudgetSpec, st v1alpha1.PodUnavailableBudgetStatus) (blocks bool, why string) {
+	if m := spec.MaxUnavailable; m != nil && (m.String() == "0" || m.String() == "0%") {
+		return true, "maxUnavailable is " + m.String()
+	}
+	if spec.MinAvailable != nil && st.TotalReplicas > 0 && st.DesiredAvailable >= st.TotalReplicas {
+		return true, fmt.Sprintf("minAvailable %s keeps all %d pods", spec.MinAvailable.String(), st.TotalReplicas)
+	}
+	return false, ""
+}

@@ -150,6 +150,40 @@ func TestDecideUnavailablePods(t *testing.T) {
 	}
 }
 
+// A budget that can never allow a disruption says so, and how to loosen
+// it, in its denial.
+func TestBlocksAll(t *testing.T) {
+	ints := func(v intstr.IntOrString) *intstr.IntOrString { return &v }
+	st := v1alpha1.PodUnavailableBudgetStatus{ObservedGeneration: 1, TotalReplicas: 3, CurrentAvailable: 3, DesiredAvailable: 3}
+	for _, tt := range []struct {
+		spec v1alpha1.PodUnavailableBudgetSpec
+		why  string
+	}{
+		{v1alpha1.PodUnavailableBudgetSpec{MaxUnavailable: ints(intstr.FromInt32(0))}, "maxUnavailable is 0"},
+		{v1alpha1.PodUnavailableBudgetSpec{MaxUnavailable: ints(intstr.FromString("0%"))}, "maxUnavailable is 0%"},
+		{v1alpha1.PodUnavailableBudgetSpec{MinAvailable: ints(intstr.FromString("100%"))}, "minAvailable 100% keeps all 3 pods"},
+		{v1alpha1.PodUnavailableBudgetSpec{MinAvailable: ints(intstr.FromInt32(3))}, "minAvailable 3 keeps all 3 pods"},
+		{v1alpha1.PodUnavailableBudgetSpec{MinAvailable: ints(intstr.FromInt32(2))}, ""},
+		{v1alpha1.PodUnavailableBudgetSpec{MaxUnavailable: ints(intstr.FromString("10%"))}, ""},
+	} {
+		s := st
+		if d, err := Desired(tt.spec, s.TotalReplicas); err == nil {
+			s.DesiredAvailable = d
+		}
+		blocks, why := BlocksAll(tt.spec, s)
+		if blocks != (tt.why != "") || why != tt.why {
+			t.Errorf("%+v: blocks %v %q, want %q", tt.spec, blocks, why, tt.why)
+		}
+	}
+	b := &v1alpha1.PodUnavailableBudget{Spec: maxUnavailable(0), Status: st}
+	b.Namespace, b.Name, b.Generation = "shop", "web", 1
+	v, _ := Decide(b, Request{Namespace: "shop", Pod: "web-1", Op: v1alpha1.DisruptEvict, Verb: "evict"}, 0)
+	want := `pod shop/web-1 may not be evicted: PodUnavailableBudget shop/web allows no disruption at any time (maxUnavailable is 0), so a drain or a rollout of these pods never finishes. Loosen it (kubectl patch pub -n shop web --type merge -p '{"spec":{"maxUnavailable":1,"minAvailable":null}}') or delete it (kubectl delete pub -n shop web)`
+	if v.Allowed || v.Message != want {
+		t.Fatalf("got %q\nwant %q", v.Message, want)
+	}
+}
+
 func TestPartitionThreshold(t *testing.T) {
 	for _, tt := range []struct {
 		nodes     NodeCount

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/controller/budgetstatus"
 )
 
 func newPUBCommand() *cobra.Command {
@@ -36,8 +38,10 @@ func newPUBCommand() *cobra.Command {
 		Long: `status lists the PodUnavailableBudgets of a namespace (-n, or the
 kubeconfig's; -A for all): the pods each covers, how many are available,
 the floor it keeps, how many more disruptions it allows now and the
-disruptions admitted but not yet seen; then the most recent disruptions it
-refused (from Rampart's DisruptionDenied Events).`,
+disruptions admitted but not yet seen, and marks a budget that can never
+allow one (maxUnavailable 0, or minAvailable at or above its pods: drains
+and rollouts of its pods never finish); then the most recent disruptions
+it refused (from Rampart's DisruptionDenied Events).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := flags.ToRESTConfig()
@@ -97,6 +101,10 @@ func printPUBStatus(ctx context.Context, out io.Writer, cfg *rest.Config, ns str
 					ready += ": " + c.Message
 				}
 			}
+		}
+		if c := meta.FindStatusCondition(b.Status.Conditions, budgetstatus.BlocksAllCondition); c != nil && c.Status == metav1.ConditionTrue {
+			why, _, _ := strings.Cut(c.Message, ":")
+			ready += "; NEVER ALLOWS A DISRUPTION: " + strings.TrimPrefix(why, "the budget allows no disruption at any time ")
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", b.Namespace, b.Name, dash(covers), b.Status.TotalReplicas,
 			b.Status.CurrentAvailable, b.Status.DesiredAvailable, b.Status.UnavailableAllowed, len(b.Status.Disruptions), ready)

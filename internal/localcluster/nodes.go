@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -108,4 +109,29 @@ func (c *Cluster) waitDefaultServiceAccount(ctx context.Context) error {
 		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
 	})
+}
+
+// SimulatedNode is a node as AddNodes creates it, for a test that needs
+// nodes of its own (named, labelled or tainted): create it, and kwok runs
+// it and makes it Ready.
+func SimulatedNode(name string) *corev1.Node { return simulatedNode(name) }
+
+// SetHeartbeat stops or resumes a simulated node's heartbeat, as a machine
+// that dies or comes back. kwok runs only the nodes carrying its
+// annotation: without it, it renews neither the node's lease nor its
+// status, and the node lifecycle controller finds the node unreachable
+// after its --node-monitor-grace-period (taints it, marks its pods not
+// Ready, then deletes those whose tolerations expire).
+func (c *Cluster) SetHeartbeat(ctx context.Context, node string, on bool) error {
+	cs, err := c.Clientset()
+	if err != nil {
+		return err
+	}
+	value := `null`
+	if on {
+		value = `"fake"`
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, kwokNodeAnnotation, value)
+	_, err = cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
 }

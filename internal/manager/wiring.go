@@ -188,7 +188,7 @@ func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registra
 	if timeout <= 0 {
 		timeout = DefaultBudgetDisruptionTimeout
 	}
-	budgets := &budgetstatus.Reconciler{Client: mgr.GetClient(), View: views.Budgets, Scales: scales, Timeout: timeout}
+	budgets := &budgetstatus.Reconciler{Client: mgr.GetClient(), View: views.Budgets, Scales: scales, Timeout: timeout, Recorder: recorder}
 	if err := budgets.SetupWithManager(ctx, mgr, reg.Poke); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ package budgetstatus
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -17,10 +18,14 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
@@ -32,6 +37,19 @@ import (
 // (the budget webhook, internal/admission).
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get
 // +kubebuilder:rbac:groups=*,resources=*/scale,verbs=get
+
+// blocksAll marks the budgets that can never allow a disruption (set by
+// the leader, which computes the status).
+var blocksAll = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "rampart_budget_blocks_all_disruptions",
+	Help: "1 for a PodUnavailableBudget that can never allow a healthy pod's disruption (maxUnavailable 0, or minAvailable at or above its pods): drains and rollouts of its pods never finish.",
+}, []string{"namespace", "budget"})
+
+func init() { metrics.Registry.MustRegister(blocksAll) }
+
+// BlocksAllCondition is the status condition of a budget that can never
+// allow a disruption (kubectl describe, kubectl rampart pub status).
+const BlocksAllCondition = "BlocksAllDisruptions"
 
 // queueSource is a controller source fed from outside the cluster's
 // watches (the view's pod events): it adds to the controller's queue once
@@ -136,11 +154,17 @@ type Reconciler struct {
 	Scales  rampartadmission.Scales
 	Timeout time.Duration
 	Now     func() time.Time
+	// Recorder sends the Warning Event of a budget that can never allow a
+	// disruption; nil sends none.
+	Recorder events.EventRecorder
 }
 
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	b := &v1alpha1.PodUnavailableBudget{}
 	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
+		if apierrors.IsNotFound(err) {
+			blocksAll.DeleteLabelValues(req.Namespace, req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	before := b.Status.DeepCopy()
@@ -179,6 +203,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	st.Conditions = b.Status.Conditions
 	b.Status = st
 	meta.SetStatusCondition(&b.Status.Conditions, cond)
+	r.markBlocksAll(b, cond.Status == metav1.ConditionTrue)
 	if next := budget.NextExpiry(b.Status, r.Timeout); !next.IsZero() {
 		if d := max(time.Until(next)+100*time.Millisecond, 100*time.Millisecond); requeue == 0 || d < requeue {
 			requeue = d
@@ -195,6 +220,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+// markBlocksAll flags a budget that can never allow a disruption: a
+// condition, a gauge and, when it starts, a Warning Event. computed is
+// false while its status is not (an invalid budget is flagged as such).
+func (r *Reconciler) markBlocksAll(b *v1alpha1.PodUnavailableBudget, computed bool) {
+	blocks, why := budget.BlocksAll(b.Spec, b.Status)
+	if !computed || !blocks {
+		meta.RemoveStatusCondition(&b.Status.Conditions, BlocksAllCondition)
+		blocksAll.DeleteLabelValues(b.Namespace, b.Name)
+		return
+	}
+	blocksAll.WithLabelValues(b.Namespace, b.Name).Set(1)
+	msg := fmt.Sprintf("the budget allows no disruption at any time (%s): a drain or a rollout of its pods never finishes; "+
+		"loosen it (maxUnavailable 1 or more, or minAvailable below the pods) unless that is intended", why)
+	if c := meta.FindStatusCondition(b.Status.Conditions, BlocksAllCondition); (c == nil || c.Message != msg) && r.Recorder != nil {
+		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "BudgetBlocksAllDisruptions", "Compute", "%s", msg)
+	}
+	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: BlocksAllCondition, Status: metav1.ConditionTrue,
+		Reason: "NoDisruptionAllowed", ObservedGeneration: b.Generation, Message: msg})
 }
 
 // evictionsJudged says whether the registered webhook configuration judges

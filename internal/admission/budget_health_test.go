@@ -1,0 +1,173 @@
+package admission_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/localcluster"
+	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
+)
+
+// nodeMonitorGracePeriod is kube-controller-manager's default
+// --node-monitor-grace-period (the local cluster keeps it): how long a
+// node may go unheard before it is NotReady.
+const nodeMonitorGracePeriod = 50 * time.Second
+
+// Do no harm: a budgeted Deployment's pod on a node that stops
+// heartbeating is deleted by the node lifecycle controller and replaced,
+// within the grace period + the pod's toleration + 30 s, as without
+// Rampart — the pod is already unavailable, so it costs the budget
+// nothing. Two of the three nodes of another budget's pods stopping at
+// once look like a partition, not a dead node: that budget holds, and the
+// denial says why.
+func TestBudgetLetsADeadNodesPodGoAndHoldsAPartition(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	const toleration = 5
+	pools := map[string][]string{"dead": nil, "part": nil}
+	for pool := range pools {
+		for _, s := range []string{"a", "b", "c"} {
+			name := fmt.Sprintf("%s-%s-%s", ns, pool, s)
+			pools[pool] = append(pools[pool], name)
+			n := localcluster.SimulatedNode(name)
+			n.Labels["rampart.io/test-pool"] = ns + "-" + pool
+			// Only this test's pods land here.
+			n.Spec.Taints = []corev1.Taint{{Key: "rampart.io/test-pool", Value: ns + "-" + pool, Effect: corev1.TaintEffectNoSchedule}}
+			if _, err := env.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				// Back to kwok, so the pods left there end, then gone.
+				_ = env.SetHeartbeat(ctx, name, true)
+				_ = env.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+			})
+		}
+	}
+	for pool := range pools {
+		createSpreadDeployment(t, env, ns, pool, ns+"-"+pool, toleration)
+		createBudget(t, env, ns, pool, fmt.Sprintf(`{selector: {matchLabels: {app: %s}}, maxUnavailable: 1}`, pool))
+	}
+	onNode := map[string]string{} // node → pod
+	for pool := range pools {
+		for _, p := range env.WaitPodsRunning(t, ns, "app="+pool, 3, 2*time.Minute) {
+			onNode[p.Spec.NodeName] = p.Name
+		}
+		waitBudget(t, env, ns, pool, time.Minute, func(s v1alpha1.PodUnavailableBudgetStatus) bool {
+			return s.CurrentAvailable == 3 && s.UnavailableAllowed == 1
+		})
+	}
+	deadPod := onNode[pools["dead"][0]]
+	partPods := []string{onNode[pools["part"][0]], onNode[pools["part"][1]]}
+	if deadPod == "" || partPods[0] == "" || partPods[1] == "" {
+		t.Fatalf("pods not spread one per node: %v", onNode)
+	}
+
+	start := time.Now()
+	for _, node := range []string{pools["dead"][0], pools["part"][0], pools["part"][1]} {
+		if err := env.SetHeartbeat(ctx, node, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The dead node's pod is deleted and replaced.
+	bound := nodeMonitorGracePeriod + toleration*time.Second + 30*time.Second
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, bound+time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := env.Client.CoreV1().Pods(ns).Get(ctx, deadPod, metav1.GetOptions{})
+		gone := apierrors.IsNotFound(err)
+		d, err := env.Client.AppsV1().Deployments(ns).Get(ctx, "dead", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = fmt.Sprintf("pod %s gone: %t; deployment ready %d of 3", deadPod, gone, d.Status.ReadyReplicas)
+		return gone && d.Status.ReadyReplicas == 3, nil
+	})
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("the dead node's pod was not replaced in %s: %s; events: %s", took.Round(time.Second), last, podEvents(t, env, ns, deadPod))
+	}
+	t.Logf("dead node: pod %s deleted and replaced %.1fs after its node stopped (bound %s)", deadPod, took.Seconds(), bound)
+	if took > bound {
+		t.Errorf("replaced after %s, over the bound of grace period + toleration + 30s = %s", took.Round(time.Second), bound)
+	}
+	if ev := podEvents(t, env, ns, deadPod); strings.Contains(ev, "DisruptionDenied") {
+		t.Errorf("the dead node's pod was refused on the way: %s", ev)
+	}
+
+	// The partition: the node controller's deletes were refused, saying why.
+	waitEvent(t, env, ns, partPods[0], "DisruptionDenied")
+	if ev := podEvents(t, env, ns, partPods[0]); !strings.Contains(ev, "2 of the 3 nodes this budget's pods run on are NotReady at once") ||
+		!strings.Contains(ev, "node-controller") {
+		t.Errorf("the partition's denial does not say why or whom: %s", ev)
+	}
+	for _, name := range partPods {
+		p, err := env.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || p.DeletionTimestamp != nil {
+			t.Errorf("pod %s behind the partition was deleted (%v)", name, err)
+		}
+	}
+}
+
+// createSpreadDeployment creates a 3-replica Deployment, one pod per node
+// of the pool, tolerating the node controller's unreachable and not-ready
+// taints for toleration seconds.
+func createSpreadDeployment(t *testing.T, env *clustertest.Env, ns, app, pool string, toleration int64) {
+	t.Helper()
+	labels := map[string]string{"app": app}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: app},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(3)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Containers:                    []corev1.Container{{Name: "app", Image: "web:1"}},
+					TerminationGracePeriodSeconds: ptr.To(int64(0)),
+					NodeSelector:                  map[string]string{"rampart.io/test-pool": pool},
+					Tolerations: []corev1.Toleration{
+						{Key: "rampart.io/test-pool", Operator: corev1.TolerationOpEqual, Value: pool, Effect: corev1.TaintEffectNoSchedule},
+						{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(toleration)},
+						{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(toleration)},
+					},
+					// One per node; a node the pod cannot go to (tainted
+					// unreachable) does not count.
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+						MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.DoNotSchedule,
+						LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor),
+					}},
+				},
+			},
+		},
+	}
+	if _, err := env.Client.AppsV1().Deployments(ns).Create(context.Background(), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// podEvents are the reasons and messages of a pod's Events, one a line.
+func podEvents(t *testing.T, env *clustertest.Env, ns, pod string) string {
+	t.Helper()
+	evs, err := env.Client.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range evs.Items {
+		if e.Regarding.Name == pod {
+			fmt.Fprintf(&b, "%s: %s\n", e.Reason, e.Note)
+		}
+	}
+	return b.String()
+}
