@@ -63,13 +63,27 @@ func Allowed(desired, available int32) int32 {
 	return max(available-desired, 0)
 }
 
-// BlocksAll says whether a budget can never allow a healthy pod's
-// disruption: maxUnavailable 0 (or 0%), or a floor of every pod it covers
-// (minAvailable at or above the replicas, 100%). why says which, for
-// Events and denials. st is the budget's computed status.
-func BlocksAll(spec v1alpha1.PodUnavailableBudgetSpec, st v1alpha1.PodUnavailableBudgetStatus) (blocks bool, why string) {
+// NeverAllows says whether a budget's spec alone forbids every healthy
+// pod's disruption, whatever its pods: maxUnavailable 0 (or 0%), or
+// minAvailable 100%. why says which, for Events and denials.
+func NeverAllows(spec v1alpha1.PodUnavailableBudgetSpec) (never bool, why string) {
 	if m := spec.MaxUnavailable; m != nil && (m.String() == "0" || m.String() == "0%") {
 		return true, "maxUnavailable is " + m.String()
+	}
+	if m := spec.MinAvailable; m != nil && m.String() == "100%" {
+		return true, "minAvailable is 100%"
+	}
+	return false, ""
+}
+
+// BlocksAll says whether a budget, as computed now, can allow no healthy
+// pod's disruption: NeverAllows, or a minAvailable at or above the pods it
+// covers. st is the budget's computed status. The second holds while the
+// workload keeps its size; for bare pods it can be passing (a pod just
+// deleted lowers the total), hence the alert's wait.
+func BlocksAll(spec v1alpha1.PodUnavailableBudgetSpec, st v1alpha1.PodUnavailableBudgetStatus) (blocks bool, why string) {
+	if never, why := NeverAllows(spec); never {
+		return true, why
 	}
 	if spec.MinAvailable != nil && st.TotalReplicas > 0 && st.DesiredAvailable >= st.TotalReplicas {
 		return true, fmt.Sprintf("minAvailable %s keeps all %d pods", spec.MinAvailable.String(), st.TotalReplicas)

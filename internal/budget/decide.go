@@ -153,11 +153,14 @@ func Decide(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (v p
 	if st.UnavailableAllowed > 0 {
 		return protection.Allow, true
 	}
-	if blocks, why := BlocksAll(b.Spec, st); blocks {
+	if never, why := NeverAllows(b.Spec); never {
 		return deny(fmt.Sprintf("pod %s/%s may not be %s: PodUnavailableBudget %s/%s allows no disruption at any time (%s), "+
 			"so a drain or a rollout of these pods never finishes%s. Loosen it (kubectl patch pub -n %s %s --type merge -p '{\"spec\":{\"maxUnavailable\":1,\"minAvailable\":null}}') "+
 			"or delete it (kubectl delete pub -n %s %s)",
 			r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name, why, held, b.Namespace, b.Name, b.Namespace, b.Name)), false
+	}
+	if blocks, why := BlocksAll(b.Spec, st); blocks {
+		held += "; its " + why + ", so none may go until there are more"
 	}
 	return deny(fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s allows no more disruptions "+
 		"(%d of %d pods available, %d must stay available, %d disruptions in progress)%s. "+

@@ -161,7 +161,7 @@ func TestBlocksAll(t *testing.T) {
 	}{
 		{v1alpha1.PodUnavailableBudgetSpec{MaxUnavailable: ints(intstr.FromInt32(0))}, "maxUnavailable is 0"},
 		{v1alpha1.PodUnavailableBudgetSpec{MaxUnavailable: ints(intstr.FromString("0%"))}, "maxUnavailable is 0%"},
-		{v1alpha1.PodUnavailableBudgetSpec{MinAvailable: ints(intstr.FromString("100%"))}, "minAvailable 100% keeps all 3 pods"},
+		{v1alpha1.PodUnavailableBudgetSpec{MinAvailable: ints(intstr.FromString("100%"))}, "minAvailable is 100%"},
 		{v1alpha1.PodUnavailableBudgetSpec{MinAvailable: ints(intstr.FromInt32(3))}, "minAvailable 3 keeps all 3 pods"},
 		{v1alpha1.PodUnavailableBudgetSpec{MinAvailable: ints(intstr.FromInt32(2))}, ""},
 		{v1alpha1.PodUnavailableBudgetSpec{MaxUnavailable: ints(intstr.FromString("10%"))}, ""},
@@ -181,6 +181,14 @@ func TestBlocksAll(t *testing.T) {
 	want := `pod shop/web-1 may not be evicted: PodUnavailableBudget shop/web allows no disruption at any time (maxUnavailable is 0), so a drain or a rollout of these pods never finishes. Loosen it (kubectl patch pub -n shop web --type merge -p '{"spec":{"maxUnavailable":1,"minAvailable":null}}') or delete it (kubectl delete pub -n shop web)`
 	if v.Allowed || v.Message != want {
 		t.Fatalf("got %q\nwant %q", v.Message, want)
+	}
+	// minAvailable at the pods there are now: said, without "at any time"
+	// (a workload scaled up, or a bare pod back, allows again).
+	three := intstr.FromInt32(3)
+	b.Spec = v1alpha1.PodUnavailableBudgetSpec{Selector: b.Spec.Selector, MinAvailable: &three}
+	v, _ = Decide(b, Request{Namespace: "shop", Pod: "web-1", Op: v1alpha1.DisruptDelete, Verb: "delete"}, 0)
+	if v.Allowed || !strings.Contains(v.Message, "allows no more disruptions (3 of 3 pods available, 3 must stay available, 0 disruptions in progress); its minAvailable 3 keeps all 3 pods, so none may go until there are more. Wait") {
+		t.Fatalf("got %q", v.Message)
 	}
 }
 

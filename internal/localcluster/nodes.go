@@ -9,8 +9,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 )
 
 // kwokNodeAnnotation marks the nodes kwok manages in the local cluster.
@@ -117,21 +118,31 @@ func (c *Cluster) waitDefaultServiceAccount(ctx context.Context) error {
 func SimulatedNode(name string) *corev1.Node { return simulatedNode(name) }
 
 // SetHeartbeat stops or resumes a simulated node's heartbeat, as a machine
-// that dies or comes back. kwok runs only the nodes carrying its
-// annotation: without it, it renews neither the node's lease nor its
-// status, and the node lifecycle controller finds the node unreachable
-// after its --node-monitor-grace-period (taints it, marks its pods not
-// Ready, then deletes those whose tolerations expire).
+// that dies or comes back. kwok renews the Lease of every node it runs
+// and updates its status only while it holds that Lease: stopping takes
+// the Lease for another holder for a day (renewed once, now, then never),
+// so the node lifecycle controller finds the node unreachable after its
+// --node-monitor-grace-period (taints it, marks its pods not Ready, then
+// deletes those whose tolerations expire); resuming clears the holder and
+// kwok takes the Lease back within its renew interval.
 func (c *Cluster) SetHeartbeat(ctx context.Context, node string, on bool) error {
 	cs, err := c.Clientset()
 	if err != nil {
 		return err
 	}
-	value := `null`
-	if on {
-		value = `"fake"`
-	}
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, kwokNodeAnnotation, value)
-	_, err = cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	return err
+	leases := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := leases.Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if on {
+			l.Spec.HolderIdentity = nil
+		} else {
+			now := metav1.NewMicroTime(time.Now())
+			l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = ptr.To("rampart-stopped-heartbeat"), ptr.To(int32(86400)), &now
+		}
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
 }
