@@ -462,6 +462,10 @@ func TestGeneratedBudget(t *testing.T) {
 	if ref := metav1.GetControllerOf(b); ref == nil || ref.Kind != "Deployment" || ref.Name != "web" || b.Spec.TargetRef == nil || b.Spec.TargetRef.Name != "web" {
 		t.Fatalf("generated budget not owned by or targeting the Deployment: %+v", b)
 	}
+	// Broken pods may go, as for any budget (the API server's default).
+	if b.Spec.UnhealthyPodPolicy != v1alpha1.UnhealthyAlwaysAllow {
+		t.Fatalf("generated budget's unhealthyPodPolicy %q, want AlwaysAllow", b.Spec.UnhealthyPodPolicy)
+	}
 	if out, err := env.Kubectl(t, "annotate", "deployment", "web", "-n", ns, "rampart.io/generate-pub-min-available=75%"); err != nil {
 		t.Fatal(out)
 	}

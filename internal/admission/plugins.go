@@ -137,8 +137,8 @@ type Deps struct {
 	Nodes        NodeHealth
 	// BudgetPartitionThreshold: see Budgets.PartitionThreshold.
 	BudgetPartitionThreshold float64
-	Namespaces   interface{ NamespaceTerminating(string) bool }
-	Scales       Scales
+	Namespaces               interface{ NamespaceTerminating(string) bool }
+	Scales                   Scales
 	// ReplicasExempt and LiveLabels: see Replicas.
 	ReplicasExempt v1alpha1.Subjects
 	LiveLabels     func(ctx context.Context, gvr schema.GroupVersionResource, ns, name string) (map[string]string, bool, error)
