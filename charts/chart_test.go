@@ -168,6 +168,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 	}{
 		{set: "manager.replicas=two", want: "/manager/replicas': got string, want integer"},
 		{set: "manager.budgetDisruptionTimeout=30", want: "/manager/budgetDisruptionTimeout': got number, want string"},
+		{set: "manager.budgetPartitionThreshold=1.5", want: "/manager/budgetPartitionThreshold"},
 		{set: "manager.certValidity=a month", want: "/manager/certValidity"},
 		{set: "manager.replicasExempt.serviceAccounts={horizontal-pod-autoscaler}", want: "/manager/replicasExempt/serviceAccounts/0"},
 		{set: "gateway.upstreams={10.0.0.1:6443}", want: "/gateway/upstreams/0"},
