@@ -42,7 +42,7 @@ const (
 
 var budgetDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "rampart_budget_decisions_total",
-	Help: "Pod disruptions judged by PodUnavailableBudgets, by operation and outcome (admitted, denied, dryrun, unavailable: a pod already unavailable, admitted at no cost).",
+	Help: "Pod disruptions judged by PodUnavailableBudgets, by operation and outcome (admitted, denied, dryrun; unavailable: a pod already unavailable, admitted at no cost; ownergone: a delete of a pod whose controller is gone or being deleted, the garbage collector's).",
 }, []string{"operation", "outcome"})
 
 func init() { metrics.Registry.MustRegister(budgetDecisions) }
@@ -80,6 +80,9 @@ type Budgets struct {
 	// PartitionThreshold is the share of a budget's nodes NotReady at
 	// once that makes a partition (0: budget.DefaultPartitionThreshold).
 	PartitionThreshold float64
+	// Owners says whether a pod's controller is alive; nil judges the
+	// deletes of pods whose owner is gone like any other.
+	Owners OwnerView
 
 	once    sync.Once
 	written *ledger.Ledger[*v1alpha1.PodUnavailableBudget]
@@ -90,6 +93,12 @@ type NodeHealth interface {
 	// NodeUnavailable says why a node cannot run pods now ("NotReady",
 	// "unreachable"), "" for a Ready node or one not seen.
 	NodeUnavailable(name string) string
+}
+
+// OwnerView says from the cache whether an owner is alive (see
+// clusterview.Budgets.OwnerAlive).
+type OwnerView interface {
+	OwnerAlive(ns string, ref metav1.OwnerReference) (alive, known bool)
 }
 
 // TargetSelector resolves a budget's targetRef into its pod selector
@@ -103,6 +112,8 @@ var _ admission.Handler = (*Budgets)(nil)
 // disrupted is what a decision reads of the disrupted pod.
 type disrupted struct {
 	labels map[string]string
+	// owner is the pod's controller, for deletes.
+	owner *metav1.OwnerReference
 	// node is the pod's node; ready its Ready condition (true when
 	// unknown: an unknown pod is decided as a healthy one).
 	node  string
@@ -142,7 +153,9 @@ func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budg
 		// before is the cache's to say.
 		cached, found := h.Index.Pod(req.Namespace, old.Name)
 		gone := (found && cached.Gone) || old.Status.Phase == corev1.PodSucceeded || old.Status.Phase == corev1.PodFailed
-		return r, disruptedPod(old), !gone, nil
+		pod := disruptedPod(old)
+		pod.owner = metav1.GetControllerOf(old)
+		return r, pod, !gone, nil
 	case req.Operation == admissionv1.Create && req.SubResource == "eviction":
 		r.Op, r.Verb = v1alpha1.DisruptEvict, "evict"
 		// An eviction's dry run is in its body (kubectl drain
@@ -205,6 +218,30 @@ func (h *Budgets) unavailable(p disrupted) string {
 	return ""
 }
 
+// ownerGone says whether a pod's controller is gone or being deleted:
+// from the cache when it has the owner alive (the common case, and the
+// fast one), confirmed live otherwise (a cache behind a new ReplicaSet
+// must not free its healthy pods). Any doubt answers false.
+func (h *Budgets) ownerGone(ctx context.Context, ns string, ref metav1.OwnerReference) bool {
+	if h.Owners == nil {
+		return false
+	}
+	if alive, known := h.Owners.OwnerAlive(ns, ref); alive && known {
+		return false
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind+"List"))
+	if err := h.Client.List(ctx, list, client.InNamespace(ns), client.MatchingFields{"metadata.name": ref.Name}); err != nil {
+		return false
+	}
+	for _, o := range list.Items {
+		if o.UID == ref.UID && o.DeletionTimestamp == nil {
+			return false
+		}
+	}
+	return true
+}
+
 // nodes counts the nodes a budget's pods run on, and those of them that
 // are NotReady or unreachable.
 func (h *Budgets) nodes(k budget.Key) budget.NodeCount {
@@ -238,6 +275,14 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Errored(http.StatusServiceUnavailable, err)
 	}
 	if len(keys) == 0 {
+		return admission.Allowed("")
+	}
+	if r.Op == v1alpha1.DisruptDelete && pod.owner != nil && h.ownerGone(ctx, req.Namespace, *pod.owner) {
+		// The garbage collector removing what a deleted workload left:
+		// the workload's delete was the decision (judged by deletion
+		// protection), its pods go with it, as in a terminating
+		// namespace.
+		budgetDecisions.WithLabelValues(string(r.Op), "ownergone").Inc()
 		return admission.Allowed("")
 	}
 	now := clockOrReal(h.Clock).Now()

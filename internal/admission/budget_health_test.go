@@ -193,3 +193,40 @@ func podEvents(t *testing.T, env *clustertest.Env, ns, pod string) string {
 	}
 	return b.String()
 }
+
+// Do no harm: the garbage collector removing a deleted Deployment's pods is
+// not held back by a budget over them, even one that allows nothing (the
+// workload's delete was the decision; a PodDisruptionBudget does not
+// judge deletes at all). While the Deployment lives, the same budget still
+// refuses a delete of one of its pods.
+func TestBudgetLetsTheGarbageCollectorRemoveADeletedWorkloadsPods(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	if out, err := env.Kubectl(t, "create", "deployment", "web", "-n", ns, "--image=web:1", "--replicas=3"); err != nil {
+		t.Fatal(out)
+	}
+	pods := env.WaitPodsRunning(t, ns, "app=web", 3, time.Minute)
+	createBudget(t, env, ns, "web", `{selector: {matchLabels: {app: web}}, minAvailable: 3}`)
+	waitBudget(t, env, ns, "web", time.Minute, func(s v1alpha1.PodUnavailableBudgetStatus) bool { return s.CurrentAvailable == 3 })
+	if err := env.Client.CoreV1().Pods(ns).Delete(ctx, pods[0].Name, metav1.DeleteOptions{}); !apierrors.IsTooManyRequests(err) {
+		t.Fatalf("delete of a live Deployment's pod under a budget that allows nothing: %v", err)
+	}
+	start := time.Now()
+	if err := env.Client.AppsV1().Deployments(ns).Delete(ctx, "web", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return false, nil
+		}
+		left = len(list.Items)
+		return left == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("%d pods of the deleted Deployment left after a minute; events: %s", left, podEvents(t, env, ns, pods[1].Name))
+	}
+	t.Logf("the garbage collector removed the deleted Deployment's 3 pods in %.1fs", time.Since(start).Seconds())
+}

@@ -13,7 +13,7 @@ func (budgetPlugin) Name() string { return "podunavailablebudget" }
 
 func (budgetPlugin) Routes(d Deps) []Route {
 	return []Route{{Path: BudgetPath, Handler: &Budgets{Client: d.Direct, Cache: d.Cache, Index: d.BudgetIndex, Pods: d.Pods,
-		Namespaces: d.Namespaces, Recorder: d.Recorder, Targets: d.Scales, Nodes: d.Nodes, PartitionThreshold: d.BudgetPartitionThreshold}}}
+		Namespaces: d.Namespaces, Recorder: d.Recorder, Targets: d.Scales, Nodes: d.Nodes, PartitionThreshold: d.BudgetPartitionThreshold, Owners: d.Owners}}}
 }
 
 func (budgetPlugin) Webhooks(reg Registration, b Builder) []Webhook {

@@ -135,6 +135,7 @@ type Deps struct {
 	Pods         PodLabels
 	BudgetIndex  *budget.Index
 	Nodes        NodeHealth
+	Owners       OwnerView
 	// BudgetPartitionThreshold: see Budgets.PartitionThreshold.
 	BudgetPartitionThreshold float64
 	Namespaces               interface{ NamespaceTerminating(string) bool }

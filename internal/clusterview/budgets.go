@@ -217,3 +217,25 @@ func (v *Budgets) NodeUnavailable(name string) string {
 	}
 	return ""
 }
+
+// OwnerAlive says whether a pod's owner is cached as alive: present with
+// the same UID and not being deleted. known is false for a kind the view
+// does not cache (a custom workload): ask the API server.
+func (v *Budgets) OwnerAlive(ns string, ref metav1.OwnerReference) (alive, known bool) {
+	gr, ok := WorkloadResources[ref.Kind]
+	if ref.Kind == "Job" && strings.HasPrefix(ref.APIVersion, "batch/") {
+		gr, ok = jobs, true
+	}
+	if !ok || schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind).Group != gr.Group {
+		return false, false
+	}
+	obj, found, err := v.informers.informer(gr).GetIndexer().GetByKey(ns + "/" + ref.Name)
+	if err != nil || !found {
+		return false, true
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return false, false
+	}
+	return m.GetUID() == ref.UID && m.GetDeletionTimestamp() == nil, true
+}

@@ -271,7 +271,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	scales, recorder, err := serveProtections(cfg, mgr, server, o, rampartadmission.Deps{
 		Cache: mgr.GetCache(), Direct: direct, InForce: reg, Recorder: mgr.GetEventRecorder("rampart"), Mapper: mgr.GetRESTMapper(),
 		Policies: policies, Deletion: views.Deletion, ScaleTargets: views.ScaleTargets, Pods: views.Budgets,
-		BudgetIndex: views.Budgets.Index(), Nodes: views.Budgets, BudgetPartitionThreshold: o.BudgetPartitionThreshold,
+		BudgetIndex: views.Budgets.Index(), Nodes: views.Budgets, Owners: views.Budgets, BudgetPartitionThreshold: o.BudgetPartitionThreshold,
 		Namespaces: views.Namespaces, ReplicasExempt: o.ReplicasExempt,
 		Bin: bin.capturer(),
 	})
