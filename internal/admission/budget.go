@@ -93,6 +93,8 @@ type NodeHealth interface {
 	// NodeUnavailable says why a node cannot run pods now ("NotReady",
 	// "unreachable"), "" for a Ready node or one not seen.
 	NodeUnavailable(name string) string
+	// NodeCount counts the cluster's nodes, and those NotReady.
+	NodeCount() budget.NodeCount
 }
 
 // OwnerView says from the cache whether an owner is alive (see

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/localcluster"
@@ -31,7 +34,8 @@ const nodeMonitorGracePeriod = 50 * time.Second
 // Rampart — the pod is already unavailable, so it costs the budget
 // nothing. Two of the three nodes of another budget's pods stopping at
 // once look like a partition, not a dead node: that budget holds, and the
-// denial says why.
+// denial says why. A flow control counting a third pool's pod deletes
+// lets a dead node's pods all go, uncounted.
 func TestBudgetLetsADeadNodesPodGoAndHoldsAPartition(t *testing.T) {
 	env := clustertest.Get(t)
 	ctx := context.Background()
@@ -56,10 +60,62 @@ func TestBudgetLetsADeadNodesPodGoAndHoldsAPartition(t *testing.T) {
 			})
 		}
 	}
+	// A third pool of one node runs three pods that a flow control of one
+	// pod delete an hour counts: a dead node's pods are not its to count.
+	flowNode := ns + "-flow"
+	{
+		n := localcluster.SimulatedNode(flowNode)
+		n.Labels["rampart.io/test-pool"] = flowNode
+		n.Spec.Taints = []corev1.Taint{{Key: "rampart.io/test-pool", Value: flowNode, Effect: corev1.TaintEffectNoSchedule}}
+		if _, err := env.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.SetHeartbeat(ctx, flowNode, true)
+			_ = env.Client.CoreV1().Nodes().Delete(ctx, flowNode, metav1.DeleteOptions{})
+		})
+	}
+	fc := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(fmt.Sprintf(`
+apiVersion: rampart.io/v1alpha1
+kind: DeletionFlowControl
+metadata: {name: %s}
+spec:
+  resources: [{apiGroups: [""], resources: [pods]}]
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
+  objectSelector: {matchLabels: {app: flow}}
+  limits: [{count: 1, window: 1h}]`, ns, ns)), &fc.Object); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Dynamic.Resource(flowControls).Create(ctx, fc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Dynamic.Resource(flowControls).Delete(ctx, ns, metav1.DeleteOptions{}) })
+	// Every node Ready first: the spread counts only nodes without the
+	// not-ready taint.
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, name := range append(append([]string{flowNode}, pools["dead"]...), pools["part"]...) {
+			n, err := env.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil || len(n.Spec.Taints) != 1 {
+				return false, nil
+			}
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the test's nodes never Ready and untainted: %v", err)
+	}
 	for pool := range pools {
 		createSpreadDeployment(t, env, ns, pool, ns+"-"+pool, toleration)
 		createBudget(t, env, ns, pool, fmt.Sprintf(`{selector: {matchLabels: {app: %s}}, maxUnavailable: 1}`, pool))
 	}
+	createSpreadDeployment(t, env, ns, "flow", flowNode, toleration)
+	flowPods := env.WaitPodsRunning(t, ns, "app=flow", 3, 2*time.Minute)
 	onNode := map[string]string{} // node → pod
 	for pool := range pools {
 		for _, p := range env.WaitPodsRunning(t, ns, "app="+pool, 3, 2*time.Minute) {
@@ -69,13 +125,15 @@ func TestBudgetLetsADeadNodesPodGoAndHoldsAPartition(t *testing.T) {
 			return s.CurrentAvailable == 3 && s.UnavailableAllowed == 1
 		})
 	}
+	for _, node := range append(slices.Clone(pools["dead"]), pools["part"]...) {
+		if onNode[node] == "" {
+			t.Fatalf("pods not spread one per node: %v", onNode)
+		}
+	}
 	deadPod := onNode[pools["dead"][0]]
 	partPods := []string{onNode[pools["part"][0]], onNode[pools["part"][1]]}
-	if deadPod == "" || partPods[0] == "" || partPods[1] == "" {
-		t.Fatalf("pods not spread one per node: %v", onNode)
-	}
 
-	if err := env.SetHeartbeat(ctx, pools["dead"][0], false); err != nil {
+	if err := errors.Join(env.SetHeartbeat(ctx, pools["dead"][0], false), env.SetHeartbeat(ctx, flowNode, false)); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -92,7 +150,7 @@ func TestBudgetLetsADeadNodesPodGoAndHoldsAPartition(t *testing.T) {
 	bound := nodeMonitorGracePeriod + toleration*time.Second + 30*time.Second
 	var last string
 	var goneAfter time.Duration
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, bound+time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, bound+time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := env.Client.CoreV1().Pods(ns).Get(ctx, deadPod, metav1.GetOptions{})
 		gone := apierrors.IsNotFound(err)
 		if gone && goneAfter == 0 {
@@ -115,6 +173,27 @@ func TestBudgetLetsADeadNodesPodGoAndHoldsAPartition(t *testing.T) {
 	}
 	if ev := podEvents(t, env, ns, deadPod); strings.Contains(ev, "DisruptionDenied") {
 		t.Errorf("the dead node's pod was refused on the way: %s", ev)
+	}
+
+	// The flow control's dead node: its three pods deleted (their
+	// replacements cannot run anywhere, the node is their pool's only).
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, bound+time.Minute, true, func(ctx context.Context) (bool, error) {
+		left := 0
+		for _, p := range flowPods {
+			if _, err := env.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				left++
+			}
+		}
+		last = fmt.Sprintf("%d of the dead node's 3 pods left", left)
+		return left == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("%s %s after their node stopped, under a flow control of 1 delete an hour; events: %s", last,
+			time.Since(start).Round(time.Second), podEvents(t, env, ns, flowPods[2].Name))
+	}
+	t.Logf("flow control: the dead node's 3 pods deleted %.1fs after it stopped, none counted", time.Since(start).Seconds())
+	if took := time.Since(start); took > bound+10*time.Second {
+		t.Errorf("deleted after %s, over the bound of grace period + toleration + 30s + 10s (the node controller taints one node per 10 s) = %s", took.Round(time.Second), bound+10*time.Second)
 	}
 
 	// The partition: the node controller's deletes were refused, saying why.

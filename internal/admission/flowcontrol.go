@@ -37,7 +37,7 @@ var (
 	}, []string{"name"})
 	flowDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rampart_flowcontrol_decisions_total",
-		Help: "Deletes a DeletionFlowControl judged, by outcome (admitted, denied, exempt, dryrun).",
+		Help: "Deletes a DeletionFlowControl judged, by outcome (admitted, denied, exempt, dryrun; unavailable: a pod on a NotReady node, not counted).",
 	}, []string{"name", "outcome"})
 )
 
@@ -61,6 +61,12 @@ type FlowControl struct {
 	Recorder events.EventRecorder
 	// Clock is the time deletes are counted at; nil is the real clock.
 	Clock clock.PassiveClock
+	// Nodes says which nodes are NotReady: deleting a pod there is the
+	// node lifecycle controller's healing, not counted unless much of the
+	// cluster is NotReady at once (PartitionThreshold, as for budgets).
+	// nil counts every delete.
+	Nodes              NodeHealth
+	PartitionThreshold float64
 
 	once    sync.Once
 	counted *ledger.Ledger[*v1alpha1.DeletionFlowControl]
@@ -100,6 +106,10 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 		}
 		subj.Object.Name, subj.UID, objLabels = old.GetName(), old.GetUID(), old.GetLabels()
 		id = string(old.GetUID())
+		if h.onDeadNode(req, &old) {
+			flowDecisions.WithLabelValues(name, "unavailable").Inc()
+			return admission.Allowed("")
+		}
 	case req.Operation == admissionv1.Create && req.SubResource == "eviction":
 		subj.Kind = corev1.SchemeGroupVersion.WithKind("Pod")
 		if h.Pods != nil {
@@ -169,6 +179,25 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 		flowDecisions.WithLabelValues(name, "denied").Inc()
 		return respond(h.Recorder, req, subj, v)
 	}
+}
+
+// onDeadNode says whether a delete is of a pod on a node that is NotReady
+// or unreachable, outside a partition: the node lifecycle controller
+// removing what a dead machine ran, or someone clearing it by hand. Such a
+// pod is lost already; counting its delete would hold back the
+// replacement of a whole node's pods behind the flow control's rate, which
+// kube-controller-manager itself never does (it limits nodes, not pods).
+// Whether most of the cluster's nodes are NotReady at once is the
+// partition that must not become a mass deletion: then they count.
+func (h *FlowControl) onDeadNode(req admission.Request, old *unstructured.Unstructured) bool {
+	if h.Nodes == nil || req.Resource.Group != "" || req.Resource.Resource != "pods" || req.SubResource != "" {
+		return false
+	}
+	node, _, _ := unstructured.NestedString(old.Object, "spec", "nodeName")
+	if node == "" || h.Nodes.NodeUnavailable(node) == "" {
+		return false
+	}
+	return !h.Nodes.NodeCount().Partitioned(h.PartitionThreshold)
 }
 
 func exempt(dfc *v1alpha1.DeletionFlowControl, req admission.Request, objLabels map[string]string) bool {

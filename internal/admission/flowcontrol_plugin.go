@@ -16,7 +16,8 @@ type flowControlPlugin struct{}
 func (flowControlPlugin) Name() string { return "deletionflowcontrol" }
 
 func (flowControlPlugin) Routes(d Deps) []Route {
-	return []Route{{Path: FlowControlPrefix, Handler: &FlowControl{Client: d.Direct, Pods: d.Pods, Recorder: d.Recorder},
+	return []Route{{Path: FlowControlPrefix, Handler: &FlowControl{Client: d.Direct, Pods: d.Pods, Recorder: d.Recorder,
+		Nodes: d.Nodes, PartitionThreshold: d.BudgetPartitionThreshold},
 		WithContext: FlowControlFromPath}}
 }
 

@@ -239,3 +239,20 @@ func (v *Budgets) OwnerAlive(ns string, ref metav1.OwnerReference) (alive, known
 	}
 	return m.GetUID() == ref.UID && m.GetDeletionTimestamp() == nil, true
 }
+
+// NodeCount counts the cluster's nodes and those NotReady or unreachable
+// (see NodeUnavailable).
+func (v *Budgets) NodeCount() budget.NodeCount {
+	var n budget.NodeCount
+	for _, obj := range v.informers.informer(nodes).GetIndexer().List() {
+		node, ok := obj.(*corev1.Node)
+		if !ok {
+			continue
+		}
+		n.Total++
+		if v.NodeUnavailable(node.Name) != "" {
+			n.NotReady++
+		}
+	}
+	return n
+}
