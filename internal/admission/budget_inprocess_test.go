@@ -39,7 +39,7 @@ func podWith(f func(*corev1.Pod)) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop", UID: "uid-web-1", Labels: map[string]string{"app": "web"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "web:1",
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}}}}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
 	if f != nil {
 		f(p)
 	}
@@ -109,6 +109,16 @@ func TestBudgetHandlerInProcess(t *testing.T) {
 			return r
 		}(), want: admitted},
 		{name: "delete in a namespace being deleted", review: del, ns: terminating{"shop": true}, want: admitted},
+		{name: "delete of a pod that is not Ready costs nothing", review: func() review {
+			r := del
+			r.old = podWith(func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse })
+			return r
+		}(), want: admitted},
+		{name: "update of a pod that is not Ready costs nothing", review: func() review {
+			r := write("", podWith(func(p *corev1.Pod) { p.Spec.Containers[0].Image = "web:2" }))
+			r.old = podWith(func(p *corev1.Pod) { p.Status.Conditions = nil })
+			return r
+		}(), want: admitted},
 		{name: "delete without oldObject", review: func() review { r := del; r.old = nil; return r }(),
 			want: outcome{code: http.StatusBadRequest}},
 		{name: "delete admitted is recorded in the budget", allowed: 1, review: del, want: admitted, consumed: true},

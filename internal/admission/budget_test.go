@@ -268,7 +268,9 @@ func TestBudgetJudgesResizeOnlyWhenAsked(t *testing.T) {
 	pods := env.Client.CoreV1().Pods(ns)
 	// rs-0 cannot be scheduled: a kwok node runs containers without the
 	// resources status the API server wants before a resize, a pod with
-	// no running container may be resized. It is not Ready, and judged.
+	// no running container may be resized. It is not Ready, so judged
+	// only by a budget whose unhealthyPodPolicy is Never (the default lets
+	// an unavailable pod's disruption go at no cost).
 	for i, sel := range []map[string]string{{"no-such-node": "true"}, nil} {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("rs-", i), Labels: map[string]string{"app": "rs"}},
@@ -281,7 +283,7 @@ func TestBudgetJudgesResizeOnlyWhenAsked(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	createBudget(t, env, ns, "resize", `{selector: {matchLabels: {app: rs}}, minAvailable: 1, protectOperations: [Resize]}`)
+	createBudget(t, env, ns, "resize", `{selector: {matchLabels: {app: rs}}, minAvailable: 1, protectOperations: [Resize], unhealthyPodPolicy: Never}`)
 	waitBudget(t, env, ns, "resize", 30*time.Second, func(s v1alpha1.PodUnavailableBudgetStatus) bool {
 		return s.TotalReplicas == 2 && s.CurrentAvailable == 1 && s.UnavailableAllowed == 0
 	})

@@ -154,8 +154,8 @@ func Decide(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (v p
 		return protection.Allow, true
 	}
 	if never, why := NeverAllows(b.Spec); never {
-		return deny(fmt.Sprintf("pod %s/%s may not be %s: PodUnavailableBudget %s/%s allows no disruption at any time (%s), "+
-			"so a drain or a rollout of these pods never finishes%s. Loosen it (kubectl patch pub -n %s %s --type merge -p '{\"spec\":{\"maxUnavailable\":1,\"minAvailable\":null}}') "+
+		return deny(fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s allows no more disruptions, and none at any time (%s): "+
+			"a drain or a rollout of these pods never finishes%s. Loosen it (kubectl patch pub -n %s %s --type merge -p '{\"spec\":{\"maxUnavailable\":1,\"minAvailable\":null}}') "+
 			"or delete it (kubectl delete pub -n %s %s)",
 			r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name, why, held, b.Namespace, b.Name, b.Namespace, b.Name)), false
 	}

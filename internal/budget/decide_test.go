@@ -178,7 +178,7 @@ func TestBlocksAll(t *testing.T) {
 	b := &v1alpha1.PodUnavailableBudget{Spec: maxUnavailable(0), Status: st}
 	b.Namespace, b.Name, b.Generation = "shop", "web", 1
 	v, _ := Decide(b, Request{Namespace: "shop", Pod: "web-1", Op: v1alpha1.DisruptEvict, Verb: "evict"}, 0)
-	want := `pod shop/web-1 may not be evicted: PodUnavailableBudget shop/web allows no disruption at any time (maxUnavailable is 0), so a drain or a rollout of these pods never finishes. Loosen it (kubectl patch pub -n shop web --type merge -p '{"spec":{"maxUnavailable":1,"minAvailable":null}}') or delete it (kubectl delete pub -n shop web)`
+	want := `pod shop/web-1 may not be evicted now: PodUnavailableBudget shop/web allows no more disruptions, and none at any time (maxUnavailable is 0): a drain or a rollout of these pods never finishes. Loosen it (kubectl patch pub -n shop web --type merge -p '{"spec":{"maxUnavailable":1,"minAvailable":null}}') or delete it (kubectl delete pub -n shop web)`
 	if v.Allowed || v.Message != want {
 		t.Fatalf("got %q\nwant %q", v.Message, want)
 	}
