@@ -108,7 +108,7 @@ func (r *OperationResult) Judge() {
 
 // Everyday are the everyday operations, in the order they run.
 func Everyday() []Operation {
-	return []Operation{nodeDies, rollingUpdate, drainNode, hpaScale, gitopsPrune, crdRemoval}
+	return []Operation{nodeDies, rollingUpdate, drainNode, hpaScale, gitopsPrune, crdRemoval, managerRollingRestart, uninstallMidOperation}
 }
 
 // RunOperations runs each operation on the unprotected and the protected
