@@ -34,6 +34,10 @@ if [ -f "$logs/drills.txt" ]; then
   echo "drills at test scale (TestDrills; full scale: rampart drill):"
   cat "$logs/drills.txt"
 fi
+if [ -f "$logs/operations.txt" ]; then
+  echo "everyday operations at test scale (TestEverydayOperations; full scale: rampart drill):"
+  cat "$logs/operations.txt"
+fi
 
 wait "$fuzz"
 fuzzed=$?

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,41 +22,74 @@ func newDrillCommand() *cobra.Command {
 	var scale int
 	cmd := &cobra.Command{
 		Use:   "drill [NAME...]",
-		Short: "Replay the incidents of the field reports, unprotected and protected, and measure the loss",
+		Short: "Replay the incidents of the field reports and time everyday operations, unprotected and protected",
 		Long: `drill replays incidents from the ByteDance, OpenKruise and Pinterest reports
 against a real cluster, once without Rampart's protection and once with it,
 and prints the loss of each:
 
 ` + drillList() + `
+Then it runs everyday operations on both and prints their times, the bound
+under protection (1.1× the unprotected time plus 5 s) and what Rampart
+refused that should have passed; the protected side carries what a user of
+Rampart applies (budgets, explicit-replicas labels, protected key objects,
+a flow control on pod deletes):
+
+` + operationList() + `
 Without --kubeconfig it starts two local clusters (one without Rampart, one
-with it) and stops them afterwards. With --kubeconfig it runs both sides in
-that cluster, which must run Rampart: the unprotected side simply does not
-ask for protection. It exits non-zero if more was lost under protection than the protection
-allows (nothing, or a flow control's limit).`,
+with it) for the incidents, and two more, with the chart's defaults, for
+the operations, and stops them afterwards. With --kubeconfig it runs both
+sides in that cluster, which must run Rampart: the unprotected side simply
+does not ask for protection (the operations that restart or uninstall
+Rampart need the local clusters). It exits non-zero if more was lost under
+protection than the protection allows (nothing, or a flow control's limit),
+or if an operation missed its bound.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			drills, err := drill.Select(args)
+			drills, ops, err := drill.Select(args)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			unprotected, protected, stop, err := drillTargets(cmd.Context(), kubeconfig, dir, scale, drills, out)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			results, err := drill.Run(cmd.Context(), drills, unprotected, protected, cmd.ErrOrStderr())
-			if len(results) > 0 {
-				fmt.Fprintln(out)
-				if werr := drill.WriteTable(out, results); werr != nil {
-					return werr
+			var results []drill.Result
+			var opResults []drill.OperationResult
+			if len(drills) > 0 {
+				unprotected, protected, stop, err := drillTargets(cmd.Context(), kubeconfig, dir, scale, incidentClusters(drills, scale), out)
+				if err != nil {
+					return err
+				}
+				results, err = drill.Run(cmd.Context(), drills, unprotected, protected, cmd.ErrOrStderr())
+				stop()
+				if len(results) > 0 {
+					fmt.Fprintln(out)
+					if werr := drill.WriteTable(out, results); werr != nil {
+						return werr
+					}
+				}
+				if err != nil {
+					return errors.Join(err, writeReport(jsonOut, out, results, nil))
 				}
 			}
-			if jsonOut != "" {
-				if werr := writeReport(jsonOut, out, results); werr != nil {
-					return werr
+			if len(ops) > 0 {
+				opsDir := dir
+				if dir != "" {
+					opsDir = filepath.Join(dir, "operations")
+				}
+				unprotected, protected, stop, err := drillTargets(cmd.Context(), kubeconfig, opsDir, scale, drill.OperationsCluster, out)
+				if err != nil {
+					return err
+				}
+				opResults, err = drill.RunOperations(cmd.Context(), ops, unprotected, protected, cmd.ErrOrStderr())
+				stop()
+				if len(opResults) > 0 {
+					fmt.Fprintln(out)
+					if werr := drill.WriteOperationsTable(out, opResults); werr != nil {
+						return werr
+					}
+				}
+				if err != nil {
+					return errors.Join(err, writeReport(jsonOut, out, results, opResults))
 				}
 			}
-			if err != nil {
+			if err := writeReport(jsonOut, out, results, opResults); err != nil {
 				return err
 			}
 			var failed []string
@@ -64,8 +98,15 @@ allows (nothing, or a flow control's limit).`,
 					failed = append(failed, r.Drill)
 				}
 			}
+			var problems []string
 			if len(failed) > 0 {
-				return fmt.Errorf("loss under protection in: %s", strings.Join(failed, ", "))
+				problems = append(problems, "loss under protection in: "+strings.Join(failed, ", "))
+			}
+			if slow := drill.OperationsFailed(opResults); len(slow) > 0 {
+				problems = append(problems, "operations over their bound under protection: "+strings.Join(slow, ", "))
+			}
+			if len(problems) > 0 {
+				return errors.New(strings.Join(problems, "; "))
 			}
 			return nil
 		},
@@ -78,6 +119,19 @@ allows (nothing, or a flow control's limit).`,
 	return cmd
 }
 
+// incidentClusters are the options of the incident drills' local
+// clusters: both run a gateway, and the meta-cluster drill wants one
+// simulated node per custom resource.
+func incidentClusters(drills []drill.Drill, scale int) func(protected bool) localcluster.Options {
+	nodes := 3
+	if slices.ContainsFunc(drills, func(d drill.Drill) bool { return d.Name == "crd-deletion" }) {
+		nodes = max(1000/max(scale, 1), 3)
+	}
+	return func(protected bool) localcluster.Options {
+		return localcluster.Options{Nodes: nodes, Unprotected: !protected, Gateway: true, CustomResourceGroups: drill.CustomResourceGroups}
+	}
+}
+
 func drillList() string {
 	var b strings.Builder
 	for _, d := range drill.All() {
@@ -86,15 +140,27 @@ func drillList() string {
 	return b.String()
 }
 
-func writeReport(path string, stdout io.Writer, results []drill.Result) error {
-	if path == "-" {
-		return drill.WriteJSON(stdout, results)
+func operationList() string {
+	var b strings.Builder
+	for _, o := range drill.Everyday() {
+		fmt.Fprintf(&b, "  %-23s %s\n", o.Name, o.What)
+	}
+	return b.String()
+}
+
+// writeReport writes the JSON report to path, if one was asked for.
+func writeReport(path string, stdout io.Writer, results []drill.Result, ops []drill.OperationResult) error {
+	switch path {
+	case "":
+		return nil
+	case "-":
+		return drill.WriteJSON(stdout, results, ops)
 	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := drill.WriteJSON(f, results); err != nil {
+	if err := drill.WriteJSON(f, results, ops); err != nil {
 		f.Close()
 		return err
 	}
@@ -103,7 +169,7 @@ func writeReport(path string, stdout io.Writer, results []drill.Result) error {
 
 // drillTargets are the two sides of the drills: two local clusters, or
 // one given cluster used twice.
-func drillTargets(ctx context.Context, kubeconfig, dir string, scale int, drills []drill.Drill, progress io.Writer) (unprotected, protected drill.Target, stop func(), err error) {
+func drillTargets(ctx context.Context, kubeconfig, dir string, scale int, options func(protected bool) localcluster.Options, progress io.Writer) (unprotected, protected drill.Target, stop func(), err error) {
 	run := strings.ToLower(rand.String(5))
 	if kubeconfig != "" {
 		cfg, err := restConfig(kubeconfig)
@@ -126,11 +192,6 @@ func drillTargets(ctx context.Context, kubeconfig, dir string, scale int, drills
 	if err != nil {
 		return drill.Target{}, drill.Target{}, nil, err
 	}
-	// The meta-cluster drill wants one simulated node per custom resource.
-	nodes := 3
-	if slices.ContainsFunc(drills, func(d drill.Drill) bool { return d.Name == "crd-deletion" }) {
-		nodes = max(1000/max(scale, 1), 3)
-	}
 	var clusters []*localcluster.Cluster
 	stop = func() {
 		for _, c := range clusters {
@@ -145,12 +206,10 @@ func drillTargets(ctx context.Context, kubeconfig, dir string, scale int, drills
 		target    *drill.Target
 	}{{false, &unprotected}, {true, &protected}} {
 		name := map[bool]string{false: "unprotected", true: "protected"}[side.protected]
-		fmt.Fprintf(progress, "Starting the %s cluster (%d simulated nodes)...\n", name, nodes)
-		c, err := localcluster.Start(ctx, localcluster.Options{
-			Dir: filepath.Join(dir, name), Assets: defaultAssets(), Rampart: exe,
-			Nodes: nodes, Unprotected: !side.protected, Gateway: true,
-			CustomResourceGroups: drill.CustomResourceGroups,
-		})
+		opts := options(side.protected)
+		opts.Dir, opts.Assets, opts.Rampart = filepath.Join(dir, name), defaultAssets(), exe
+		fmt.Fprintf(progress, "Starting the %s cluster (%d simulated nodes)...\n", name, opts.Nodes)
+		c, err := localcluster.Start(ctx, opts)
 		if err != nil {
 			stop()
 			return drill.Target{}, drill.Target{}, nil, fmt.Errorf("%s cluster: %w", name, err)

@@ -1,6 +1,8 @@
 // Package drill replays the incidents of the seed reports against a real
 // cluster, once without Rampart's protection and once with it, and
-// measures what was lost. `rampart drill` runs them; so does `make test`.
+// measures what was lost; and it times everyday operations on both, to show
+// that Rampart does no harm (everyday.go). `rampart drill` runs them; so
+// does `make test`.
 package drill
 
 import (
@@ -92,24 +94,31 @@ func All() []Drill {
 	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout, runawayController, nodeOfflining, concurrentDisruptions, listStorm, gatewayRestart, podCreationSurge, namespaceRestore, etcdDirectDelete, kubeletBadRestart, orphanedPods}
 }
 
-// Select returns the named drills, or all for no names.
-func Select(names []string) ([]Drill, error) {
+// Select returns the named incident drills and everyday operations, or all
+// of both for no names.
+func Select(names []string) ([]Drill, []Operation, error) {
 	if len(names) == 0 {
-		return All(), nil
+		return All(), Everyday(), nil
 	}
 	var out []Drill
 	for _, n := range names {
 		i := slices.IndexFunc(All(), func(d Drill) bool { return d.Name == n })
-		if i < 0 {
+		if i >= 0 {
+			out = append(out, All()[i])
+			continue
+		}
+		if !slices.ContainsFunc(Everyday(), func(o Operation) bool { return o.Name == n }) {
 			var known []string
 			for _, d := range All() {
 				known = append(known, d.Name)
 			}
-			return nil, fmt.Errorf("no drill %q; drills: %s", n, strings.Join(known, ", "))
+			for _, o := range Everyday() {
+				known = append(known, o.Name)
+			}
+			return nil, nil, fmt.Errorf("no drill %q; drills: %s", n, strings.Join(known, ", "))
 		}
-		out = append(out, All()[i])
 	}
-	return out, nil
+	return out, selectOperations(names), nil
 }
 
 // Result is one drill's outcome on both targets.
@@ -161,24 +170,41 @@ func WriteTable(w io.Writer, results []Result) error {
 // writeFigures prints, under the table, the figures drills measured
 // beyond their loss, unprotected and protected side by side.
 func writeFigures(w io.Writer, results []Result) error {
+	var rows []figureRow
+	for _, r := range results {
+		rows = append(rows, figureRow{r.Drill, r.Unprotected.Measured, r.Protected.Measured})
+	}
+	return writeFigureRows(w, "DRILL", rows)
+}
+
+// figureRow is one drill's or operation's figures on both sides.
+type figureRow struct {
+	name                   string
+	unprotected, protected map[string]float64
+}
+
+// writeFigureRows prints the figures of rows, unprotected and protected
+// side by side, under a header naming the first column; nothing when no
+// row has any.
+func writeFigureRows(w io.Writer, first string, rows []figureRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := false
-	for _, r := range results {
-		if len(r.Unprotected.Measured)+len(r.Protected.Measured) == 0 {
+	for _, r := range rows {
+		if len(r.unprotected)+len(r.protected) == 0 {
 			continue
 		}
 		if !header {
-			fmt.Fprintln(tw, "\nDRILL\tFIGURE\tUNPROTECTED\tPROTECTED")
+			fmt.Fprintf(tw, "\n%s\tFIGURE\tUNPROTECTED\tPROTECTED\n", first)
 			header = true
 		}
-		keys := slices.Sorted(maps.Keys(r.Unprotected.Measured))
-		for k := range maps.Keys(r.Protected.Measured) {
+		keys := slices.Sorted(maps.Keys(r.unprotected))
+		for k := range maps.Keys(r.protected) {
 			if !slices.Contains(keys, k) {
 				keys = append(keys, k)
 			}
 		}
 		for _, k := range keys {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Drill, k, figure(r.Unprotected.Measured, k), figure(r.Protected.Measured, k))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.name, k, figure(r.unprotected, k), figure(r.protected, k))
 		}
 	}
 	return tw.Flush()
@@ -192,9 +218,14 @@ func figure(m map[string]float64, k string) string {
 	return strconv.FormatFloat(v, 'f', -1, 64)
 }
 
-// WriteJSON writes the results as the JSON report.
-func WriteJSON(w io.Writer, results []Result) error {
+// WriteJSON writes the results as the JSON report: the incident drills,
+// and the everyday operations when any ran.
+func WriteJSON(w io.Writer, results []Result, ops []OperationResult) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(map[string]any{"drills": results})
+	report := map[string]any{"drills": results}
+	if len(ops) > 0 {
+		report["operations"] = ops
+	}
+	return enc.Encode(report)
 }

@@ -23,16 +23,7 @@ func TestDrills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drills start local clusters")
 	}
-	// make test runs the drills at half their size (RAMPART_DRILL_SCALE,
-	// default 2) to keep CI short; `rampart drill` runs them whole.
-	scale := 2
-	if s := os.Getenv("RAMPART_DRILL_SCALE"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("RAMPART_DRILL_SCALE=%q: want a positive integer", s)
-		}
-		scale = n
-	}
+	scale := drillScale(t)
 	// One simulated node per custom resource of the meta-cluster drill.
 	nodes := max(1000/scale, 3)
 	// Both run a gateway: the gateway drills compare going around it (or
@@ -117,7 +108,7 @@ func TestDrills(t *testing.T) {
 	if !strings.HasPrefix(lossTable, "DRILL") || strings.Count(lossTable, "\n") != len(results) || !strings.Contains(table.String(), "business_p99_ms") {
 		t.Errorf("table:\n%s", table.String())
 	}
-	if err := drill.WriteJSON(&report, results); err != nil {
+	if err := drill.WriteJSON(&report, results, nil); err != nil {
 		t.Fatal(err)
 	}
 	var decoded struct {
@@ -128,13 +119,32 @@ func TestDrills(t *testing.T) {
 	}
 }
 
-func TestSelectNamesTheKnownDrills(t *testing.T) {
-	if _, err := drill.Select([]string{"no-such-drill"}); err == nil || !strings.Contains(err.Error(), "crd-deletion") {
-		t.Fatalf("Select of an unknown drill = %v, want an error listing the drills", err)
+// drillScale is RAMPART_DRILL_SCALE: make test runs the drills at half
+// their size (default 2) to keep CI short; `rampart drill` runs them whole.
+func drillScale(t *testing.T) int {
+	t.Helper()
+	s := os.Getenv("RAMPART_DRILL_SCALE")
+	if s == "" {
+		return 2
 	}
-	got, err := drill.Select([]string{"scale-to-zero-typo"})
-	if err != nil || len(got) != 1 || got[0].Name != "scale-to-zero-typo" {
-		t.Fatalf("Select = %v, %v", got, err)
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("RAMPART_DRILL_SCALE=%q: want a positive integer", s)
+	}
+	return n
+}
+
+func TestSelectNamesTheKnownDrills(t *testing.T) {
+	if _, _, err := drill.Select([]string{"no-such-drill"}); err == nil || !strings.Contains(err.Error(), "crd-deletion") || !strings.Contains(err.Error(), "rolling-update") {
+		t.Fatalf("Select of an unknown drill = %v, want an error listing the drills and the operations", err)
+	}
+	got, ops, err := drill.Select([]string{"scale-to-zero-typo", "hpa-scale"})
+	if err != nil || len(got) != 1 || got[0].Name != "scale-to-zero-typo" || len(ops) != 1 || ops[0].Name != "hpa-scale" {
+		t.Fatalf("Select = %v, %v, %v", got, ops, err)
+	}
+	all, ops, err := drill.Select(nil)
+	if err != nil || len(all) != len(drill.All()) || len(ops) != len(drill.Everyday()) {
+		t.Fatalf("Select of nothing = %d drills, %d operations, %v; want all of both", len(all), len(ops), err)
 	}
 }
 

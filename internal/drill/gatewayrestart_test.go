@@ -22,7 +22,7 @@ func TestGatewayRestartDrill(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed.Local, drained.Local = env.Cluster, env.Cluster
-	d, err := drill.Select([]string{"gateway-restart"})
+	d, _, err := drill.Select([]string{"gateway-restart"})
 	if err != nil {
 		t.Fatal(err)
 	}

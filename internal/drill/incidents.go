@@ -164,16 +164,7 @@ var chartUninstall = Drill{
 		n := max(50/t.Scale, 1)
 		loss := Loss{Total: n, Unit: "custom resources (user data)"}
 		if t.Protected {
-			// The platform team protects every CRD a chart installs, with
-			// one policy instead of a label per CRD.
-			stop, err := t.policy(ctx, fmt.Sprintf(`
-apiVersion: rampart.io/v1alpha1
-kind: ProtectionPolicy
-metadata: {name: %s-chart-crds}
-spec:
-  resources: [{apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions]}]
-  objectSelector: {matchLabels: {app.kubernetes.io/managed-by: Helm}}
-  protection: Cascading`, t.Prefix))
+			stop, err := t.protectChartCRDs(ctx)
 			if err != nil {
 				return loss, err
 			}
@@ -221,6 +212,21 @@ spec:
 		loss.Lost = n - left
 		return loss, err
 	},
+}
+
+// protectChartCRDs has the platform team protect every CRD a Helm chart
+// installs, with one policy instead of a label per CRD (Cascading: a CRD
+// with custom resources left cannot be deleted), and returns how to
+// remove the policy.
+func (t Target) protectChartCRDs(ctx context.Context) (func(), error) {
+	return t.policy(ctx, fmt.Sprintf(`
+apiVersion: rampart.io/v1alpha1
+kind: ProtectionPolicy
+metadata: {name: %s-chart-crds}
+spec:
+  resources: [{apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions]}]
+  objectSelector: {matchLabels: {app.kubernetes.io/managed-by: Helm}}
+  protection: Cascading`, t.Prefix))
 }
 
 var policiesGVR = schema.GroupVersionResource{Group: "rampart.io", Version: "v1alpha1", Resource: "protectionpolicies"}

@@ -198,7 +198,7 @@ func (c *Cluster) startKwok(ctx context.Context) error {
 		"--kubeconfig="+c.path(kwokID.file),
 		"--config="+kwokStagesFile,
 		"--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector="+kwokNodeAnnotation+"=fake",
+		"--manage-nodes-with-annotation-selector="+KwokNodeAnnotation+"=fake",
 		"--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",
 		"--cidr="+podCIDR, "--node-ip=10.255.0.1",
 		// Renew node leases: without them the node controller marks nodes

@@ -55,13 +55,5 @@ func (c *Cluster) RestartControllers(ctx context.Context) error {
 	if c.opts.Unprotected {
 		return nil
 	}
-	for i := range c.ports.managers {
-		if err := c.StopComponent(ManagerName(i)); err != nil {
-			return err
-		}
-		if err := c.StartManager(ctx, i); err != nil {
-			return err
-		}
-	}
-	return nil
+	return c.RestartManagers(ctx)
 }

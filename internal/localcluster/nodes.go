@@ -14,8 +14,10 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// kwokNodeAnnotation marks the nodes kwok manages in the local cluster.
-const kwokNodeAnnotation = "kwok.x-k8s.io/node"
+// KwokNodeAnnotation (value "fake") marks the nodes kwok manages in the
+// local cluster: without it kwok no longer renews the node's lease nor
+// reports its status, as if the node had died.
+const KwokNodeAnnotation = "kwok.x-k8s.io/node"
 
 // NodeLabel is set on every simulated node.
 const NodeLabel = "rampart.io/simulated-node"
@@ -37,7 +39,7 @@ func (c *Cluster) AddNodes(ctx context.Context, n int) error {
 	first := len(existing.Items)
 	names := make([]string, 0, n)
 	for i := first; i < first+n; i++ {
-		node := simulatedNode(fmt.Sprintf("kwok-node-%d", i))
+		node := SimulatedNode(fmt.Sprintf("kwok-node-%d", i))
 		if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
@@ -57,7 +59,7 @@ func (c *Cluster) AddNodes(ctx context.Context, n int) error {
 		}
 		ready := map[string]bool{}
 		for i := range list.Items {
-			ready[list.Items[i].Name] = nodeReady(&list.Items[i])
+			ready[list.Items[i].Name] = NodeReady(&list.Items[i])
 		}
 		for _, name := range names {
 			if !ready[name] {
@@ -68,7 +70,8 @@ func (c *Cluster) AddNodes(ctx context.Context, n int) error {
 	})
 }
 
-func nodeReady(n *corev1.Node) bool {
+// NodeReady says whether a node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
 	for _, cond := range n.Status.Conditions {
 		if cond.Type == corev1.NodeReady {
 			return cond.Status == corev1.ConditionTrue
@@ -77,7 +80,9 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-func simulatedNode(name string) *corev1.Node {
+// SimulatedNode is a node kwok simulates once it is created: Ready, with
+// room for 250 pods.
+func SimulatedNode(name string) *corev1.Node {
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("32"),
 		corev1.ResourceMemory: resource.MustParse("256Gi"),
@@ -86,7 +91,7 @@ func simulatedNode(name string) *corev1.Node {
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
-			Annotations: map[string]string{kwokNodeAnnotation: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+			Annotations: map[string]string{KwokNodeAnnotation: "fake", "node.alpha.kubernetes.io/ttl": "0"},
 			Labels: map[string]string{
 				NodeLabel:                "true",
 				"kubernetes.io/hostname": name,

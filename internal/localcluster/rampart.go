@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,19 +33,10 @@ const ManagerNamespace = "rampart-system"
 // installRampart does what the Helm chart does in a real cluster: the
 // namespace, the CRDs, and the manager's RBAC bound to its user.
 func (c *Cluster) installRampart(ctx context.Context) error {
-	objs, err := manifests()
+	objs, err := c.chartObjects()
 	if err != nil {
 		return err
 	}
-	objs = append(objs, localBindings()...)
-	objs = append(objs, customResourceRights(c.opts.CustomResourceGroups)...)
-	objs = append(objs, backupRights(c.opts.BackupStore)...)
-	etcdSecret, err := c.etcdSnapshotSecret()
-	if err != nil {
-		return err
-	}
-	objs = append(objs, etcdSecret...)
-	objs = append(objs, metricsScraper()...)
 	cl, err := c.applyAll(ctx, objs)
 	if err != nil {
 		return err
@@ -67,6 +59,98 @@ func (c *Cluster) installRampart(ctx context.Context) error {
 		}
 		return true, nil
 	})
+}
+
+// chartObjects are the objects installRampart applies, the namespace
+// first.
+func (c *Cluster) chartObjects() ([]*unstructured.Unstructured, error) {
+	objs, err := manifests()
+	if err != nil {
+		return nil, err
+	}
+	objs = append(objs, localBindings()...)
+	objs = append(objs, customResourceRights(c.opts.CustomResourceGroups)...)
+	objs = append(objs, backupRights(c.opts.BackupStore)...)
+	etcdSecret, err := c.etcdSnapshotSecret()
+	if err != nil {
+		return nil, err
+	}
+	objs = append(objs, etcdSecret...)
+	return append(objs, metricsScraper()...), nil
+}
+
+// UninstallRampart removes Rampart from the running cluster as `helm
+// uninstall` removes the chart, in helm's order (its UninstallOrder): the
+// webhook configuration first, then the managers stop (helm deletes their
+// Deployment) while every other object installRampart applied is deleted,
+// but the CRDs, which helm keeps (and with them every policy and budget),
+// and Rampart's namespace, which helm did not create. What the ClusterRole
+// rampart-manager owns (everything the managers write when started with
+// --webhook-owner-cluster-role=rampart-manager, as the chart starts them)
+// goes with it through the garbage collector.
+func (c *Cluster) UninstallRampart(ctx context.Context) error {
+	objs, err := c.chartObjects()
+	if err != nil {
+		return err
+	}
+	cl, err := client.New(c.Config, client.Options{})
+	if err != nil {
+		return err
+	}
+	del := func(keep func(kind string) bool) error {
+		for _, o := range objs {
+			if k := o.GetKind(); k == "Namespace" || k == "CustomResourceDefinition" || !keep(k) {
+				continue
+			}
+			if err := cl.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete %s %s: %w", o.GetKind(), o.GetName(), err)
+			}
+		}
+		return nil
+	}
+	webhooks := func(kind string) bool { return strings.HasSuffix(kind, "WebhookConfiguration") }
+	if err := del(webhooks); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	stopped := make([]error, len(c.ports.managers))
+	for i := range c.ports.managers {
+		wg.Go(func() { stopped[i] = c.StopComponent(ManagerName(i)) })
+	}
+	err = del(func(kind string) bool { return !webhooks(kind) })
+	wg.Wait()
+	return errors.Join(append(stopped, err)...)
+}
+
+// ReinstallRampart installs Rampart again after UninstallRampart, as
+// `helm install` would, and returns once the API server calls its webhook
+// and honours the answer.
+func (c *Cluster) ReinstallRampart(ctx context.Context) error {
+	if err := c.installRampart(ctx); err != nil {
+		return err
+	}
+	for i := range c.ports.managers {
+		if err := c.StartManager(ctx, i); err != nil {
+			return err
+		}
+	}
+	return c.waitWebhookEnforced(ctx)
+}
+
+// RestartManagers restarts the manager replicas one after the other, as
+// a rolling restart of the chart's Deployment does: each is stopped
+// (SIGTERM, then SIGKILL after 15 s) and started again, and is ready,
+// before the next.
+func (c *Cluster) RestartManagers(ctx context.Context) error {
+	for i := range c.ports.managers {
+		if err := c.StopComponent(ManagerName(i)); err != nil {
+			return err
+		}
+		if err := c.StartManager(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // applyAll server-side applies objs as rampart-up.

@@ -338,7 +338,7 @@ func (c *Cluster) waitRealNodeReady(ctx context.Context, n *realNode) error {
 			return false, nil
 		}
 		last = "node registered, not Ready: " + readyMessage(node)
-		return nodeReady(node), nil
+		return NodeReady(node), nil
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("%s (see %s): %w", last, c.path("logs", KubeletName(n.Name)+".log"), err)
