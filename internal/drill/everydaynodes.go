@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -157,39 +156,18 @@ spec:
 }
 
 // killNode stops a simulated node's heartbeat, as if its kubelet had
-// died. Removing kwok's annotation alone does not: kwok then ignores the
-// node's events but keeps renewing the node's lease, and releases it only
-// when the node is deleted. So the lease is also taken over, as the dead
-// kubelet would have left it: held by another holder, renewed a moment ago,
-// for an hour, which kwok respects and the node lifecycle controller does
-// not read (it watches for renewals only).
+// died (localcluster.SetNodeHeartbeat: kwok's Lease of the node taken
+// over; removing kwok's annotation alone does not stop it).
 func (t Target) killNode(ctx context.Context, node string) error {
-	patch := []byte(`{"metadata":{"annotations":{"` + localcluster.KwokNodeAnnotation + `":null}}}`)
-	if _, err := t.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return err
-	}
-	leases := t.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		l, err := leases.Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		l.Spec.HolderIdentity = ptr.To(node + "-dead")
-		l.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
-		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
-		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-		return err
-	})
+	return localcluster.SetNodeHeartbeat(ctx, t.Client, node, false)
 }
 
 // deleteDeadNode gives a node killNode killed back to kwok and deletes it:
-// kwok lets go of a node's lease when it sees the node deleted, and only
-// sees what carries its annotation.
+// kwok lets go of a node's lease when it sees the node deleted.
 func (t Target) deleteDeadNode(node string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	patch := []byte(`{"metadata":{"annotations":{"` + localcluster.KwokNodeAnnotation + `":"fake"}}}`)
-	_, _ = t.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
+	_ = localcluster.SetNodeHeartbeat(ctx, t.Client, node, true)
 	_ = t.Client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
 }
 

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
@@ -117,11 +118,6 @@ func (c *Cluster) waitDefaultServiceAccount(ctx context.Context) error {
 	})
 }
 
-// SimulatedNode is a node as AddNodes creates it, for a test that needs
-// nodes of its own (named, labelled or tainted): create it, and kwok runs
-// it and makes it Ready.
-func SimulatedNode(name string) *corev1.Node { return simulatedNode(name) }
-
 // SetHeartbeat stops or resumes a simulated node's heartbeat, as a machine
 // that dies or comes back. kwok renews the Lease of every node it runs
 // and updates its status only while it holds that Lease: stopping takes
@@ -135,6 +131,12 @@ func (c *Cluster) SetHeartbeat(ctx context.Context, node string, on bool) error 
 	if err != nil {
 		return err
 	}
+	return SetNodeHeartbeat(ctx, cs, node, on)
+}
+
+// SetNodeHeartbeat is Cluster.SetHeartbeat through any client of a
+// cluster whose simulated nodes kwok runs (a drill's target).
+func SetNodeHeartbeat(ctx context.Context, cs kubernetes.Interface, node string, on bool) error {
 	leases := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		l, err := leases.Get(ctx, node, metav1.GetOptions{})
