@@ -64,6 +64,8 @@ func newManagerCommand() *cobra.Command {
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader for controllers (webhooks serve on every replica)")
 	f.DurationVar(&o.BudgetDisruptionTimeout, "budget-disruption-timeout", manager.DefaultBudgetDisruptionTimeout,
 		"how long a disruption a PodUnavailableBudget admitted may go unobserved before the budget gets it back")
+	f.DurationVar(&o.ShutdownDelay, "shutdown-delay", 5*time.Second,
+		"how long the manager keeps serving webhook calls after SIGTERM, unready, before it stops: calls in flight and those sent before its Service's endpoints drop it are answered, not failed closed (0: stop at once)")
 	f.Float64Var(&o.BudgetPartitionThreshold, "budget-partition-threshold", budget.DefaultPartitionThreshold,
 		"share of the nodes a PodUnavailableBudget's pods run on that, NotReady at once (two at least), is taken for a partition: pods there are then decided like healthy ones, whatever the budget's unhealthyPodPolicy (kube-controller-manager's --unhealthy-zone-threshold default)")
 	addReplicasExemptFlags(f, &o.ReplicasExempt, &exemptSAs)

@@ -358,6 +358,10 @@ func (c *Cluster) managerArgs(i int) []string {
 		"--webhook-url-host=127.0.0.1",
 		"--webhook-bind-host=127.0.0.1",
 		"--webhook-port=" + strconv.Itoa(mp.webhook),
+		// The API server calls each replica by its own URL (no Service
+		// whose endpoints drop a stopping one): a second answers what is
+		// in flight.
+		"--shutdown-delay=1s",
 		"--cert-dir=" + c.path("manager", strconv.Itoa(i), "certs"),
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(mp.metrics),
 		// As the chart runs it: HTTPS, only for callers allowed to get

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -127,6 +128,9 @@ type Options struct {
 	// there are then decided like healthy pods' (0: the default,
 	// budget.DefaultPartitionThreshold).
 	BudgetPartitionThreshold float64
+	// ShutdownDelay is how long the manager keeps serving after it is told
+	// to stop, unready meanwhile (see delayStop).
+	ShutdownDelay time.Duration
 	// RecycleBinDir, when set, turns the recycle bin on: a copy of every
 	// protected object is stored there before its delete is admitted.
 	// Off the cluster's etcd: a local directory, or a volume in a cluster.
@@ -202,6 +206,9 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if o.WebhookURLHost == "" && o.WebhookService == "" {
 		return errors.New("set --webhook-url-host (local) or --webhook-service (in a cluster)")
 	}
+	// Stop serving only after a drain: see delayStop.
+	stopping := new(atomic.Bool)
+	ctx = delayStop(ctx, o.ShutdownDelay, stopping, o.Log)
 	if t := o.BudgetPartitionThreshold; t < 0 || t > 1 {
 		return fmt.Errorf("--budget-partition-threshold %v: want a share of the nodes from 0 to 1, such as 0.55", t)
 	}
@@ -324,6 +331,14 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return err
 		}
 	}
+	if err := mgr.AddReadyzCheck("shutdown", func(*http.Request) error {
+		if stopping.Load() {
+			return errors.New("shutting down: draining webhook calls")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	return mgr.Start(ctx)
 }
 
@@ -405,4 +420,31 @@ func metricsOptions(o Options) metricsserver.Options {
 		opts.CertDir = o.MetricsCertDir
 	}
 	return opts
+}
+
+// delayStop is ctx, ended delay after ctx ends rather than at once, with
+// stopping set meanwhile (the readiness check then fails). A replica told
+// to stop (a rolling upgrade, a drain of its node) keeps answering the
+// webhook calls in flight and those the API server still sends it until
+// its Service's endpoints drop it, instead of failing them closed: the
+// kube-apiserver's own --shutdown-delay-duration, for the same reason.
+// controller-runtime ends the webhook server, and the contexts of the
+// requests it is serving, with the manager's context.
+func delayStop(ctx context.Context, delay time.Duration, stopping *atomic.Bool, log logr.Logger) context.Context {
+	if delay <= 0 {
+		return ctx
+	}
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-out.Done():
+			return
+		}
+		stopping.Store(true)
+		log.Info("stopping: serving webhook calls a while longer, unready", "for", delay)
+		time.Sleep(delay)
+		cancel()
+	}()
+	return out
 }
