@@ -116,8 +116,9 @@ type disrupted struct {
 	labels map[string]string
 	// owner is the pod's controller, for deletes.
 	owner *metav1.OwnerReference
-	// node is the pod's node; ready its Ready condition (true when
-	// unknown: an unknown pod is decided as a healthy one).
+	// node is the pod's node; ready its Ready condition (false without
+	// one: a pod not started yet). A pod known only by its labels is
+	// decided as a Ready one.
 	node  string
 	ready bool
 }
