@@ -605,6 +605,37 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 			t.Errorf("the denial does not say how to proceed (%q):\n%s", want, out)
 		}
 	})
+	t.Run("a denial names the chart's value as the way out", func(t *testing.T) {
+		// The chart grants no custom-resource group: the manager cannot
+		// tell that a protected CRD of one has no instances left.
+		crd := filepath.Join(t.TempDir(), "crd.yaml")
+		if err := os.WriteFile(crd, []byte(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.unseen.example.com, labels: {rampart.io/protection: Cascading}}
+spec:
+  group: unseen.example.com
+  names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}
+  scope: Namespaced
+  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}]
+`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := env.Kubectl(t, "apply", "-f", crd); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		t.Cleanup(func() {
+			_, _ = env.Kubectl(t, "label", "crd", "gadgets.unseen.example.com", "rampart.io/protection-")
+			_, _ = env.Kubectl(t, "delete", "crd", "gadgets.unseen.example.com", "--wait=false")
+		})
+		var out string
+		poll(t, "the protected CRD's delete to be judged", time.Minute, func(context.Context) (bool, error) {
+			out, _ = env.Kubectl(t, "delete", "crd", "gadgets.unseen.example.com", "--dry-run=server")
+			return strings.Contains(out, "denied the request"), nil
+		})
+		if want := "grant group unseen.example.com in the chart's manager.customResourceGroups"; !strings.Contains(out, want) || strings.Contains(out, "rampart up") {
+			t.Errorf("the denial does not name the chart's value (%q) alone:\n%s", want, out)
+		}
+	})
 	t.Run("a review from anyone but the API server is refused", func(t *testing.T) {
 		// As a pod would call the manager: past the Service, trusting
 		// the registered CA, with no client certificate.
