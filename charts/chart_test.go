@@ -60,13 +60,21 @@ func TestMain(m *testing.M) {
 	clustertest.Main(m, localcluster.Options{Unprotected: true, Nodes: 2})
 }
 
-// helm runs bin/k8s/helm and returns its combined output.
-func helm(t testing.TB, args ...string) (string, error) {
+// chartAssets is bin/k8s with helm and the monitoring CRDs, built first
+// if missing.
+func chartAssets(t testing.TB) string {
 	t.Helper()
-	assets, _, err := clustertest.Binaries()
+	assets, err := clustertest.Assets("charts", "helm", "crds/monitoring.coreos.com_servicemonitors.yaml", "crds/monitoring.coreos.com_prometheusrules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return assets
+}
+
+// helm runs bin/k8s/helm and returns its combined output.
+func helm(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	assets := chartAssets(t)
 	out, err := exec.Command(filepath.Join(assets, "helm"), args...).CombinedOutput()
 	return string(out), err
 }
@@ -464,11 +472,7 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 
 	// The Prometheus operator's CRDs, so that the API server validates the
 	// chart's ServiceMonitors and PrometheusRule.
-	assets, _, err := clustertest.Binaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := env.Kubectl(t, "apply", "--server-side", "-f", filepath.Join(assets, "crds")); err != nil {
+	if out, err := env.Kubectl(t, "apply", "--server-side", "-f", filepath.Join(chartAssets(t), "crds")); err != nil {
 		t.Fatalf("Prometheus operator CRDs: %v\n%s", err, out)
 	}
 	// kubectl wait fails outright ("conditions accessor error") when it
