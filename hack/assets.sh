@@ -72,6 +72,15 @@ build() {
   echo "assets: $name built in $((SECONDS - start))s"
 }
 
+# unshared A B lists the modules hack/assets/A selects at another version
+# than hack/assets/B does, as "PATH A's (B's)".
+unshared() {
+  local f='{{.Path}} {{if .Replace}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}'
+  LC_ALL=C join <(cd "$root/hack/assets/$1" && go list -m -f "$f" all | LC_ALL=C sort) \
+    <(cd "$root/hack/assets/$2" && go list -m -f "$f" all | LC_ALL=C sort) |
+    awk '$2 != $3 {printf "%s%s %s (%s)", sep, $1, $2, $3; sep = ", "}'
+}
+
 # modversion DIR MODULE prints the version DIR's go.mod pins MODULE at.
 modversion() { sed -n "s#^[^/]*$2 \(v[^ ]*\).*#\1#p" "$root/hack/assets/$1/go.mod" | head -1; }
 
@@ -92,8 +101,13 @@ cluster() {
     build etcd sh -c "go build -ldflags '-s -w' -o '$out/etcd' go.etcd.io/etcd/server/v3 &&
       go build -ldflags '-s -w' -o '$out/etcdutl' go.etcd.io/etcd/etcdutl/v3"
 
-  fresh kwok kwok kwok-stages.yaml ||
+  if ! fresh kwok kwok kwok-stages.yaml; then
+    local drift
+    drift=$(unshared kwok kubernetes)
+    [ -z "$drift" ] || echo "assets: hack/assets/kwok selects other versions than hack/assets/kubernetes of modules both use," \
+      "so a cold build compiles them twice; add them to its go.mod's replace block at kubernetes' versions: $drift" >&2
     build kwok sh -c "go build -ldflags '-s -w' -o '$out/kwok' sigs.k8s.io/kwok/cmd/kwok && go run ./stages > '$out/kwok-stages.yaml'"
+  fi
 
   summary+=("bin/k8s has kubernetes $k8s_version, $("$out/etcd" --version | head -1), kwok $(modversion kwok sigs.k8s.io/kwok)")
 }
