@@ -5,7 +5,7 @@ GO ?= go
 CONTROLLER_GEN := cd hack/tools && $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build assets generate test unit integration lint up down clean fuzz fuzz-smoke secret-scan
+.PHONY: all build assets cluster-assets test-deps generate test unit integration lint up down clean fuzz fuzz-smoke secret-scan
 
 all: build
 
@@ -13,8 +13,14 @@ build: ## build bin/rampart (and bin/kubectl-rampart, the kubectl plugin)
 	$(GO) build -ldflags "-X github.com/rampart-io/rampart/internal/cli.Version=$(VERSION)" -o $(BIN)/rampart ./cmd/rampart
 	ln -sf rampart $(BIN)/kubectl-rampart
 
-assets: ## build the local control plane's binaries (and the real nodes' kubelet and runc) into bin/k8s and the storage tests' S3 server into bin/s3 (only what is missing or outdated)
+assets: ## build every binary the clusters and tests run (only what is missing or outdated): the local control plane, the real nodes' kubelet and runc, helm and the monitoring CRDs into bin/k8s, the storage tests' S3 server into bin/s3
 	bash hack/assets.sh
+
+cluster-assets: ## build only what `rampart up` runs (the control plane, etcd, kwok) into bin/k8s
+	bash hack/assets.sh cluster
+
+test-deps: ## install the Debian packages the tests need and this machine lacks (apt-get; nothing when all are there)
+	bash hack/test-deps.sh
 
 generate: ## regenerate deepcopy code, CRDs and RBAC from the API types and markers
 	$(CONTROLLER_GEN) object:headerFile=../boilerplate.go.txt paths=../../api/...
@@ -30,8 +36,9 @@ unit: ## tests that need no cluster
 
 # The integration tests start real control planes (one per test package);
 # they find the binaries through RAMPART_ASSETS and RAMPART_BIN, and the
-# storage tests their S3 server through RAMPART_S3_SERVER.
-test: lint build assets ## everything: lint, unit and integration tests against real control planes
+# storage tests their S3 server through RAMPART_S3_SERVER. test-deps comes
+# first: make assets builds runc only with libseccomp-dev.
+test: test-deps lint build assets ## everything: install what the tests need, lint, unit and integration tests against real control planes
 	GO=$(GO) bash hack/test.sh
 
 FUZZTIME ?= 5m
@@ -44,7 +51,7 @@ secret-scan: ## grep the logs of the last make test (bin/test-logs) for keys, to
 fuzz-smoke: ## run every fuzz target for 5s (make test runs it beside the Go tests)
 	FUZZTIME=5s GO=$(GO) bash hack/fuzz.sh
 
-up: build assets ## start a protected local cluster in .rampart (detached)
+up: build cluster-assets ## build what `rampart up` runs and start a protected local cluster in .rampart (detached)
 	$(BIN)/rampart up --detach --dir .rampart
 
 down: ## stop the cluster `make up` started

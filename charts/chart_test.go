@@ -60,13 +60,21 @@ func TestMain(m *testing.M) {
 	clustertest.Main(m, localcluster.Options{Unprotected: true, Nodes: 2})
 }
 
-// helm runs bin/k8s/helm and returns its combined output.
-func helm(t testing.TB, args ...string) (string, error) {
+// chartAssets is bin/k8s with helm and the monitoring CRDs, built first
+// if missing.
+func chartAssets(t testing.TB) string {
 	t.Helper()
-	assets, _, err := clustertest.Binaries()
+	assets, err := clustertest.Assets("charts", "helm", "crds/monitoring.coreos.com_servicemonitors.yaml", "crds/monitoring.coreos.com_prometheusrules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return assets
+}
+
+// helm runs bin/k8s/helm and returns its combined output.
+func helm(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	assets := chartAssets(t)
 	out, err := exec.Command(filepath.Join(assets, "helm"), args...).CombinedOutput()
 	return string(out), err
 }
@@ -465,11 +473,7 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 
 	// The Prometheus operator's CRDs, so that the API server validates the
 	// chart's ServiceMonitors and PrometheusRule.
-	assets, _, err := clustertest.Binaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := env.Kubectl(t, "apply", "--server-side", "-f", filepath.Join(assets, "crds")); err != nil {
+	if out, err := env.Kubectl(t, "apply", "--server-side", "-f", filepath.Join(chartAssets(t), "crds")); err != nil {
 		t.Fatalf("Prometheus operator CRDs: %v\n%s", err, out)
 	}
 	// kubectl wait fails outright ("conditions accessor error") when it
@@ -604,6 +608,37 @@ func TestChartInstallProtectsAndUninstallsCleanly(t *testing.T) {
 		})
 		if want := "kubectl label -n " + ns + " configmap/ledger rampart.io/protection-"; !strings.Contains(out, want) {
 			t.Errorf("the denial does not say how to proceed (%q):\n%s", want, out)
+		}
+	})
+	t.Run("a denial names the chart's value as the way out", func(t *testing.T) {
+		// The chart grants no custom-resource group: the manager cannot
+		// tell that a protected CRD of one has no instances left.
+		crd := filepath.Join(t.TempDir(), "crd.yaml")
+		if err := os.WriteFile(crd, []byte(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.unseen.example.com, labels: {rampart.io/protection: Cascading}}
+spec:
+  group: unseen.example.com
+  names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}
+  scope: Namespaced
+  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}]
+`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := env.Kubectl(t, "apply", "-f", crd); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		t.Cleanup(func() {
+			_, _ = env.Kubectl(t, "label", "crd", "gadgets.unseen.example.com", "rampart.io/protection-")
+			_, _ = env.Kubectl(t, "delete", "crd", "gadgets.unseen.example.com", "--wait=false")
+		})
+		var out string
+		poll(t, "the protected CRD's delete to be judged", time.Minute, func(context.Context) (bool, error) {
+			out, _ = env.Kubectl(t, "delete", "crd", "gadgets.unseen.example.com", "--dry-run=server")
+			return strings.Contains(out, "denied the request"), nil
+		})
+		if want := "grant group unseen.example.com in the chart's manager.customResourceGroups"; !strings.Contains(out, want) || strings.Contains(out, "rampart up") {
+			t.Errorf("the denial does not name the chart's value (%q) alone:\n%s", want, out)
 		}
 	})
 	t.Run("a review from anyone but the API server is refused", func(t *testing.T) {

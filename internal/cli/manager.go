@@ -12,6 +12,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/budget"
+	"github.com/rampart-io/rampart/internal/installation"
 	"github.com/rampart-io/rampart/internal/manager"
 	"github.com/rampart-io/rampart/internal/recyclebin"
 )
@@ -20,6 +21,7 @@ func newManagerCommand() *cobra.Command {
 	o := manager.Options{}
 	var kubeconfig string
 	var exemptSAs []string
+	var installedBy string
 	zapOpts := zap.Options{}
 	cmd := &cobra.Command{
 		Use:   "manager",
@@ -33,6 +35,11 @@ func newManagerCommand() *cobra.Command {
 			if err := exemptServiceAccounts(&o.ReplicasExempt, exemptSAs); err != nil {
 				return err
 			}
+			installed, err := installation.Parse(installedBy)
+			if err != nil {
+				return err
+			}
+			o.InstalledBy = installed
 			cfg, err := restConfig(kubeconfig)
 			if err != nil {
 				return err
@@ -90,6 +97,8 @@ func newManagerCommand() *cobra.Command {
 		"32-byte key that seals Secrets in backups (default: --recycle-bin-key-file); without one, a Backup that would hold a Secret fails, saying so")
 	f.StringSliceVar(&o.EtcdSnapshotSecrets, "etcd-snapshot-secrets", nil,
 		"the only Secrets in --namespace (keys endpoints, ca.crt, tls.crt, tls.key) that Backups with an etcdSnapshot may name; the manager needs get on each, by name")
+	f.StringVar(&installedBy, "installed-by", "",
+		"how the manager was installed, so that denials and conditions name the way out that applies: helm (the chart sets it: chart values), rampart-up (rampart up sets it: its flags), empty (by hand: the manager's flags and RBAC)")
 	return cmd
 }
 

@@ -18,17 +18,26 @@ import (
 func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := NewRoot()
-	// Called as kubectl-rampart, kubectl shows the plugin as "kubectl rampart".
-	if strings.HasPrefix(filepath.Base(args[0]), "kubectl-") {
-		root.Use = "kubectl rampart"
-	}
+	root := NewRootAs(args[0])
 	root.SetArgs(args[1:])
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		return 1
 	}
 	return 0
+}
+
+// NewRootAs builds the command tree for the program named argv0. Called as
+// kubectl-rampart, help and usage name it as its user types it, "kubectl
+// rampart" (kubectl's plugin convention): the root keeps the name
+// "rampart", so that cobra still finds its subcommands and usage line, and
+// only displays the other.
+func NewRootAs(argv0 string) *cobra.Command {
+	root := NewRoot()
+	if strings.HasPrefix(filepath.Base(argv0), "kubectl-") {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl rampart"}
+	}
+	return root
 }
 
 // NewRoot builds the command tree.

@@ -240,7 +240,7 @@ func (d *Deletion) CustomResources(crd string) deletion.Sample {
 	if cur.informer == nil {
 		// Unseen custom resources may exist: count one, and say why.
 		return deletion.Sample{Count: 1, Examples: []string{fmt.Sprintf(
-			"(unknown: Rampart may not list %s; grant group %s in the chart's customResourceGroups)", cur.gvr.GroupResource(), cur.gvr.Group)}}
+			"(unknown: Rampart may not list %s; %s)", cur.gvr.GroupResource(), d.informers.InstalledBy.Say(grantGroup(cur.gvr.Group)))}}
 	}
 	if !cur.informer.HasSynced() {
 		// Judge on a synced cache only: wait a little for a CRD that has

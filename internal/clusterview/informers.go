@@ -31,6 +31,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/installation"
 )
 
 // Index names.
@@ -129,6 +130,9 @@ type Informers struct {
 	unseen map[schema.GroupVersionResource]bool
 	// podUse is each pod's requests and limits, for quota peaks.
 	podUse *podSummaries
+	// InstalledBy is how the manager was installed: the messages about a
+	// resource it may not watch name how to grant it there.
+	InstalledBy installation.Method
 
 	ctx context.Context
 }
@@ -233,9 +237,20 @@ func (c *Informers) watchable(ctx context.Context, gvr schema.GroupVersionResour
 	defer c.mu.Unlock()
 	if !c.unseen[gvr] {
 		c.unseen[gvr] = true
-		c.log.Info("not watching a resource the manager may not list and watch: its labelled objects do not count in namespace deletions, a protected CRD of it cannot be deleted, and its replicas are not judged; grant it through the chart's customResourceGroups", "resource", gvr.String())
+		c.log.Info("not watching a resource the manager may not list and watch: its labelled objects do not count in namespace deletions, a protected CRD of it cannot be deleted, and its replicas are not judged; "+
+			c.InstalledBy.Say(grantGroup(gvr.Group)), "resource", gvr.String())
 	}
 	return false
+}
+
+// grantGroup is how the manager gets the right to list and watch the
+// resources of group (the chart's manager.customResourceGroups).
+func grantGroup(group string) installation.Setting {
+	return installation.Setting{
+		Helm:   fmt.Sprintf("grant group %s in the chart's manager.customResourceGroups", group),
+		Up:     fmt.Sprintf("start the cluster with rampart up --custom-resource-groups %s", group),
+		ByHand: fmt.Sprintf("grant the manager list and watch on group %s and restart it", group),
+	}
 }
 
 // metadataInformer is a metadata-only informer with the namespace and

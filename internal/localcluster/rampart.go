@@ -369,6 +369,8 @@ func (c *Cluster) managerArgs(i int) []string {
 		// local CA.
 		"--metrics-secure", "--metrics-cert-dir=" + c.pkiFile("manager-metrics"),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(mp.health),
+		// Its messages name rampart up's flags, not the chart's values.
+		"--installed-by=rampart-up",
 	}, append(append(bin, c.managerClientAuthArgs()...), c.opts.ManagerArgs...)...)
 	if len(urls) > 1 {
 		args = append(args, "--webhook-replica-urls="+strings.Join(urls, ","))

@@ -21,7 +21,7 @@ import (
 // backups runs the Backup objects of Rampart's namespace on the leader,
 // into --backup-store; without one, each Backup says it cannot run.
 func backups(ctx context.Context, mgr ctrl.Manager, o Options, recorder events.EventRecorder) error {
-	r := &backupcontroller.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: recorder, Namespace: o.Namespace}
+	r := &backupcontroller.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: recorder, Namespace: o.Namespace, InstalledBy: o.InstalledBy}
 	if o.BackupStore != "" {
 		openCtx, cancel := context.WithTimeout(ctx, openBinWithin)
 		defer cancel()

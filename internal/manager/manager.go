@@ -32,6 +32,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/clusterview"
+	"github.com/rampart-io/rampart/internal/installation"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
 	"github.com/rampart-io/rampart/internal/registrar"
 	"github.com/rampart-io/rampart/internal/tlsprofile"
@@ -164,6 +165,9 @@ type Options struct {
 	// with an etcdSnapshot may name (etcd endpoints and client
 	// certificate); read by name at each run, never listed.
 	EtcdSnapshotSecrets []string
+	// InstalledBy is how the manager was installed (the chart, rampart
+	// up, by hand): messages name the way out that applies there.
+	InstalledBy installation.Method
 	// Version is Rampart's, written in backups' manifests.
 	Version string
 	Log     logr.Logger
@@ -238,6 +242,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
+	views.InstalledBy = o.InstalledBy
 	if err := mgr.Add(views.Informers); err != nil {
 		return err
 	}

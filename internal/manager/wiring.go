@@ -177,7 +177,7 @@ func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registra
 		&policystatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration, Compiled: keeper, OnCRDChange: views.OnCRDChange},
 		&windowstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
 		&flowcontrolstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
-		&recyclestatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
+		&recyclestatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration, InstalledBy: o.InstalledBy},
 		&explicitdeletion.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetClient(), View: views.Workloads, Namespaces: views.Namespaces},
 	} {
 		if err := c.SetupWithManager(mgr); err != nil {

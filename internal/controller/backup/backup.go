@@ -24,6 +24,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	objbackup "github.com/rampart-io/rampart/internal/backup"
 	"github.com/rampart-io/rampart/internal/etcdtool/snapshot"
+	"github.com/rampart-io/rampart/internal/installation"
 	"github.com/rampart-io/rampart/internal/storage"
 )
 
@@ -94,6 +95,24 @@ type Reconciler struct {
 	// manager's --etcd-snapshot-secrets).
 	Snapshotter Snapshotter
 	EtcdSecrets []string
+	// InstalledBy is how the manager was installed: a Backup's message
+	// names the way to give it a store or a Secret there.
+	InstalledBy installation.Method
+}
+
+// giveStore is how to give the manager a backup store.
+var giveStore = installation.Setting{
+	Helm:   "set the chart's manager.backup.enabled and manager.backup.store",
+	Up:     "start the cluster with rampart up --backups (a store in DIR/backups)",
+	ByHand: "run it with --backup-store DIR or s3://BUCKET/PREFIX",
+}
+
+// allowSecret is how to let Backups name another etcd Secret.
+var allowSecret = installation.Setting{
+	Helm: "name one of those, or add it to the chart's manager.backup.etcdSnapshot.secretNames (which grants get on it alone)",
+	// rampart up --backups makes the one Secret of its etcd and names it.
+	Up:     "name one of those, the Secret rampart up --backups made for this cluster's etcd",
+	ByHand: "name one of those, or add it to --etcd-snapshot-secrets and grant the manager get on it",
 }
 
 // Condition reasons.
@@ -128,7 +147,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		d = Decision{}
 	case r.Creator == nil:
 		ready.Status, ready.Reason = metav1.ConditionFalse, ReasonNoStore
-		ready.Message = "the manager has no backup store: run it with --backup-store DIR or s3://BUCKET/PREFIX (the chart's manager.backup.store)"
+		ready.Message = "the manager has no backup store: " + r.InstalledBy.Say(giveStore)
 		d = Decision{}
 	case err != nil:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonInvalid, err.Error()
@@ -139,8 +158,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if len(r.EtcdSecrets) > 0 {
 			allowed = strings.Join(r.EtcdSecrets, ", ")
 		}
-		ready.Message = fmt.Sprintf("the manager reads only the etcd Secrets its --etcd-snapshot-secrets names (%s), not %q: name one of those, or add it to the chart's manager.backup.etcdSnapshot.secretNames (which grants get on it alone)",
-			allowed, b.Spec.EtcdSnapshot.SecretName)
+		ready.Message = fmt.Sprintf("the manager reads only the etcd Secrets its --etcd-snapshot-secrets names (%s), not %q: %s",
+			allowed, b.Spec.EtcdSnapshot.SecretName, r.InstalledBy.Say(allowSecret))
 		d = Decision{}
 	default:
 		ready.Message = "backing up to " + r.Location

@@ -22,6 +22,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	objbackup "github.com/rampart-io/rampart/internal/backup"
 	"github.com/rampart-io/rampart/internal/etcdtool/snapshot"
+	"github.com/rampart-io/rampart/internal/installation"
 	"github.com/rampart-io/rampart/internal/storage"
 )
 
@@ -123,18 +124,21 @@ func TestReconcilerSaysWhyItCannotRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
-		name    string
-		spec    v1alpha1.BackupSpec
-		creator Creator
-		reason  string
-		says    string
+		name      string
+		spec      v1alpha1.BackupSpec
+		creator   Creator
+		installed installation.Method
+		reason    string
+		says      string
 	}{
-		{name: "no store", reason: ReasonNoStore, says: "--backup-store"},
+		{name: "no store", reason: ReasonNoStore, says: "run it with --backup-store"},
+		{name: "no store, chart", installed: installation.Helm, reason: ReasonNoStore, says: "set the chart's manager.backup.enabled and manager.backup.store"},
+		{name: "no store, rampart up", installed: installation.Up, reason: ReasonNoStore, says: "start the cluster with rampart up --backups"},
 		{name: "bad cron", spec: v1alpha1.BackupSpec{Schedule: "99 * * * *"}, creator: &creator{}, reason: ReasonInvalid, says: "five fields"},
 	} {
 		b := &v1alpha1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: "rampart-system", Name: "x"}, Spec: tt.spec}
 		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(b).WithStatusSubresource(b).Build()
-		r := &Reconciler{Client: c, Creator: tt.creator, Recorder: events.NewFakeRecorder(10), Clock: clocktesting.NewFakeClock(time.Now())}
+		r := &Reconciler{Client: c, Creator: tt.creator, Recorder: events.NewFakeRecorder(10), Clock: clocktesting.NewFakeClock(time.Now()), InstalledBy: tt.installed}
 		if tt.creator == nil {
 			r.Creator = nil
 		}
@@ -146,7 +150,7 @@ func TestReconcilerSaysWhyItCannotRun(t *testing.T) {
 		_ = c.Get(context.Background(), req.NamespacedName, got)
 		cond := meta.FindStatusCondition(got.Status.Conditions, "Ready")
 		if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != tt.reason || !strings.Contains(cond.Message, tt.says) || got.Status.LastRun != nil {
-			t.Errorf("%s: Ready %+v, last run %+v", tt.name, cond, got.Status.LastRun)
+			t.Errorf("%s: Ready %+v, last run %+v, want a message saying %q", tt.name, cond, got.Status.LastRun, tt.says)
 		}
 	}
 }

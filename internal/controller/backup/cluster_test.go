@@ -200,7 +200,7 @@ func TestScheduledBackupsRunKeepAndReport(t *testing.T) {
 		t.Errorf("a snapshot with one of two etcd endpoints down: %+v", r)
 	}
 	if cond := meta.FindStatusCondition(get(notAllowed).Status.Conditions, "Ready"); cond == nil || cond.Reason != "SecretNotAllowed" ||
-		!strings.Contains(cond.Message, "rampart-etcd-client") || !strings.Contains(cond.Message, "manager.backup.etcdSnapshot.secretNames") {
+		!strings.Contains(cond.Message, "rampart-etcd-client") || !strings.Contains(cond.Message, "the Secret rampart up --backups made") {
 		t.Errorf("a Backup naming a Secret the manager may not read: %+v", cond)
 	}
 	checkStatusShowsBackups(ctx, t, env)

@@ -15,6 +15,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/controller/ready"
+	"github.com/rampart-io/rampart/internal/installation"
 )
 
 // Reconciler sets the Ready condition of RecyclePolicies.
@@ -23,6 +24,16 @@ type Reconciler struct {
 	// Registration is the endpoint and CA part of what is registered, and
 	// whether the recycle bin is on.
 	Registration func() rampartadmission.Registration
+	// InstalledBy is how the manager was installed: a policy's message
+	// names how to turn the recycle bin on there.
+	InstalledBy installation.Method
+}
+
+// turnOn is how to turn the recycle bin on.
+var turnOn = installation.Setting{
+	Helm:   "set the chart's manager.recycleBin.enabled",
+	Up:     "start the cluster with rampart up, which keeps it in DIR/recycle-bin",
+	ByHand: "run the manager with --recycle-bin-dir or --recycle-bin-store",
 }
 
 // RecycleBinOff is the reason of a policy nothing keeps for.
@@ -36,7 +47,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	reg := r.Registration()
 	reg.RecyclePolicies = []v1alpha1.RecyclePolicy{*p}
 	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, ObservedGeneration: p.Generation, Reason: RecycleBinOff,
-		Message: "the recycle bin is off, so nothing is kept: run the manager with --recycle-bin-dir (or the chart's recycleBin values)"}
+		Message: "the recycle bin is off, so nothing is kept: " + r.InstalledBy.Say(turnOn)}
 	if reg.RecycleBin {
 		var err error
 		if cond, err = ready.Condition(ctx, r.Client, reg, rampartadmission.RecycleOwner(p.Name), p.Generation, "Keeping",

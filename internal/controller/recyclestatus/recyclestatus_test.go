@@ -2,6 +2,7 @@ package recyclestatus
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -12,6 +13,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 	"github.com/rampart-io/rampart/internal/controller/ready/readytest"
+	"github.com/rampart-io/rampart/internal/installation"
 )
 
 // A policy is Ready once its webhook is registered; with the recycle bin
@@ -37,9 +39,15 @@ func TestReadySaysWhetherDeletesAreKept(t *testing.T) {
 	}
 	off := base
 	off.RecycleBin = false
-	if got := ready(&Reconciler{Client: c, Registration: func() rampartadmission.Registration { return off }}); got == nil ||
-		got.Status != metav1.ConditionFalse || got.Reason != RecycleBinOff {
-		t.Errorf("with the recycle bin off: %+v", got)
+	for installed, says := range map[installation.Method]string{
+		installation.ByHand: "run the manager with --recycle-bin-dir",
+		installation.Helm:   "set the chart's manager.recycleBin.enabled",
+		installation.Up:     "start the cluster with rampart up",
+	} {
+		if got := ready(&Reconciler{Client: c, Registration: func() rampartadmission.Registration { return off }, InstalledBy: installed}); got == nil ||
+			got.Status != metav1.ConditionFalse || got.Reason != RecycleBinOff || !strings.Contains(got.Message, says) {
+			t.Errorf("with the recycle bin off, installed by %q: %+v, want a message saying %q", installed, got, says)
+		}
 	}
 	r := &Reconciler{Client: c, Registration: func() rampartadmission.Registration { return base }}
 	if got := ready(r); got == nil || got.Status != metav1.ConditionFalse {

@@ -210,6 +210,40 @@ func Binaries() (assets, rampart string, err error) {
 	return assets, builtRampart, buildErr
 }
 
+// Assets finds bin/k8s as Binaries does and makes sure it has names: when
+// one is missing from the repository's bin/k8s (RAMPART_ASSETS unset), it
+// builds group with hack/assets.sh first, as the storage tests build their
+// S3 server. `make up` builds only the cluster group; a test of the chart
+// or of real nodes run alone after it builds what it needs.
+func Assets(group string, names ...string) (string, error) {
+	assets, _, err := Binaries()
+	if err != nil {
+		return "", err
+	}
+	var missing []string
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join(assets, n)); err != nil {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) == 0 {
+		return assets, nil
+	}
+	if os.Getenv("RAMPART_ASSETS") != "" {
+		return "", fmt.Errorf("RAMPART_ASSETS=%s lacks %s: build it with make assets", assets, strings.Join(missing, ", "))
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("bash", "hack/assets.sh", group)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build %s (bash hack/assets.sh %s): %v\n%s", strings.Join(missing, ", "), group, err, out)
+	}
+	return assets, nil
+}
+
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
@@ -278,6 +312,9 @@ func (e *Env) RealNodes(t testing.TB, n int) []string {
 	e.realNodes.Lock()
 	defer e.realNodes.Unlock()
 	if missing := n - len(e.Cluster.RealNodes()); missing > 0 {
+		if _, err := Assets("nodes", "kubelet", "runc"); err != nil {
+			t.Fatal(err)
+		}
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
