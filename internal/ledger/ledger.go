@@ -12,6 +12,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -128,12 +129,17 @@ func (l *Ledger[T]) Decide(ctx context.Context, r Request, decide func(obj T) (D
 	err := retry.OnError(backoff, retriable, func() error {
 		out = Outcome[T]{}
 		obj, stale, err := l.read(ctx, r.Object, latest)
-		if apierrors.IsNotFound(err) {
+		switch {
+		case gone(err, r.Object):
 			l.forget(r.Object)
 			out.Allowed, out.Gone = true, true
 			return nil
-		}
-		if err != nil {
+		case apierrors.IsNotFound(err):
+			// Not the object: the API server does not serve its kind
+			// yet (a server starting). Ask again, never wave through.
+			latest = true
+			return err
+		case err != nil:
 			return readError{err}
 		}
 		d, err := decide(obj)
@@ -142,10 +148,13 @@ func (l *Ledger[T]) Decide(ctx context.Context, r Request, decide func(obj T) (D
 		}
 		if !d.Allowed && !d.Write && stale {
 			// Deny only on the latest.
-			if obj, _, err = l.read(ctx, r.Object, true); apierrors.IsNotFound(err) {
+			if obj, _, err = l.read(ctx, r.Object, true); gone(err, r.Object) {
 				l.forget(r.Object)
 				out.Allowed, out.Gone = true, true
 				return nil
+			} else if apierrors.IsNotFound(err) {
+				latest = true
+				return err
 			} else if err != nil {
 				return readError{err}
 			}
@@ -208,6 +217,20 @@ func (l *Ledger[T]) Amend(ctx context.Context, key client.ObjectKey, change func
 		l.set(key, obj)
 		return nil
 	})
+}
+
+// gone says whether err is the API server's word that the object does
+// not exist. A 404 that names no object ("the server could not find the
+// requested resource") is not: an API server starting may answer it for
+// a custom resource it does not serve yet, and taking that for "deleted"
+// admitted requests uncounted.
+func gone(err error, key client.ObjectKey) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	return d != nil && d.Name == key.Name
 }
 
 // readError and decideError end the loop: they are not the API errors it

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -215,6 +216,26 @@ func TestGoneObjectGuardsNothing(t *testing.T) {
 	out, err := l.Decide(context.Background(), Request{Object: key, ID: "a"}, take("a", &calls))
 	if err != nil || !out.Allowed || !out.Gone || calls != 0 {
 		t.Fatalf("%+v, %v; want allowed as gone, not decided", out, err)
+	}
+}
+
+// An API server starting may answer 404 for a custom resource it does not
+// serve yet ("the server could not find the requested resource", no object
+// named): that is not the object gone, and the request is decided on the
+// object once the server serves it.
+func TestNotFoundWithoutTheObjectIsNotGone(t *testing.T) {
+	var starting atomic.Int32
+	c := newClient(t, &interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+		if starting.Add(1) <= 2 {
+			return apierrors.NewNotFound(schema.GroupResource{}, "")
+		}
+		return c.Get(ctx, k, o, opts...)
+	}}, newBudget(0))
+	l := newLedger(c, clocktesting.NewFakeClock(time.Now()))
+	calls := 0
+	out, err := l.Decide(context.Background(), Request{Object: key, ID: "a"}, take("a", &calls))
+	if err != nil || out.Allowed || out.Gone || calls != 1 {
+		t.Fatalf("%+v, %v after %d decisions; want denied by the object once it is served, not allowed as gone", out, err, calls)
 	}
 }
 
