@@ -126,7 +126,7 @@ func (l *Ledger[T]) Decide(ctx context.Context, r Request, decide func(obj T) (D
 	retriable := func(err error) bool {
 		return (apierrors.IsConflict(err) || apierrors.IsNotFound(err)) && l.clock().Now().Before(deadline)
 	}
-	err := retry.OnError(backoff, retriable, func() error {
+	err := retryOn(backoff, retriable, func() error {
 		out = Outcome[T]{}
 		obj, stale, err := l.read(ctx, r.Object, latest)
 		switch {
@@ -199,7 +199,7 @@ func (l *Ledger[T]) Amend(ctx context.Context, key client.ObjectKey, change func
 	lock := l.lock(key)
 	lock.Lock()
 	defer lock.Unlock()
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retryOn(retry.DefaultRetry, apierrors.IsConflict, func() error {
 		obj := l.New()
 		if err := l.Client.Get(ctx, key, obj); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -231,6 +231,22 @@ func gone(err error, key client.ObjectKey) bool {
 	}
 	d := status.Status().Details
 	return d != nil && d.Name == key.Name
+}
+
+// retryOn calls fn until it succeeds or fails with an error retriable
+// does not take, sleeping between tries as b says, and returns fn's last
+// error. Not client-go's retry.OnError: that one takes an error wrapping
+// a canceled context (a write cut off as the replica shuts down) for an
+// interrupted wait and returns the last retriable error instead — nil
+// when there was none, a decision reported written that never was.
+func retryOn(b wait.Backoff, retriable func(error) bool, fn func() error) error {
+	for {
+		err := fn()
+		if err == nil || !retriable(err) || b.Steps <= 1 {
+			return err
+		}
+		time.Sleep(b.Step())
+	}
 }
 
 // readError and decideError end the loop: they are not the API errors it
