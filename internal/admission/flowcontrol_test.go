@@ -81,7 +81,9 @@ spec:
 
 	var admitted, denied, refused atomic.Int32
 	// Which deletes went through, to tell on a failure which replica's
-	// share they were in (a flaky over-admission was seen once: 26).
+	// share they were in. (An over-admission was seen once, 26: a write
+	// cut off as replica 2 stopped was answered "allowed" — client-go's
+	// retry.OnError returned nil for it; see ledger.retryOn.)
 	var admittedMu sync.Mutex
 	var admittedNames []string
 	var wg sync.WaitGroup
