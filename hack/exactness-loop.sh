@@ -32,7 +32,8 @@ sed -n 's/^ *exactness_test.go:[0-9]*: //p' "$log"
 grep -E -- '^--- FAIL|^FAIL|panic:' "$log"
 over=$(grep -c 'over its limit' "$log")
 done=$(grep -c 'EXACTNESS round ' "$log")
-echo "== $done of $rounds rounds in ${took}s; $over over a limit; faults:" \
+skipped=$(grep -c 'not judged' "$log")
+echo "== $done of $rounds rounds in ${took}s; $over over a limit; $skipped not judged (a node went NotReady); faults:" \
   "$(grep -o 'EXACTNESS round [0-9]* seed [0-9]* fault [a-z-]*' "$log" | awk '{print $NF}' | sort | uniq -c | tr -s ' \n' ' ')"
 echo "   log: $log"
 exit "$status"
