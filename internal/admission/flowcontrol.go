@@ -2,14 +2,18 @@ package admission
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -96,8 +100,15 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 	subj := about{Kind: schema.GroupVersionKind(req.Kind), Action: "Delete"}
 	subj.Object = protection.Object{Namespace: req.Namespace, Name: req.Name}
 	subj.Object.Resource.Group, subj.Object.Resource.Resource = req.Resource.Group, req.Resource.Resource
-	var objLabels map[string]string
-	id := req.Namespace + "/" + req.Name
+	var (
+		objLabels map[string]string
+		// id is the memory of an admitted delete (see ledger): a DELETE's
+		// object UID. An eviction has none: the API server asks once per
+		// eviction, and the pod's name is no identity (a StatefulSet's pod
+		// comes back under the same name, and must be counted again).
+		id  string
+		dry = dryRun(req)
+	)
 	switch {
 	case req.Operation == admissionv1.Delete:
 		var old unstructured.Unstructured
@@ -112,8 +123,19 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 		}
 	case req.Operation == admissionv1.Create && req.SubResource == "eviction":
 		subj.Kind = corev1.SchemeGroupVersion.WithKind("Pod")
-		if h.Pods != nil {
-			objLabels, _ = h.Pods.PodLabels(req.Namespace, req.Name)
+		// An eviction's dry run may be in its body alone (kubectl drain
+		// --dry-run=server): never counted either.
+		var ev policyv1.Eviction
+		if err := json.Unmarshal(req.Object.Raw, &ev); err != nil {
+			return admission.Errored(http.StatusBadRequest, err)
+		}
+		dry = dry || (ev.DeleteOptions != nil && slices.Contains(ev.DeleteOptions.DryRun, metav1.DryRunAll))
+		var found bool
+		var err error
+		if objLabels, found, err = h.podLabels(ctx, req.Namespace, req.Name); err != nil {
+			return admission.Errored(http.StatusServiceUnavailable, err)
+		} else if !found {
+			return admission.Allowed("") // no such pod: the eviction deletes nothing
 		}
 	default:
 		return admission.Allowed("")
@@ -124,11 +146,15 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 		outcome string // "counted", "exempt", or "" for a delete the flow control does not count
 		invalid error
 	)
-	out, err := h.ledger().Decide(ctx, ledger.Request{Object: client.ObjectKey{Name: name}, ID: id, DryRun: dryRun(req)},
+	out, err := h.ledger().Decide(ctx, ledger.Request{Object: client.ObjectKey{Name: name}, ID: id, DryRun: dry},
 		func(dfc *v1alpha1.DeletionFlowControl) (ledger.Decision, error) {
 			v, outcome = protection.Allow, ""
 			switch {
 			case req.SubResource == "eviction" && dfc.Spec.CountEvictions != nil && !*dfc.Spec.CountEvictions:
+				return ledger.Decision{Allowed: true}, nil
+			case !selected(dfc, objLabels):
+				// An eviction of a pod the objectSelector leaves out (the
+				// evictions' webhook reaches every pod; see the plugin).
 				return ledger.Decision{Allowed: true}, nil
 			case exempt(dfc, req, objLabels):
 				outcome = "exempt"
@@ -155,7 +181,7 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 	case outcome == "exempt":
 		flowDecisions.WithLabelValues(name, "exempt").Inc()
 		return admission.Allowed("")
-	case dryRun(req):
+	case dry:
 		return respond(h.Recorder, req, subj, v) // decided, never counted
 	}
 	dfc := out.Object
@@ -198,6 +224,37 @@ func (h *FlowControl) onDeadNode(req admission.Request, old *unstructured.Unstru
 		return false
 	}
 	return !h.Nodes.NodeCount().Partitioned(h.PartitionThreshold)
+}
+
+// podLabels are a pod's labels: cached, or read live for a pod the cache
+// does not hold yet; found is false for a pod that does not exist.
+func (h *FlowControl) podLabels(ctx context.Context, ns, name string) (labels map[string]string, found bool, err error) {
+	if h.Pods != nil {
+		if l, ok := h.Pods.PodLabels(ns, name); ok {
+			return l, true, nil
+		}
+	}
+	var p metav1.PartialObjectMetadata
+	p.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("reading pod %s/%s: %w", ns, name, err)
+	}
+	return p.Labels, true, nil
+}
+
+// selected says whether the flow control's objectSelector takes in an
+// object with these labels.
+func selected(dfc *v1alpha1.DeletionFlowControl, objLabels map[string]string) bool {
+	if dfc.Spec.ObjectSelector == nil {
+		return true
+	}
+	s, err := metav1.LabelSelectorAsSelector(dfc.Spec.ObjectSelector)
+	// A selector that does not parse takes in everything: counted, never
+	// waved through.
+	return err != nil || s.Matches(labels.Set(objLabels))
 }
 
 func exempt(dfc *v1alpha1.DeletionFlowControl, req admission.Request, objLabels map[string]string) bool {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -40,6 +41,16 @@ func TestFlowControlHandlerInProcess(t *testing.T) {
 		return review{op: admissionv1.Create, gvr: podsGVR, kind: schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: "Eviction"},
 			subResource: "eviction", namespace: "shop", name: name,
 			obj: map[string]any{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": map[string]any{"name": name, "namespace": "shop"}}}
+	}
+	// The pods evictions name, as the API server holds them (an eviction
+	// carries no labels: the handler reads the pod's).
+	pods := []client.Object{
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "shop", Labels: map[string]string{"tier": "batch"}}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "shop", Labels: map[string]string{"tier": "batch"}}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Labels: map[string]string{"tier": "web"}}},
+	}
+	batch := func(s *v1alpha1.DeletionFlowControlSpec) {
+		s.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "batch"}}
 	}
 	type step struct {
 		review review
@@ -79,6 +90,19 @@ func TestFlowControlHandlerInProcess(t *testing.T) {
 			steps: []step{{review: del("a", map[string]string{"scratch": "true"}), want: outcome{allowed: true}}}, counts: 0},
 		{name: "an eviction counts as a delete", flow: "pods",
 			steps: []step{{review: evict("a"), want: outcome{allowed: true}}, {review: del("b", nil), want: outcome{code: http.StatusForbidden}}}, counts: 1},
+		{name: "each eviction counts, even of a pod by a name evicted before (a StatefulSet's pod comes back under it)", flow: "pods",
+			steps: []step{{review: evict("a"), want: outcome{allowed: true}}, {review: evict("a"), want: outcome{code: http.StatusForbidden}}}, counts: 1},
+		{name: "an eviction's dry run in its body is decided and never counted", flow: "pods",
+			steps: []step{{review: func() review {
+				r := evict("a")
+				r.obj.(map[string]any)["deleteOptions"] = map[string]any{"dryRun": []string{"All"}}
+				return r
+			}(), want: outcome{allowed: true}}}, counts: 0},
+		{name: "an eviction of a pod the objectSelector leaves out is not counted", flow: "pods", spec: batch,
+			steps: []step{{review: evict("web"), want: outcome{allowed: true}}, {review: evict("a"), want: outcome{allowed: true}},
+				{review: evict("b"), want: outcome{code: http.StatusForbidden}}}, counts: 1},
+		{name: "an eviction of a pod that does not exist deletes nothing and is not counted", flow: "pods",
+			steps: []step{{review: evict("gone"), want: outcome{allowed: true}}}, counts: 0},
 		{name: "an eviction does not count when evictions are left out", flow: "pods",
 			spec:  func(s *v1alpha1.DeletionFlowControlSpec) { s.CountEvictions = ptr.To(false) },
 			steps: []step{{review: evict("a"), want: outcome{allowed: true}}, {review: del("b", nil), want: outcome{allowed: true}}}, counts: 1},
@@ -99,6 +123,9 @@ func TestFlowControlHandlerInProcess(t *testing.T) {
 			if err := v1alpha1.AddToScheme(scheme); err != nil {
 				t.Fatal(err)
 			}
+			if err := corev1.AddToScheme(scheme); err != nil {
+				t.Fatal(err)
+			}
 			dfc := &v1alpha1.DeletionFlowControl{ObjectMeta: metav1.ObjectMeta{Name: "pods", Generation: 1},
 				Spec: v1alpha1.DeletionFlowControlSpec{
 					Resources: []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"pods"}}},
@@ -106,7 +133,7 @@ func TestFlowControlHandlerInProcess(t *testing.T) {
 			if tt.spec != nil {
 				tt.spec(&dfc.Spec)
 			}
-			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(dfc).WithStatusSubresource(dfc).Build()
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(append([]client.Object{dfc}, pods...)...).WithStatusSubresource(dfc).Build()
 			h := &rampartadmission.FlowControl{Client: c, Clock: clocktesting.NewFakePassiveClock(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))}
 			ctx := context.Background()
 			if tt.flow != "" {

@@ -12,6 +12,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -125,15 +126,20 @@ func (l *Ledger[T]) Decide(ctx context.Context, r Request, decide func(obj T) (D
 	retriable := func(err error) bool {
 		return (apierrors.IsConflict(err) || apierrors.IsNotFound(err)) && l.clock().Now().Before(deadline)
 	}
-	err := retry.OnError(backoff, retriable, func() error {
+	err := retryOn(backoff, retriable, func() error {
 		out = Outcome[T]{}
 		obj, stale, err := l.read(ctx, r.Object, latest)
-		if apierrors.IsNotFound(err) {
+		switch {
+		case gone(err, r.Object):
 			l.forget(r.Object)
 			out.Allowed, out.Gone = true, true
 			return nil
-		}
-		if err != nil {
+		case apierrors.IsNotFound(err):
+			// Not the object: the API server does not serve its kind
+			// yet (a server starting). Ask again, never wave through.
+			latest = true
+			return err
+		case err != nil:
 			return readError{err}
 		}
 		d, err := decide(obj)
@@ -142,10 +148,13 @@ func (l *Ledger[T]) Decide(ctx context.Context, r Request, decide func(obj T) (D
 		}
 		if !d.Allowed && !d.Write && stale {
 			// Deny only on the latest.
-			if obj, _, err = l.read(ctx, r.Object, true); apierrors.IsNotFound(err) {
+			if obj, _, err = l.read(ctx, r.Object, true); gone(err, r.Object) {
 				l.forget(r.Object)
 				out.Allowed, out.Gone = true, true
 				return nil
+			} else if apierrors.IsNotFound(err) {
+				latest = true
+				return err
 			} else if err != nil {
 				return readError{err}
 			}
@@ -190,7 +199,7 @@ func (l *Ledger[T]) Amend(ctx context.Context, key client.ObjectKey, change func
 	lock := l.lock(key)
 	lock.Lock()
 	defer lock.Unlock()
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retryOn(retry.DefaultRetry, apierrors.IsConflict, func() error {
 		obj := l.New()
 		if err := l.Client.Get(ctx, key, obj); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -208,6 +217,36 @@ func (l *Ledger[T]) Amend(ctx context.Context, key client.ObjectKey, change func
 		l.set(key, obj)
 		return nil
 	})
+}
+
+// gone says whether err is the API server's word that the object does
+// not exist. A 404 that names no object ("the server could not find the
+// requested resource") is not: an API server starting may answer it for
+// a custom resource it does not serve yet, and taking that for "deleted"
+// admitted requests uncounted.
+func gone(err error, key client.ObjectKey) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	return d != nil && d.Name == key.Name
+}
+
+// retryOn calls fn until it succeeds or fails with an error retriable
+// does not take, sleeping between tries as b says, and returns fn's last
+// error. Not client-go's retry.OnError: that one takes an error wrapping
+// a canceled context (a write cut off as the replica shuts down) for an
+// interrupted wait and returns the last retriable error instead — nil
+// when there was none, a decision reported written that never was.
+func retryOn(b wait.Backoff, retriable func(error) bool, fn func() error) error {
+	for {
+		err := fn()
+		if err == nil || !retriable(err) || b.Steps <= 1 {
+			return err
+		}
+		time.Sleep(b.Step())
+	}
 }
 
 // readError and decideError end the loop: they are not the API errors it

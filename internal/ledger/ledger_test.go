@@ -3,6 +3,8 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -215,6 +218,52 @@ func TestGoneObjectGuardsNothing(t *testing.T) {
 	out, err := l.Decide(context.Background(), Request{Object: key, ID: "a"}, take("a", &calls))
 	if err != nil || !out.Allowed || !out.Gone || calls != 0 {
 		t.Fatalf("%+v, %v; want allowed as gone, not decided", out, err)
+	}
+}
+
+// A write cut off by the replica's shutdown (its context canceled before
+// or while the status is stored) is an error, never an admission: the
+// request was not counted. client-go's retry.OnError took a canceled
+// context for an interrupted wait and returned the last retriable error,
+// nil: the decision stood unwritten and a stopping replica admitted
+// deletes it never counted (the flow control's 26 under a limit of 25).
+func TestWriteCutOffByShutdownIsNotAdmitted(t *testing.T) {
+	for _, cut := range []error{
+		fmt.Errorf("client rate limiter Wait returned an error: %w", context.Canceled),
+		&url.Error{Op: "Put", URL: "https://127.0.0.1/status", Err: context.Canceled},
+		fmt.Errorf("request: %w", context.DeadlineExceeded),
+	} {
+		c := newClient(t, &interceptor.Funcs{SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
+			return cut
+		}}, newBudget(1))
+		calls := 0
+		out, err := newLedger(c, clocktesting.NewFakeClock(time.Now())).Decide(context.Background(), Request{Object: key, ID: "a"}, take("a", &calls))
+		if err == nil || out.Written {
+			t.Errorf("write failing with %v: %+v, %v; want an error", cut, out, err)
+		}
+		if b := stored(t, c); b.Status.UnavailableAllowed != 1 {
+			t.Errorf("status %+v; want nothing counted", b.Status)
+		}
+	}
+}
+
+// An API server starting may answer 404 for a custom resource it does not
+// serve yet ("the server could not find the requested resource", no object
+// named): that is not the object gone, and the request is decided on the
+// object once the server serves it.
+func TestNotFoundWithoutTheObjectIsNotGone(t *testing.T) {
+	var starting atomic.Int32
+	c := newClient(t, &interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+		if starting.Add(1) <= 2 {
+			return apierrors.NewNotFound(schema.GroupResource{}, "")
+		}
+		return c.Get(ctx, k, o, opts...)
+	}}, newBudget(0))
+	l := newLedger(c, clocktesting.NewFakeClock(time.Now()))
+	calls := 0
+	out, err := l.Decide(context.Background(), Request{Object: key, ID: "a"}, take("a", &calls))
+	if err != nil || out.Allowed || out.Gone || calls != 1 {
+		t.Fatalf("%+v, %v after %d decisions; want denied by the object once it is served, not allowed as gone", out, err, calls)
 	}
 }
 

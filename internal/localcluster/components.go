@@ -111,7 +111,9 @@ func (c *Cluster) startAPIServerOn(ctx context.Context, name string, port int, a
 }
 
 // auditPolicy records every request's metadata except the lease heartbeats
-// of nodes and controllers, which would drown the rest.
+// of nodes and controllers, which would drown the rest, and the bodies of
+// the status writes of budgets and flow controls: what the ledger wrote,
+// write by write, to tell how a count went wrong.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
@@ -122,6 +124,11 @@ rules:
     resources: ["leases"]
 - level: None
   nonResourceURLs: ["/healthz*", "/readyz*", "/livez*"]
+- level: Request
+  verbs: ["update", "patch"]
+  resources:
+  - group: rampart.io
+    resources: ["podunavailablebudgets/status", "deletionflowcontrols/status"]
 - level: Metadata
 `
 

@@ -51,7 +51,8 @@ func TestReadyWaitsForTheCurrentSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c := ready(); c == nil || c.Status != metav1.ConditionTrue || c.Reason != "Counting" ||
-		c.Message != "webhook pods.flowcontrol.rampart.io registered: deletes are counted" {
+		// With an objectSelector, evictions have a webhook of their own.
+		c.Message != "webhooks pods.flowcontrol.rampart.io, pods.flowcontrol-evictions.rampart.io registered: deletes are counted" {
 		t.Errorf("with the new spec registered: %+v", c)
 	}
 }
