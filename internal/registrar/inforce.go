@@ -308,7 +308,10 @@ func (r *Registrar) writeOnce(ctx context.Context, force bool) (string, error) {
 	} else if err != nil {
 		return "", err
 	}
-	reg, own := r.desired(ctx, now)
+	reg, own, err := r.desired(ctx, now)
+	if err != nil {
+		return "", err
+	}
 	want, marks := mergeLive(reg, own, live, now)
 	if live != nil && !force && sameReach(live.Webhooks, want.Webhooks) && live.Annotations[pendingAnnotation] == encodeMarks(marks) &&
 		live.Annotations[tokenAnnotation] != "" {
@@ -341,8 +344,11 @@ func (r *Registrar) writeOnce(ctx context.Context, force bool) (string, error) {
 // desired is what this replica's caches and own pending coverage make,
 // and the marks of that pending coverage. Pending coverage the caches now
 // hold, or that expired, is forgotten.
-func (r *Registrar) desired(ctx context.Context, now time.Time) (rampartadmission.Registration, map[string]time.Time) {
-	reg := r.fromCaches(ctx)
+func (r *Registrar) desired(ctx context.Context, now time.Time) (rampartadmission.Registration, map[string]time.Time, error) {
+	reg, err := r.fromCaches(ctx)
+	if err != nil {
+		return reg, nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pending = slices.DeleteFunc(r.pending, func(p pending) bool { return !p.until.After(now) || caughtUp(p, reg) })
@@ -357,7 +363,7 @@ func (r *Registrar) desired(ctx context.Context, now time.Time) (rampartadmissio
 	merged.ScaleTargets = append(merged.ScaleTargets, r.targets.Targets(pendingPolicies(r.pending))...)
 	slices.Sort(merged.ScaleTargets)
 	merged.ScaleTargets = slices.Compact(merged.ScaleTargets)
-	return merged, own
+	return merged, own, nil
 }
 
 func pendingPolicies(ps []pending) []v1alpha1.ProtectionPolicy {

@@ -1,8 +1,11 @@
 package registrar
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,5 +148,23 @@ func TestScaleWideningOncePerPolicy(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("guard.scale.policy.rampart.io registered %d times: %v", n, names)
+	}
+}
+
+type failingPolicies struct{}
+
+func (failingPolicies) List(context.Context) ([]v1alpha1.ProtectionPolicy, error) {
+	return nil, errors.New("cache not ready")
+}
+
+// A registration the caches could not list is no registration: written, it
+// would drop the unlisted protections' webhooks for every replica.
+func TestNoRegistrationFromAFailedList(t *testing.T) {
+	r := &Registrar{policies: failingPolicies{}}
+	if _, err := r.fromCaches(context.Background()); err == nil || !strings.Contains(err.Error(), "listing ProtectionPolicies: cache not ready") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, _, err := r.desired(context.Background(), time.Now()); err == nil {
+		t.Fatal("desired made a registration from a failed list")
 	}
 }

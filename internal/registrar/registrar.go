@@ -7,6 +7,7 @@ package registrar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -133,27 +134,30 @@ func (r *Registrar) Registration() rampartadmission.Registration {
 	return r.base
 }
 
-// fromCaches is the registration this replica's caches make.
-func (r *Registrar) fromCaches(ctx context.Context) rampartadmission.Registration {
+// fromCaches is the registration this replica's caches make. A list that
+// fails fails it: a configuration written without the policies, windows,
+// flow controls or recycle policies it could not list would drop their
+// webhooks for every replica until the next write.
+func (r *Registrar) fromCaches(ctx context.Context) (rampartadmission.Registration, error) {
 	reg := r.Registration()
 	policies, err := r.policies.List(ctx)
 	if err != nil {
-		r.log.Error(err, "listing ProtectionPolicies")
+		return reg, fmt.Errorf("listing ProtectionPolicies: %w", err)
 	}
 	reg.Policies = policies
 	reg.ScaleTargets = r.targets.Targets(policies)
 	if reg.Windows, err = listWindows(ctx, r.reader); err != nil {
-		r.log.Error(err, "listing ChangeWindows")
+		return reg, fmt.Errorf("listing ChangeWindows: %w", err)
 	}
 	var fcs v1alpha1.DeletionFlowControlList
 	if err := r.reader.List(ctx, &fcs); err != nil {
-		r.log.Error(err, "listing DeletionFlowControls")
+		return reg, fmt.Errorf("listing DeletionFlowControls: %w", err)
 	}
 	slices.SortFunc(fcs.Items, func(a, b v1alpha1.DeletionFlowControl) int { return strings.Compare(a.Name, b.Name) })
 	reg.FlowControls = fcs.Items
 	var rps v1alpha1.RecyclePolicyList
 	if err := r.reader.List(ctx, &rps); err != nil {
-		r.log.Error(err, "listing RecyclePolicies")
+		return reg, fmt.Errorf("listing RecyclePolicies: %w", err)
 	}
 	slices.SortFunc(rps.Items, func(a, b v1alpha1.RecyclePolicy) int { return strings.Compare(a.Name, b.Name) })
 	reg.RecyclePolicies = rps.Items
@@ -161,6 +165,7 @@ func (r *Registrar) fromCaches(ctx context.Context) rampartadmission.Registratio
 	if r.compiledLabels != "" {
 		// Read live, after the live configuration (writeOnce): a record
 		// withdrawn before a widening write is seen by every later write.
+		// Unread, the label webhooks stay wide: safe.
 		record, err := readInForce(ctx, r.client)
 		if err != nil {
 			r.log.Error(err, "reading which compiled policies are in force")
@@ -171,7 +176,7 @@ func (r *Registrar) fromCaches(ctx context.Context) rampartadmission.Registratio
 			reg.Scaled, _ = compiled.ScaledResources(crds)
 		}
 	}
-	return reg
+	return reg, nil
 }
 
 // synced says whether the views the configuration is made from (the
