@@ -7,17 +7,37 @@ import (
 
 // budgetPlugin is the protection PodUnavailableBudgets give: disruptions
 // and evictions of every pod of a namespace holding budgets are judged.
-type budgetPlugin struct{}
-
-func (budgetPlugin) Name() string { return "podunavailablebudget" }
-
-func (budgetPlugin) Routes(d Deps) []Route {
-	return []Route{{Path: BudgetPath, Handler: &Budgets{Client: d.Direct, Cache: d.Cache, Index: d.BudgetIndex, Pods: d.Pods,
-		Namespaces: d.Namespaces, Recorder: d.Recorder, Targets: d.Scales, Nodes: d.Nodes, PartitionThreshold: d.BudgetPartitionThreshold, Owners: d.Owners}}}
+type budgetPlugin struct {
+	WantsDirect
+	WantsCache
+	WantsPods
+	WantsRecorder
+	WantsNodes
+	WantsBudgets
 }
 
-func (budgetPlugin) Webhooks(reg Registration, b Builder) []Webhook {
-	if len(reg.BudgetNamespaces) == 0 {
+// BudgetNamespaceKeys is the key set of the namespaces holding budgets.
+const BudgetNamespaceKeys = "budgets"
+
+func (*budgetPlugin) Name() string { return "podunavailablebudget" }
+
+// Keys are the namespaces holding budgets, from the budget index.
+func (p *budgetPlugin) Keys() KeySet {
+	if p.BudgetIndex == nil {
+		return KeySet{Name: BudgetNamespaceKeys}
+	}
+	return KeySet{Name: BudgetNamespaceKeys, HasSynced: p.BudgetsSynced,
+		Cached: func() []string { return p.BudgetIndex.Namespaces() }}
+}
+
+func (p *budgetPlugin) Routes() []Route {
+	return []Route{{Path: BudgetPath, Handler: &Budgets{Client: p.Direct, Cache: p.Cache, Index: p.BudgetIndex, Pods: p.Pods,
+		Namespaces: p.Namespaces, Recorder: p.Recorder, Targets: p.Scales, Nodes: p.Nodes, PartitionThreshold: p.PartitionThreshold, Owners: p.Owners}}}
+}
+
+func (*budgetPlugin) Webhooks(reg Registration, b Builder) []Webhook {
+	namespaces := reg.Keys[BudgetNamespaceKeys]
+	if len(namespaces) == 0 {
 		return nil
 	}
 	// Every pod there: a pod's labels say which budget covers it, and the
@@ -26,10 +46,10 @@ func (budgetPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	pub := b.Webhook(BudgetsWebhookName, BudgetPath,
 		rule(admissionregistrationv1.Delete, "", "pods"), rule(admissionregistrationv1.Update, "", "pods"),
 		rule(admissionregistrationv1.Update, "", "pods/resize"))
-	pub.NamespaceSelector = inNamespaces(reg.BudgetNamespaces)
+	pub.NamespaceSelector = inNamespaces(namespaces)
 	pub.TimeoutSeconds = ptr.To(int32(10))
 	evict := b.Webhook(EvictionWebhookName, BudgetPath, rule(admissionregistrationv1.Create, "", "pods/eviction"))
-	evict.NamespaceSelector = inNamespaces(reg.BudgetNamespaces)
+	evict.NamespaceSelector = inNamespaces(namespaces)
 	evict.TimeoutSeconds = ptr.To(int32(10))
 	return own(Owner{}, pub, evict)
 }

@@ -27,11 +27,7 @@ func (o Objects) Handle(ctx context.Context, req admission.Request) admission.Re
 // API server, so that the budget holds from the moment the API server
 // stores it.
 type BudgetAdmission struct {
-	InForce interface {
-		// BudgetNamespace registers ns as holding budgets and returns once
-		// every API server enforces that.
-		BudgetNamespace(ctx context.Context, ns string) error
-	}
+	InForce InForce
 }
 
 // Handle implements admission.Handler.
@@ -39,7 +35,7 @@ func (h *BudgetAdmission) Handle(ctx context.Context, req admission.Request) adm
 	if req.Operation != admissionv1.Create || req.Namespace == "" || dryRun(req) {
 		return admission.Allowed("") // a dry run registers nothing
 	}
-	if err := h.InForce.BudgetNamespace(ctx, req.Namespace); err != nil {
+	if err := h.InForce.Key(ctx, BudgetNamespaceKeys, req.Namespace); err != nil {
 		return NotLoadedStatus("PodUnavailableBudget "+req.Namespace+"/"+req.Name, err)
 	}
 	return admission.Allowed("")

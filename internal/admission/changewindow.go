@@ -214,13 +214,3 @@ func windowName(ctx context.Context) string {
 	s, _ := ctx.Value(windowKey{}).(string)
 	return s
 }
-
-// WindowSpec rejects ChangeWindows whose schedules cannot be compiled:
-// cron expressions that do not parse or never fire, which the CRD's CEL
-// rules cannot see. It admits a valid window once its webhook is in force.
-type WindowSpec struct{ InForce InForce }
-
-// Handle implements admission.Handler.
-func (h WindowSpec) Handle(ctx context.Context, req admission.Request) admission.Response {
-	return windowInForce(ctx, h.InForce, req)
-}

@@ -13,19 +13,34 @@ import (
 // flowControlPlugin is the protection DeletionFlowControls give: a
 // webhook per flow control counting the deletes (and evictions) it scopes,
 // and one for its evictions when it has an objectSelector.
-type flowControlPlugin struct{}
+type flowControlPlugin struct {
+	WantsDirect
+	WantsPods
+	WantsRecorder
+	WantsNodes
+}
 
-func (flowControlPlugin) Name() string { return "deletionflowcontrol" }
+// FlowControlKind is the kind whose objects are DeletionFlowControls.
+const FlowControlKind = "DeletionFlowControl"
 
-func (flowControlPlugin) Routes(d Deps) []Route {
-	return []Route{{Path: FlowControlPrefix, Handler: &FlowControl{Client: d.Direct, Pods: d.Pods, Recorder: d.Recorder,
-		Nodes: d.Nodes, PartitionThreshold: d.BudgetPartitionThreshold},
+// FlowControlOwner is the owner of a DeletionFlowControl's webhook.
+func FlowControlOwner(name string) Owner { return Owner{Kind: FlowControlKind, Name: name} }
+
+func (*flowControlPlugin) Name() string { return "deletionflowcontrol" }
+
+func (*flowControlPlugin) Objects() ObjectKind {
+	return NewObjectKind[v1alpha1.DeletionFlowControl, *v1alpha1.DeletionFlowControl, v1alpha1.DeletionFlowControlList](FlowControlKind, "deletionflowcontrols", false)
+}
+
+func (p *flowControlPlugin) Routes() []Route {
+	return []Route{{Path: FlowControlPrefix, Handler: &FlowControl{Client: p.Direct, Pods: p.Pods, Recorder: p.Recorder,
+		Nodes: p.Nodes, PartitionThreshold: p.PartitionThreshold},
 		WithContext: FlowControlFromPath}}
 }
 
-func (flowControlPlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*flowControlPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	var out []Webhook
-	for _, f := range reg.FlowControls {
+	for _, f := range ObjectsOf[*v1alpha1.DeletionFlowControl](reg, FlowControlKind) {
 		var rules []admissionregistrationv1.RuleWithOperations
 		evictions := false
 		for _, r := range f.Spec.Resources {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -57,13 +58,9 @@ func (fuzzView) NamespaceTerminating(string) bool                   { return fal
 // fuzzInForce admits every protection at once.
 type fuzzInForce struct{}
 
-func (fuzzInForce) ScaleTarget(context.Context, string) error                            { return nil }
-func (fuzzInForce) Policy(context.Context, *v1alpha1.ProtectionPolicy) error             { return nil }
+func (fuzzInForce) Object(context.Context, client.Object) error                          { return nil }
+func (fuzzInForce) Key(context.Context, string, string) error                            { return nil }
 func (fuzzInForce) Relabelled(context.Context, *v1alpha1.ProtectionPolicy, string) error { return nil }
-func (fuzzInForce) Window(context.Context, *v1alpha1.ChangeWindow) error                 { return nil }
-func (fuzzInForce) FlowControl(context.Context, *v1alpha1.DeletionFlowControl) error     { return nil }
-func (fuzzInForce) BudgetNamespace(context.Context, string) error                        { return nil }
-func (fuzzInForce) RecyclePolicy(context.Context, *v1alpha1.RecyclePolicy) error         { return nil }
 
 // fuzzPolicies holds one policy, "always", protecting every object.
 type fuzzPolicies struct{}
@@ -147,9 +144,9 @@ spec:
 	reg(rampartadmission.PolicyDeletionPrefix, del, rampartadmission.PolicyFromPath(rampartadmission.PolicyDeletionPrefix))
 	reg(rampartadmission.PolicyReplicasPrefix, rep, rampartadmission.PolicyFromPath(rampartadmission.PolicyReplicasPrefix))
 	reg(rampartadmission.WindowPrefix, &rampartadmission.Windows{Reader: c, Live: c}, rampartadmission.WindowFromPath)
-	reg(rampartadmission.WindowSpecPath, rampartadmission.WindowSpec{InForce: fuzzInForce{}}, nil)
+	reg(rampartadmission.WindowSpecPath, rampartadmission.Spec{InForce: fuzzInForce{}}, nil)
 	reg(rampartadmission.ObjectsPath, rampartadmission.Objects{
-		"changewindows":         rampartadmission.WindowSpec{InForce: fuzzInForce{}},
+		"changewindows":         rampartadmission.Spec{InForce: fuzzInForce{}},
 		"podunavailablebudgets": &rampartadmission.BudgetAdmission{InForce: fuzzInForce{}},
 		"deployments":           generated,
 		"statefulsets":          generated,
@@ -189,10 +186,10 @@ var fuzzPaths = []string{
 	rampartadmission.RecyclePrefix + "rc",
 }
 
-// TestFuzzReachesEveryRoute: a protection added to admission.Plugins is
+// TestFuzzReachesEveryRoute: a protection added to admission.Protections is
 // fuzzed too, or this fails.
 func TestFuzzReachesEveryRoute(t *testing.T) {
-	for _, r := range rampartadmission.Routes(rampartadmission.Deps{}) {
+	for _, r := range rampartadmission.Routes(rampartadmission.Initialize(rampartadmission.Protections(), rampartadmission.Deps{})) {
 		if !slices.ContainsFunc(fuzzPaths, func(p string) bool { return strings.HasPrefix(p, r.Path) }) {
 			t.Errorf("the manager serves %s, which FuzzAdmissionReview never calls: register its handler in the fuzz server and add the path to fuzzPaths", r.Path)
 		}

@@ -5,17 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"time"
+	"slices"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	"github.com/rampart-io/rampart/internal/changewindow"
 	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
@@ -23,21 +23,23 @@ import (
 // and loaded by every API server) before the request that creates it is
 // admitted: a protection holds from the moment the API accepts it.
 type InForce interface {
-	ScaleTarget(ctx context.Context, target string) error
-	Policy(ctx context.Context, p *v1alpha1.ProtectionPolicy) error
+	// Object puts the webhooks obj registers in force (obj is of an
+	// ObjectKind a protection declared).
+	Object(ctx context.Context, obj client.Object) error
+	// Key puts key of the KeySet named set in force (a workload gaining
+	// the explicit-replicas label, a namespace's first budget).
+	Key(ctx context.Context, set, key string) error
 	// Relabelled puts p's webhooks in force for namespace ns by name.
 	Relabelled(ctx context.Context, p *v1alpha1.ProtectionPolicy, ns string) error
-	Window(ctx context.Context, w *v1alpha1.ChangeWindow) error
-	FlowControl(ctx context.Context, f *v1alpha1.DeletionFlowControl) error
-	RecyclePolicy(ctx context.Context, p *v1alpha1.RecyclePolicy) error
 }
 
 // inForceTimeout is the timeout of webhooks that may wait on a Barrier
 // (DefaultBarrierTimeout) before they answer.
 const inForceTimeout = int32(15)
 
-// SpecPath judges the creation and change of ProtectionPolicies,
-// DeletionFlowControls and RecyclePolicies: admitted once their webhooks
+// SpecPath judges the creation and change of the cluster-scoped kinds
+// that register webhooks of their own (ProtectionPolicies,
+// DeletionFlowControls, RecyclePolicies): admitted once their webhooks
 // are in force.
 const SpecPath = "/validate/spec"
 
@@ -45,49 +47,66 @@ const SpecPath = "/validate/spec"
 // webhooks Rampart registers. Failing closed means: with Rampart down, no
 // policy or flow control can be created or changed (it could not be
 // enforced either).
-func specWebhook(webhook func(string, string, ...admissionregistrationv1.RuleWithOperations) admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.ValidatingWebhook {
-	h := webhook("spec.rampart.io", SpecPath, admissionregistrationv1.RuleWithOperations{
-		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
-			Resources: []string{"protectionpolicies", "deletionflowcontrols", "recyclepolicies"}, Scope: ptr.To(admissionregistrationv1.ClusterScope)},
-	})
+func specWebhook(b Builder, kinds []ObjectKind) admissionregistrationv1.ValidatingWebhook {
+	h := b.Webhook("spec.rampart.io", SpecPath, kindsRule(kinds, false, admissionregistrationv1.Create, admissionregistrationv1.Update))
 	h.TimeoutSeconds = ptr.To(inForceTimeout)
 	return h
 }
 
-// Spec is the handler of SpecPath.
-type Spec struct{ InForce InForce }
+// kindsRule reaches ops of the kinds of one scope.
+func kindsRule(kinds []ObjectKind, namespaced bool, ops ...admissionregistrationv1.OperationType) admissionregistrationv1.RuleWithOperations {
+	var resources []string
+	for _, k := range kinds {
+		if k.Namespaced == namespaced {
+			resources = append(resources, k.Resource)
+		}
+	}
+	scope := admissionregistrationv1.ClusterScope
+	if namespaced {
+		scope = admissionregistrationv1.NamespacedScope
+	}
+	return admissionregistrationv1.RuleWithOperations{Operations: ops,
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
+			Resources: resources, Scope: ptr.To(scope)}}
+}
+
+// Spec admits an object of a kind that registers webhooks of its own once
+// they are in force, after the kind's own validation. It serves SpecPath
+// and, for namespaced kinds, ObjectsPath.
+type Spec struct {
+	InForce InForce
+	// Kinds it judges; nil: every protection's.
+	Kinds []ObjectKind
+}
 
 // Handle implements admission.Handler.
 func (h Spec) Handle(ctx context.Context, req admission.Request) admission.Response {
+	kinds := h.Kinds
+	if kinds == nil {
+		kinds = Kinds(Protections())
+	}
+	i := slices.IndexFunc(kinds, func(k ObjectKind) bool { return k.Resource == req.Resource.Resource })
+	if i < 0 {
+		return admission.Allowed("")
+	}
+	kind := kinds[i]
+	obj := kind.New()
+	if err := json.Unmarshal(req.Object.Raw, obj); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if kind.Validate != nil {
+		if err := kind.Validate(obj); err != nil {
+			return admission.Denied(fmt.Sprintf("%s %s: %v", kind.Kind, obj.GetName(), err))
+		}
+	}
 	if h.InForce == nil || dryRun(req) || !specChanged(req) {
 		return admission.Allowed("")
 	}
-	var err error
-	var what string
-	switch req.Resource.Resource {
-	case "protectionpolicies":
-		p := &v1alpha1.ProtectionPolicy{}
-		if err := json.Unmarshal(req.Object.Raw, p); err != nil {
-			return admission.Errored(http.StatusBadRequest, err)
-		}
-		what, err = "ProtectionPolicy "+p.Name, h.InForce.Policy(ctx, p)
-	case "deletionflowcontrols":
-		f := &v1alpha1.DeletionFlowControl{}
-		if err := json.Unmarshal(req.Object.Raw, f); err != nil {
-			return admission.Errored(http.StatusBadRequest, err)
-		}
-		what, err = "DeletionFlowControl "+f.Name, h.InForce.FlowControl(ctx, f)
-	case "recyclepolicies":
-		p := &v1alpha1.RecyclePolicy{}
-		if err := json.Unmarshal(req.Object.Raw, p); err != nil {
-			return admission.Errored(http.StatusBadRequest, err)
-		}
-		what, err = "RecyclePolicy "+p.Name, h.InForce.RecyclePolicy(ctx, p)
-	default:
-		return admission.Allowed("")
+	what := kind.Kind + " " + obj.GetName()
+	if obj.GetNamespace() != "" {
+		what = kind.Kind + " " + obj.GetNamespace() + "/" + obj.GetName()
 	}
-	if err != nil {
+	if err := h.InForce.Object(ctx, obj); err != nil {
 		return NotLoadedStatus(what, err)
 	}
 	return admission.Allowed("")
@@ -107,24 +126,6 @@ func specChanged(req admission.Request) bool {
 		return true
 	}
 	return old.GetGeneration() != cur.GetGeneration()
-}
-
-// windowInForce validates a ChangeWindow and puts its webhook in force.
-func windowInForce(ctx context.Context, inForce InForce, req admission.Request) admission.Response {
-	cw := &v1alpha1.ChangeWindow{}
-	if err := json.Unmarshal(req.Object.Raw, cw); err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
-	if _, err := changewindow.Compile(cw.Spec, time.Now()); err != nil {
-		return admission.Denied(fmt.Sprintf("ChangeWindow %s: %v", cw.Name, err))
-	}
-	if inForce == nil || dryRun(req) || !specChanged(req) {
-		return admission.Allowed("")
-	}
-	if err := inForce.Window(ctx, cw); err != nil {
-		return NotLoadedStatus("ChangeWindow "+cw.Namespace+"/"+cw.Name, err)
-	}
-	return admission.Allowed("")
 }
 
 // labelInForce puts the scale subresource of a workload under the
@@ -153,7 +154,7 @@ func (h *Replicas) labelInForce(ctx context.Context, req admission.Request) *adm
 		return nil
 	}
 	target := gr.Group + "/" + gr.Resource + "/" + req.Namespace + "/" + cur.GetName()
-	if err := h.InForce.ScaleTarget(ctx, target); err != nil {
+	if err := h.InForce.Key(ctx, ScaleTargetKeys, target); err != nil {
 		r := NotLoadedStatus(fmt.Sprintf("label %s=true on %s %s/%s", v1alpha1.LabelExplicitReplicas, gr.String(), req.Namespace, cur.GetName()), err)
 		return &r
 	}

@@ -15,12 +15,34 @@ import (
 
 // labelsPlugin is the protection of objects labelled
 // rampart.io/protection and rampart.io/explicit-replicas.
-type labelsPlugin struct{}
+type labelsPlugin struct{ guards }
 
-func (labelsPlugin) Name() string { return "labels" }
+// guards is what the deletion and replicas handlers read, which both the
+// labels and the policies serve.
+type guards struct {
+	WantsDeletionView
+	WantsScaleTargets
+	WantsPolicies
+	WantsRecorder
+	WantsMapper
+	WantsInForce
+	WantsReplicas
+	WantsBin
+}
 
-func (labelsPlugin) Routes(d Deps) []Route {
-	return []Route{{Path: DeletionPath, Handler: d.deletion()}, {Path: ReplicasPath, Handler: d.replicas()}}
+func (g *guards) deletion() *Deletion {
+	return &Deletion{View: g.Deletion, Policies: g.Policies, Recorder: g.Recorder, Mapper: g.Mapper, Bin: g.Bin}
+}
+
+func (g *guards) replicas() *Replicas {
+	return &Replicas{View: g.ScaleTargets, Policies: g.Policies, Exempt: g.ReplicasExempt, Recorder: g.Recorder,
+		InForce: g.InForce, LiveLabels: g.LiveLabels, Mapper: g.Mapper}
+}
+
+func (*labelsPlugin) Name() string { return "labels" }
+
+func (l *labelsPlugin) Routes() []Route {
+	return []Route{{Path: DeletionPath, Handler: l.deletion()}, {Path: ReplicasPath, Handler: l.replicas()}}
 }
 
 func labelled(key string, values ...string) *metav1.LabelSelector {
@@ -29,7 +51,7 @@ func labelled(key string, values ...string) *metav1.LabelSelector {
 	}}}
 }
 
-func (labelsPlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*labelsPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	// Any resource may carry the labels; the selectors let only labelled
 	// objects through.
 	del := b.Webhook("deletion.rampart.io", DeletionPath, rule(admissionregistrationv1.Delete, "*", "*"))

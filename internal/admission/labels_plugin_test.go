@@ -22,7 +22,7 @@ import (
 func TestLabelWebhookLeavesOnlyConfirmedCustomResourceWrites(t *testing.T) {
 	reg := Registration{CompiledLabels: true, OwnNamespace: "rampart-system", Scaled: []compiled.ScaledResource{compiledtest.Widgets}}
 	var upd *admissionregistrationv1.ValidatingWebhook
-	for _, w := range (labelsPlugin{}).Webhooks(reg, newBuilder(reg)) {
+	for _, w := range (&labelsPlugin{}).Webhooks(reg, newBuilder(reg)) {
 		if w.Name == "replicas.rampart.io" {
 			upd = &w.ValidatingWebhook
 		}

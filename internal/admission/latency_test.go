@@ -12,12 +12,13 @@ import (
 
 	"os"
 
-	"github.com/rampart-io/rampart/internal/localcluster"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/rampart-io/rampart/internal/localcluster"
 
 	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
 	"github.com/rampart-io/rampart/internal/storage/s3test"

@@ -11,46 +11,50 @@ import (
 // cannot check), new PodUnavailableBudgets once the budget webhooks reach
 // their namespace, workloads asking for a generated budget, and the
 // cluster-scoped kinds whose webhooks must be in force first (spec).
-type objectsPlugin struct{}
-
-func (objectsPlugin) Name() string { return "objects" }
-
-func (objectsPlugin) Routes(d Deps) []Route {
-	generated := &GeneratedBudgets{Client: d.Direct}
-	return []Route{
-		{Path: ObjectsPath, Handler: Objects{
-			"changewindows":         WindowSpec{InForce: d.InForce},
-			"podunavailablebudgets": &BudgetAdmission{InForce: d.InForce},
-			"deployments":           generated,
-			"statefulsets":          generated,
-		}},
-		{Path: SpecPath, Handler: Spec{InForce: d.InForce}},
-	}
+type objectsPlugin struct {
+	WantsDirect
+	WantsInForce
 }
 
-func (objectsPlugin) Webhooks(_ Registration, b Builder) []Webhook {
-	spec := b.Webhook("objects.rampart.io", ObjectsPath, admissionregistrationv1.RuleWithOperations{
-		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
-			Resources: []string{"changewindows"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-	}, admissionregistrationv1.RuleWithOperations{
+func (*objectsPlugin) Name() string { return "objects" }
+
+func (p *objectsPlugin) Routes() []Route {
+	generated := &GeneratedBudgets{Client: p.Direct}
+	kinds := Kinds(Protections())
+	spec := Spec{InForce: p.InForce, Kinds: kinds}
+	objects := Objects{
+		"podunavailablebudgets": &BudgetAdmission{InForce: p.InForce},
+		"deployments":           generated,
+		"statefulsets":          generated,
+	}
+	for _, k := range kinds {
+		if k.Namespaced {
+			objects[k.Resource] = spec
+		}
+	}
+	return []Route{{Path: ObjectsPath, Handler: objects}, {Path: SpecPath, Handler: spec}}
+}
+
+func (*objectsPlugin) Webhooks(_ Registration, b Builder) []Webhook {
+	kinds := Kinds(Protections())
+	spec := b.Webhook("objects.rampart.io", ObjectsPath, kindsRule(kinds, true, admissionregistrationv1.Create, admissionregistrationv1.Update), admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
 			Resources: []string{"podunavailablebudgets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 	})
 	spec.TimeoutSeconds = ptr.To(inForceTimeout)
-	return own(Owner{}, spec, specWebhook(b.Webhook))
+	return own(Owner{}, spec, specWebhook(b, kinds))
 }
 
 // generatedBudgetPlugin admits workloads annotated
 // rampart.io/generate-pub once their budget exists (served by Objects).
 type generatedBudgetPlugin struct{}
 
-func (generatedBudgetPlugin) Name() string { return "generatedbudget" }
+func (*generatedBudgetPlugin) Name() string { return "generatedbudget" }
 
-func (generatedBudgetPlugin) Routes(Deps) []Route { return nil }
+func (*generatedBudgetPlugin) Routes() []Route { return nil }
 
-func (generatedBudgetPlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*generatedBudgetPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	if !reg.GeneratedBudgets {
 		return nil
 	}
@@ -70,11 +74,11 @@ func (generatedBudgetPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 // configuration.
 type probePlugin struct{}
 
-func (probePlugin) Name() string { return "probe" }
+func (*probePlugin) Name() string { return "probe" }
 
-func (probePlugin) Routes(Deps) []Route { return []Route{{Path: ProbePath, Handler: Probe{}}} }
+func (*probePlugin) Routes() []Route { return []Route{{Path: ProbePath, Handler: Probe{}}} }
 
-func (probePlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*probePlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	if reg.Token == "" {
 		return nil
 	}

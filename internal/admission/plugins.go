@@ -23,22 +23,44 @@ import (
 // the part of k8s.io/apiserver's admission.Interface (Handles) and
 // OpenKruise's HandlerGetterMap, split so that the webhook configuration
 // is made from every protection's Webhooks and the webhook server from
-// every protection's Routes. Adding a protection is a value here and one
-// line in Plugins.
+// every protection's Routes. What its handlers read it asks for by
+// embedding Wants types (wants.go); what its webhooks are made from it
+// declares with OwnsObjects or OwnsKeys (inputs.go). Adding a protection
+// is a package and one line in Protections.
 type Protection interface {
 	// Name names the protection (logs, docs).
 	Name() string
-	// Routes are the handlers it serves, built from what the manager has.
-	Routes(Deps) []Route
+	// Routes are the handlers it serves, built from what it asked for.
+	Routes() []Route
 	// Webhooks are the webhooks reg needs for it, each with its owner.
 	Webhooks(Registration, Builder) []Webhook
 }
 
-// Plugins are every protection, in the order of their webhooks in the
-// configuration.
-var Plugins = []Protection{
-	labelsPlugin{}, policyPlugin{}, windowPlugin{}, flowControlPlugin{}, budgetPlugin{},
-	objectsPlugin{}, scalePlugin{}, generatedBudgetPlugin{}, probePlugin{}, recyclePlugin{},
+// Protections are every protection, new, in the order of their webhooks
+// in the configuration.
+func Protections() []Protection {
+	return []Protection{
+		&labelsPlugin{}, &policyPlugin{}, &windowPlugin{}, &flowControlPlugin{}, &budgetPlugin{},
+		&objectsPlugin{}, &scalePlugin{}, &generatedBudgetPlugin{}, &probePlugin{}, &recyclePlugin{},
+	}
+}
+
+// Kinds are the kinds of object the protections are made from, in the
+// order of ps.
+func Kinds(ps []Protection) []ObjectKind { return declared(ps, OwnsObjects.Objects) }
+
+// KeySets are the key sets the protections are scoped with.
+func KeySets(ps []Protection) []KeySet { return declared(ps, OwnsKeys.Keys) }
+
+// declared is what the protections of ps that declare it with I say.
+func declared[I, D any](ps []Protection, get func(I) D) []D {
+	var out []D
+	for _, p := range ps {
+		if i, ok := p.(I); ok {
+			out = append(out, get(i))
+		}
+	}
+	return out
 }
 
 // Route is one handler a protection serves at Path (a prefix when it ends
@@ -55,20 +77,6 @@ type Route struct {
 type Owner struct {
 	Kind, Namespace, Name string
 }
-
-// Owners of the kinds whose objects get webhooks of their own.
-func PolicyOwner(name string) Owner { return Owner{Kind: "ProtectionPolicy", Name: name} }
-
-// WindowOwner is the owner of a ChangeWindow's webhook.
-func WindowOwner(ns, name string) Owner {
-	return Owner{Kind: "ChangeWindow", Namespace: ns, Name: name}
-}
-
-// FlowControlOwner is the owner of a DeletionFlowControl's webhook.
-func FlowControlOwner(name string) Owner { return Owner{Kind: "DeletionFlowControl", Name: name} }
-
-// RecycleOwner is the owner of a RecyclePolicy's webhook.
-func RecycleOwner(name string) Owner { return Owner{Kind: "RecyclePolicy", Name: name} }
 
 // Webhook is a validating webhook with its owner.
 type Webhook struct {
@@ -115,17 +123,15 @@ func (b Builder) Webhook(name, path string, rules ...admissionregistrationv1.Rul
 	}
 }
 
-// Deps are what the manager gives the protections' handlers.
+// Deps are what the manager has for the protections' handlers: each
+// gets what it asks for (Initialize).
 type Deps struct {
 	// Cache reads from the manager's informers; Direct reads and writes
 	// the API server.
 	Cache  client.Reader
 	Direct client.Client
 	// InForce registers what a request brings before it is admitted.
-	InForce interface {
-		InForce
-		BudgetNamespace(ctx context.Context, ns string) error
-	}
+	InForce  InForce
 	Recorder events.EventRecorder
 	Mapper   meta.RESTMapper
 	Policies Policies
@@ -146,22 +152,16 @@ type Deps struct {
 	// Bin keeps a copy of each protected object before its delete is
 	// admitted; nil when the recycle bin is off.
 	Bin Capturer
+	// ScaleKeys and BudgetsSynced: see WantsScaleKeys, WantsBudgets.
+	ScaleKeys     ScaleKeys
+	BudgetsSynced func() bool
 }
 
-func (d Deps) deletion() *Deletion {
-	return &Deletion{View: d.Deletion, Policies: d.Policies, Recorder: d.Recorder, Mapper: d.Mapper, Bin: d.Bin}
-}
-
-func (d Deps) replicas() *Replicas {
-	return &Replicas{View: d.ScaleTargets, Policies: d.Policies, Exempt: d.ReplicasExempt, Recorder: d.Recorder,
-		InForce: d.InForce, LiveLabels: d.LiveLabels, Mapper: d.Mapper}
-}
-
-// Routes are every protection's handlers.
-func Routes(d Deps) []Route {
+// Routes are the handlers of ps.
+func Routes(ps []Protection) []Route {
 	var out []Route
-	for _, p := range Plugins {
-		out = append(out, p.Routes(d)...)
+	for _, p := range ps {
+		out = append(out, p.Routes()...)
 	}
 	return out
 }
@@ -171,7 +171,7 @@ func Routes(d Deps) []Route {
 func Webhooks(reg Registration) []Webhook {
 	b := newBuilder(reg)
 	var out []Webhook
-	for _, p := range Plugins {
+	for _, p := range Protections() {
 		out = append(out, p.Webhooks(reg, b)...)
 	}
 	return out

@@ -12,20 +12,31 @@ import (
 
 // policyPlugin is the protection ProtectionPolicies give: a deletion and
 // a replicas webhook per policy, scoped by its resources and selectors.
-type policyPlugin struct{}
+type policyPlugin struct{ guards }
 
-func (policyPlugin) Name() string { return "protectionpolicy" }
+// PolicyKind is the kind whose objects are ProtectionPolicies.
+const PolicyKind = "ProtectionPolicy"
 
-func (policyPlugin) Routes(d Deps) []Route {
+// PolicyOwner is the owner of a ProtectionPolicy's webhooks.
+func PolicyOwner(name string) Owner { return Owner{Kind: PolicyKind, Name: name} }
+
+func (*policyPlugin) Name() string { return "protectionpolicy" }
+
+func (*policyPlugin) Objects() ObjectKind {
+	return NewObjectKind[v1alpha1.ProtectionPolicy, *v1alpha1.ProtectionPolicy, v1alpha1.ProtectionPolicyList](PolicyKind, "protectionpolicies", false)
+}
+
+func (p *policyPlugin) Routes() []Route {
 	return []Route{
-		{Path: PolicyDeletionPrefix, Handler: d.deletion(), WithContext: PolicyFromPath(PolicyDeletionPrefix)},
-		{Path: PolicyReplicasPrefix, Handler: d.replicas(), WithContext: PolicyFromPath(PolicyReplicasPrefix)},
+		{Path: PolicyDeletionPrefix, Handler: p.deletion(), WithContext: PolicyFromPath(PolicyDeletionPrefix)},
+		{Path: PolicyReplicasPrefix, Handler: p.replicas(), WithContext: PolicyFromPath(PolicyReplicasPrefix)},
 	}
 }
 
-func (policyPlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*policyPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	var out []Webhook
-	for _, p := range reg.Policies {
+	for _, pp := range ObjectsOf[*v1alpha1.ProtectionPolicy](reg, PolicyKind) {
+		p := *pp
 		out = append(out, policyWebhooks(p, p.Name, withNotOwn(p.Spec.NamespaceSelector, b.NotOwn), b)...)
 		if ns := namespaceRelabelWebhook(p, b); ns != nil {
 			out = append(out, own(PolicyOwner(p.Name), *ns)...)

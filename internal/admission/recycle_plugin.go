@@ -3,28 +3,46 @@ package admission
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
 )
 
 // recyclePlugin is the recycle bin's own scope: a webhook per
 // RecyclePolicy that keeps a copy of each object the policy selects
 // before its delete is admitted. Protected objects need none: the
 // deletion webhooks keep them (Deletion.Bin).
-type recyclePlugin struct{}
+type recyclePlugin struct {
+	WantsCache
+	WantsDirect
+	WantsBin
+	WantsRecorder
+	WantsMapper
+}
 
-func (recyclePlugin) Name() string { return "recyclepolicy" }
+// RecycleKind is the kind whose objects are RecyclePolicies.
+const RecycleKind = "RecyclePolicy"
 
-func (recyclePlugin) Routes(d Deps) []Route {
-	return []Route{{Path: RecyclePrefix, Handler: &Recycle{Reader: d.Cache, Live: d.Direct, Bin: d.Bin, Recorder: d.Recorder, Mapper: d.Mapper},
+// RecycleOwner is the owner of a RecyclePolicy's webhook.
+func RecycleOwner(name string) Owner { return Owner{Kind: RecycleKind, Name: name} }
+
+func (*recyclePlugin) Name() string { return "recyclepolicy" }
+
+func (*recyclePlugin) Objects() ObjectKind {
+	return NewObjectKind[v1alpha1.RecyclePolicy, *v1alpha1.RecyclePolicy, v1alpha1.RecyclePolicyList](RecycleKind, "recyclepolicies", false)
+}
+
+func (p *recyclePlugin) Routes() []Route {
+	return []Route{{Path: RecyclePrefix, Handler: &Recycle{Reader: p.Cache, Live: p.Direct, Bin: p.Bin, Recorder: p.Recorder, Mapper: p.Mapper},
 		WithContext: PolicyFromPath(RecyclePrefix)}}
 }
 
-func (recyclePlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*recyclePlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	if !reg.RecycleBin {
 		// Nothing would be kept: a webhook would only add latency.
 		return nil
 	}
 	var out []Webhook
-	for _, p := range reg.RecyclePolicies {
+	for _, p := range ObjectsOf[*v1alpha1.RecyclePolicy](reg, RecycleKind) {
 		var rules []admissionregistrationv1.RuleWithOperations
 		for _, r := range p.Spec.Resources {
 			rules = append(rules, deleteRule(r))

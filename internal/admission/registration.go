@@ -60,26 +60,15 @@ type Registration struct {
 	CABundle []byte
 	// OwnNamespace is Rampart's namespace, never judged.
 	OwnNamespace string
-	// ScaleTargets are the workloads whose scale subresource is guarded,
-	// as "group/resource/namespace/name" (see clusterview.ScaleTargets).
-	ScaleTargets []string
-	// Policies get webhooks of their own, scoped by their resources and
-	// selectors.
-	Policies []v1alpha1.ProtectionPolicy
-	// Windows get webhooks of their own, scoped to their namespace,
-	// resources and selector.
-	Windows []v1alpha1.ChangeWindow
-	// FlowControls get webhooks of their own, scoped by their resources
-	// and selectors.
-	FlowControls []v1alpha1.DeletionFlowControl
-	// RecycleBin is on (the manager keeps copies); RecyclePolicies then
-	// get webhooks of their own, scoped by their resources and selectors.
-	RecycleBin      bool
-	RecyclePolicies []v1alpha1.RecyclePolicy
-	// BudgetNamespaces hold PodUnavailableBudgets: evictions and
-	// disruptions of every pod there are judged (an Eviction carries no pod
-	// labels to select on).
-	BudgetNamespaces []string
+	// Objects are the objects that register webhooks of their own, by
+	// kind (ObjectKind.Kind), sorted by namespace and name.
+	Objects map[string][]client.Object
+	// Keys are the key sets the webhooks are scoped with, by name
+	// (KeySet.Name): ScaleTargetKeys, BudgetNamespaceKeys.
+	Keys map[string][]string
+	// RecycleBin is on (the manager keeps copies): RecyclePolicies then
+	// get webhooks of their own.
+	RecycleBin bool
 	// GeneratedBudgets registers the webhook that admits workloads
 	// annotated rampart.io/generate-pub once their budget exists.
 	GeneratedBudgets bool

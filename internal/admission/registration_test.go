@@ -80,7 +80,7 @@ func TestBudgetWebhooksReachOnlyBudgetedPods(t *testing.T) {
 			t.Fatalf("without budgets, webhook %s", h.Name)
 		}
 	}
-	reg.BudgetNamespaces = []string{"shop"}
+	reg = reg.WithKeys(BudgetNamespaceKeys, "shop")
 	cfg := ValidatingConfig(reg)
 	var pub, evict *admissionregistrationv1.ValidatingWebhook
 	for i := range cfg.Webhooks {
@@ -107,8 +107,8 @@ func TestBudgetWebhooksReachOnlyBudgetedPods(t *testing.T) {
 }
 
 func TestScaleWebhookNamesItsTargets(t *testing.T) {
-	reg := Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system",
-		ScaleTargets: []string{"apps/deployments/shop/web"}}
+	reg := Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}.
+		WithKeys(ScaleTargetKeys, "apps/deployments/shop/web")
 	cfg := ValidatingConfig(reg)
 	last := len(cfg.Webhooks) - 1
 	if len(cfg.Webhooks) != 6 || cfg.Webhooks[last].Name != "scale.rampart.io" {
@@ -119,7 +119,7 @@ func TestScaleWebhookNamesItsTargets(t *testing.T) {
 		t.Fatalf("match conditions = %+v", mc)
 	}
 	for i := range maxScaleTargets {
-		reg.ScaleTargets = append(reg.ScaleTargets, fmt.Sprintf("apps/deployments/ns/w%d", i))
+		reg = reg.WithKeys(ScaleTargetKeys, fmt.Sprintf("apps/deployments/ns/w%d", i))
 	}
 	if mc := ValidatingConfig(reg).Webhooks[last].MatchConditions; len(mc) != 0 {
 		t.Fatal("past maxScaleTargets the condition must be dropped, not truncated: truncation would leave workloads unguarded")

@@ -13,13 +13,38 @@ import (
 // scalePlugin guards the scale subresource of the workloads a label or a
 // policy guards (served by the labels plugin's replicas handler). A Scale
 // carries no labels: the workloads are named in a match condition.
-type scalePlugin struct{}
+type scalePlugin struct{ WantsScaleKeys }
 
-func (scalePlugin) Name() string { return "scale" }
+// ScaleTargetKeys is the key set of the workloads whose scale subresource
+// is guarded, as "group/resource/namespace/name".
+const ScaleTargetKeys = "scale"
 
-func (scalePlugin) Routes(Deps) []Route { return nil }
+func (*scalePlugin) Name() string { return "scale" }
 
-func (scalePlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*scalePlugin) Routes() []Route { return nil }
+
+// Keys are the workloads the label or a policy of reg guards.
+func (p *scalePlugin) Keys() KeySet {
+	if p.ScaleKeys == nil {
+		return KeySet{Name: ScaleTargetKeys}
+	}
+	return KeySet{Name: ScaleTargetKeys, HasSynced: p.ScaleKeys.HasSynced, Changes: p.ScaleKeys.Changes(),
+		// The labelled workloads, and those the policies of reg guard.
+		Cached: func() []string { return p.ScaleKeys.Targets(nil) },
+		OfObjects: func(reg Registration) []string {
+			var policies []v1alpha1.ProtectionPolicy
+			for _, pol := range ObjectsOf[*v1alpha1.ProtectionPolicy](reg, PolicyKind) {
+				policies = append(policies, *pol)
+			}
+			if len(policies) == 0 {
+				return nil
+			}
+			return p.ScaleKeys.Targets(policies)
+		}}
+}
+
+func (*scalePlugin) Webhooks(reg Registration, b Builder) []Webhook {
+	targets := reg.Keys[ScaleTargetKeys]
 	var out []Webhook
 	for _, p := range reg.ScaleWidening {
 		out = append(out, scaleWidening(p, p.Name, withNotOwn(p.Spec.NamespaceSelector, b.NotOwn), b)...)
@@ -29,12 +54,12 @@ func (scalePlugin) Webhooks(reg Registration, b Builder) []Webhook {
 			out = append(out, scaleWidening(r.Policy, r.Policy.Name+"."+r.Namespace+".relabelled", inNamespaces([]string{r.Namespace}), b)...)
 		}
 	}
-	if len(reg.ScaleTargets) > 0 {
+	if len(targets) > 0 {
 		scale := b.Webhook("scale.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*/scale"))
-		if len(reg.ScaleTargets) <= maxScaleTargets {
+		if len(targets) <= maxScaleTargets {
 			scale.MatchConditions = []admissionregistrationv1.MatchCondition{{
 				Name:       "explicit-replicas-workload",
-				Expression: scaleTargetExpression(reg.ScaleTargets),
+				Expression: scaleTargetExpression(targets),
 			}}
 		}
 		out = append(out, own(Owner{}, scale)...)

@@ -8,8 +8,8 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
 )
 
@@ -20,18 +20,8 @@ type specCalls struct {
 	err   error
 }
 
-func (s *specCalls) Policy(_ context.Context, p *v1alpha1.ProtectionPolicy) error {
-	s.calls = append(s.calls, "ProtectionPolicy "+p.Name)
-	return s.err
-}
-
-func (s *specCalls) FlowControl(_ context.Context, f *v1alpha1.DeletionFlowControl) error {
-	s.calls = append(s.calls, "DeletionFlowControl "+f.Name)
-	return s.err
-}
-
-func (s *specCalls) RecyclePolicy(_ context.Context, p *v1alpha1.RecyclePolicy) error {
-	s.calls = append(s.calls, "RecyclePolicy "+p.Name)
+func (s *specCalls) Object(_ context.Context, obj client.Object) error {
+	s.calls = append(s.calls, rampartadmission.KindOf(obj)+" "+obj.GetName())
 	return s.err
 }
 

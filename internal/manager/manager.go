@@ -272,20 +272,21 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return err
 		}
 	}
+	protections := rampartadmission.Protections()
 	reg := registrar.New(registrar.Config{
 		CompiledLabels: compiledLabels, CRDs: views.CRDs,
-		Client: direct, Reader: mgr.GetCache(), Targets: views.ScaleTargets, Budgets: views.Budgets, Policies: policies,
+		Client: direct, Reader: mgr.GetCache(), Protections: protections,
 		Barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace},
 		Base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true,
 			RecycleBin: bin != nil},
 		Log: o.Log.WithName("registration"),
 	})
-	scales, recorder, err := serveProtections(cfg, mgr, server, o, rampartadmission.Deps{
+	scales, recorder, err := serveProtections(cfg, mgr, server, protections, rampartadmission.Deps{
 		Cache: mgr.GetCache(), Direct: direct, InForce: reg, Recorder: mgr.GetEventRecorder("rampart"), Mapper: mgr.GetRESTMapper(),
 		Policies: policies, Deletion: views.Deletion, ScaleTargets: views.ScaleTargets, Pods: views.Budgets,
 		BudgetIndex: views.Budgets.Index(), Nodes: views.Budgets, Owners: views.Budgets, BudgetPartitionThreshold: o.BudgetPartitionThreshold,
 		Namespaces: views.Namespaces, ReplicasExempt: o.ReplicasExempt,
-		Bin: bin.capturer(),
+		Bin: bin.capturer(), ScaleKeys: views.ScaleTargets, BudgetsSynced: views.Budgets.HasSynced,
 	})
 	if err != nil {
 		return err
@@ -304,7 +305,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	// replicas at once (and the label webhook's condition reading them).
 	views.OnCRDChange(keeper.Poke)
 	views.OnCRDChange(reg.Poke)
-	if err := watchProtections(ctx, mgr, reg, keeper, views, policies, o.Log); err != nil {
+	if err := watchProtections(ctx, mgr, reg, keeper, views, policies, protections, o.Log); err != nil {
 		return err
 	}
 	if err := controllers(ctx, mgr, o, reg, keeper, views, scales, recorder); err != nil {
@@ -350,7 +351,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 // serveProtections serves every protection plugin's routes on the webhook
 // server, with deps completed by the clients that read live (labels,
 // scales); it returns those for the controllers.
-func serveProtections(cfg *rest.Config, mgr ctrl.Manager, server webhookRegistrar, o Options, deps rampartadmission.Deps) (rampartadmission.Scales, events.EventRecorder, error) {
+func serveProtections(cfg *rest.Config, mgr ctrl.Manager, server webhookRegistrar, protections []rampartadmission.Protection, deps rampartadmission.Deps) (rampartadmission.Scales, events.EventRecorder, error) {
 	meta, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return rampartadmission.Scales{}, nil, err
@@ -361,7 +362,7 @@ func serveProtections(cfg *rest.Config, mgr ctrl.Manager, server webhookRegistra
 	}
 	deps.Scales = rampartadmission.Scales{Dynamic: dyn, Mapper: mgr.GetRESTMapper()}
 	deps.LiveLabels = liveLabels(meta)
-	for _, r := range rampartadmission.Routes(deps) {
+	for _, r := range rampartadmission.Routes(rampartadmission.Initialize(protections, deps)) {
 		server.Register(r.Path, &webhook.Admission{Handler: r.Handler, WithContextFunc: r.WithContext})
 	}
 	return deps.Scales, deps.Recorder, nil

@@ -118,8 +118,9 @@ func checks(mgr ctrl.Manager, views *clusterview.Views, server webhookRegistrar,
 
 // watchProtections re-registers the webhooks when what they are made
 // from changes, and keeps the deletion view's policy counts current.
-func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Registrar, keeper *registrar.Compiled, views *clusterview.Views, policies cachedPolicies, log logr.Logger) error {
-	// Policy changes re-register at once.
+func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Registrar, keeper *registrar.Compiled, views *clusterview.Views, policies cachedPolicies,
+	protections []rampartadmission.Protection, log logr.Logger) error {
+	// Policy changes recompile and recount at once.
 	policyInformer, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.ProtectionPolicy{})
 	if err != nil {
 		return err
@@ -133,7 +134,6 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Regi
 		return ps
 	})
 	policyChanged := func() {
-		reg.Poke()
 		keeper.Poke()
 		views.Deletion.Resync()
 	}
@@ -147,8 +147,10 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Regi
 	if err := metrics.Registry.Register(newBreakerGauge(mgr.GetCache())); err != nil {
 		return err
 	}
-	for _, obj := range []client.Object{&v1alpha1.ChangeWindow{}, &v1alpha1.DeletionFlowControl{}, &v1alpha1.RecyclePolicy{}} {
-		inf, err := mgr.GetCache().GetInformer(ctx, obj)
+	// Every object of a protection's kind re-registers when it comes,
+	// goes, or its spec changes.
+	for _, kind := range rampartadmission.Kinds(protections) {
+		inf, err := mgr.GetCache().GetInformer(ctx, kind.New())
 		if err != nil {
 			return err
 		}

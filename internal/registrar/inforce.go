@@ -46,13 +46,16 @@ const (
 )
 
 // pending is coverage a request brings before the caches have it: a key
-// (a scale target, a namespace) or an object (a policy, a window, a flow
-// control), of one of the kinds below.
+// of a key set (a scale target, a namespace holding budgets) or an object
+// of a protection's kind (a policy, a window, a flow control), of one of
+// the kinds below.
 type pending struct {
 	until time.Time
 	kind  *pendingKind
-	key   string
-	obj   client.Object
+	// set names the key set of a pending key.
+	set string
+	key string
+	obj client.Object
 }
 
 // pendingKind is what one kind of pending coverage does to a registration.
@@ -61,31 +64,35 @@ type pendingKind struct {
 	in func(reg rampartadmission.Registration, p pending) bool
 	// add puts p into reg in place of what reg says about the same object.
 	add func(reg *rampartadmission.Registration, p pending)
-	// mark, when set, marks p as mark/key; otherwise p is marked by the
-	// webhooks it owns.
-	mark string
+	// keyed pending coverage is marked as set/key; the rest by the
+	// webhooks it owns and the keys it brings.
+	keyed bool
 }
 
 var (
-	pendingScaleTarget = &pendingKind{mark: "scale",
+	// A key of a key set: a workload gaining the explicit-replicas label,
+	// a namespace whose first budget is being admitted.
+	pendingKey = &pendingKind{keyed: true,
 		in: func(reg rampartadmission.Registration, p pending) bool {
-			return slices.Contains(reg.ScaleTargets, p.key)
+			return slices.Contains(reg.Keys[p.set], p.key)
 		},
 		add: func(reg *rampartadmission.Registration, p pending) {
-			reg.ScaleTargets = append(reg.ScaleTargets, p.key)
+			*reg = reg.WithKeys(p.set, p.key)
 		}}
-	// A namespace whose first budget is being admitted.
-	pendingBudgetNamespace = &pendingKind{mark: "budgets",
+	// An object of a protection's kind: in the caches once they hold the
+	// same object (UID) at the same or a later generation.
+	pendingObject = &pendingKind{
 		in: func(reg rampartadmission.Registration, p pending) bool {
-			return slices.Contains(reg.BudgetNamespaces, p.key)
+			for _, o := range reg.Objects[rampartadmission.KindOf(p.obj)] {
+				if o.GetNamespace() == p.obj.GetNamespace() && o.GetName() == p.obj.GetName() {
+					return o.GetUID() == p.obj.GetUID() && o.GetGeneration() >= p.obj.GetGeneration()
+				}
+			}
+			return false
 		},
 		add: func(reg *rampartadmission.Registration, p pending) {
-			reg.BudgetNamespaces = addNamespace(reg.BudgetNamespaces, p.key)
+			*reg = reg.With(p.obj)
 		}}
-	pendingPolicy      = objectKind(func(r *rampartadmission.Registration) *[]v1alpha1.ProtectionPolicy { return &r.Policies })
-	pendingWindow      = objectKind(func(r *rampartadmission.Registration) *[]v1alpha1.ChangeWindow { return &r.Windows })
-	pendingFlowControl = objectKind(func(r *rampartadmission.Registration) *[]v1alpha1.DeletionFlowControl { return &r.FlowControls })
-	pendingRecycle     = objectKind(func(r *rampartadmission.Registration) *[]v1alpha1.RecyclePolicy { return &r.RecyclePolicies })
 	// A namespace just relabelled into a policy: the API servers' caches
 	// of namespace labels may lag, so never in the caches, kept until it
 	// expires.
@@ -111,53 +118,33 @@ var (
 		}}
 )
 
-// objectKind is the pending kind of objects registered from list: in the
-// caches once they hold the same object (UID) at the same or a later
-// generation.
-func objectKind[T any, PT interface {
-	*T
-	client.Object
-}](list func(*rampartadmission.Registration) *[]T) *pendingKind {
-	same := func(a, b client.Object) bool {
-		return a.GetNamespace() == b.GetNamespace() && a.GetName() == b.GetName()
-	}
-	return &pendingKind{
-		in: func(reg rampartadmission.Registration, p pending) bool {
-			for _, c := range *list(&reg) {
-				if o := PT(&c); same(o, p.obj) {
-					return o.GetUID() == p.obj.GetUID() && o.GetGeneration() >= p.obj.GetGeneration()
-				}
-			}
-			return false
-		},
-		add: func(reg *rampartadmission.Registration, p pending) {
-			l := list(reg)
-			*l = slices.DeleteFunc(slices.Clone(*l), func(c T) bool { return same(PT(&c), p.obj) })
-			*l = append(*l, *p.obj.(PT))
-		},
-	}
-}
-
 // caughtUp says whether the caches hold what p brings.
 func caughtUp(p pending, reg rampartadmission.Registration) bool { return p.kind.in(reg, p) }
 
 // withPending is reg with the pending coverage in place of what the caches
-// say about the same objects.
-func withPending(reg rampartadmission.Registration, ps []pending) rampartadmission.Registration {
-	reg.ScaleTargets = slices.Clone(reg.ScaleTargets)
+// say about the same objects, and the keys the pending objects bring.
+func withPending(reg rampartadmission.Registration, ps []pending, sets []rampartadmission.KeySet) rampartadmission.Registration {
+	var objs []client.Object
 	for _, p := range ps {
 		p.kind.add(&reg, p)
+		if p.kind == pendingObject {
+			objs = append(objs, p.obj)
+		}
 	}
-	slices.Sort(reg.ScaleTargets)
-	reg.ScaleTargets = slices.Compact(reg.ScaleTargets)
+	only := rampartadmission.Registration{}.With(objs...)
+	for _, ks := range sets {
+		if ks.OfObjects != nil {
+			reg = reg.WithKeys(ks.Name, ks.OfObjects(only)...)
+		}
+	}
 	return reg
 }
 
 // pendingMarks are the keys under which p's coverage is marked: its
-// webhooks' base names and the scale targets it adds.
-func pendingMarks(base rampartadmission.Registration, p pending, targets func([]v1alpha1.ProtectionPolicy) []string) []string {
-	if p.kind.mark != "" {
-		return []string{p.kind.mark + "/" + p.key}
+// webhooks' base names and the keys it brings.
+func pendingMarks(base rampartadmission.Registration, p pending, sets []rampartadmission.KeySet) []string {
+	if p.kind.keyed {
+		return []string{p.set + "/" + p.key}
 	}
 	one := rampartadmission.Registration{Endpoint: base.Endpoint, OwnNamespace: base.OwnNamespace}
 	p.kind.add(&one, p)
@@ -167,9 +154,14 @@ func pendingMarks(base rampartadmission.Registration, p pending, targets func([]
 			out = append(out, "webhook/"+h.Name)
 		}
 	}
-	if p.kind == pendingPolicy && targets != nil {
-		for _, t := range targets(one.Policies) {
-			out = append(out, "scale/"+t)
+	if p.kind == pendingObject {
+		for _, ks := range sets {
+			if ks.OfObjects == nil {
+				continue
+			}
+			for _, k := range ks.OfObjects(one) {
+				out = append(out, ks.Name+"/"+k)
+			}
 		}
 	}
 	slices.Sort(out)
@@ -199,7 +191,7 @@ func liveMarks(live *admissionregistrationv1.ValidatingWebhookConfiguration, now
 // configuration holds under unexpired marks that are not this replica's
 // own (another replica admitted it; this replica's caches may not have it
 // yet). It returns the marks to write too.
-func mergeLive(reg rampartadmission.Registration, own map[string]time.Time, live *admissionregistrationv1.ValidatingWebhookConfiguration, now time.Time) (*admissionregistrationv1.ValidatingWebhookConfiguration, map[string]time.Time) {
+func mergeLive(reg rampartadmission.Registration, sets []string, own map[string]time.Time, live *admissionregistrationv1.ValidatingWebhookConfiguration, now time.Time) (*admissionregistrationv1.ValidatingWebhookConfiguration, map[string]time.Time) {
 	marks := map[string]time.Time{}
 	var keepHooks []string
 	if live != nil {
@@ -208,12 +200,12 @@ func mergeLive(reg rampartadmission.Registration, own map[string]time.Time, live
 			if _, mine := own[k]; mine {
 				continue
 			}
-			if target, ok := strings.CutPrefix(k, "scale/"); ok && !slices.Contains(reg.ScaleTargets, target) {
-				reg.ScaleTargets = append(slices.Clone(reg.ScaleTargets), target)
-			} else if ns, ok := strings.CutPrefix(k, "budgets/"); ok {
-				reg.BudgetNamespaces = addNamespace(reg.BudgetNamespaces, ns)
-			} else if name, ok := strings.CutPrefix(k, "webhook/"); ok {
-				keepHooks = append(keepHooks, name)
+			set, key, _ := strings.Cut(k, "/")
+			switch {
+			case slices.Contains(sets, set):
+				reg = reg.WithKeys(set, key)
+			case set == "webhook":
+				keepHooks = append(keepHooks, key)
 			}
 		}
 	}
@@ -222,7 +214,6 @@ func mergeLive(reg rampartadmission.Registration, own map[string]time.Time, live
 			marks[k] = t
 		}
 	}
-	slices.Sort(reg.ScaleTargets)
 	want := rampartadmission.ValidatingConfig(reg)
 	if len(keepHooks) > 0 {
 		hooks := slices.DeleteFunc(want.Webhooks, func(h admissionregistrationv1.ValidatingWebhook) bool {
@@ -312,7 +303,7 @@ func (r *Registrar) writeOnce(ctx context.Context, force bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	want, marks := mergeLive(reg, own, live, now)
+	want, marks := mergeLive(reg, r.setNames(), own, live, now)
 	if live != nil && !force && sameReach(live.Webhooks, want.Webhooks) && live.Annotations[pendingAnnotation] == encodeMarks(marks) &&
 		live.Annotations[tokenAnnotation] != "" {
 		return Token(live), nil
@@ -337,7 +328,7 @@ func (r *Registrar) writeOnce(ctx context.Context, force bool) (string, error) {
 		}
 		return "", err
 	}
-	r.log.V(1).Info("webhook configuration registered", "policies", len(reg.Policies), "scaleTargets", len(reg.ScaleTargets), "pending", len(marks))
+	r.log.V(1).Info("webhook configuration registered", "webhooks", len(want.Webhooks), "pending", len(marks))
 	return reg.Token, nil
 }
 
@@ -353,25 +344,19 @@ func (r *Registrar) desired(ctx context.Context, now time.Time) (rampartadmissio
 	defer r.mu.Unlock()
 	r.pending = slices.DeleteFunc(r.pending, func(p pending) bool { return !p.until.After(now) || caughtUp(p, reg) })
 	own := map[string]time.Time{}
-	targets := func(ps []v1alpha1.ProtectionPolicy) []string { return r.targets.Targets(ps) }
 	for _, p := range r.pending {
-		for _, k := range pendingMarks(reg, p, targets) {
+		for _, k := range pendingMarks(reg, p, r.keySets()) {
 			own[k] = p.until
 		}
 	}
-	merged := withPending(reg, r.pending)
-	merged.ScaleTargets = append(merged.ScaleTargets, r.targets.Targets(pendingPolicies(r.pending))...)
-	slices.Sort(merged.ScaleTargets)
-	merged.ScaleTargets = slices.Compact(merged.ScaleTargets)
-	return merged, own, nil
+	return withPending(reg, r.pending, r.keySets()), own, nil
 }
 
-func pendingPolicies(ps []pending) []v1alpha1.ProtectionPolicy {
-	var out []v1alpha1.ProtectionPolicy
-	for _, p := range ps {
-		if p.kind == pendingPolicy {
-			out = append(out, *p.obj.(*v1alpha1.ProtectionPolicy))
-		}
+// setNames are the names of the key sets.
+func (r *Registrar) setNames() []string {
+	var out []string
+	for _, ks := range r.keySets() {
+		out = append(out, ks.Name)
 	}
 	return out
 }
@@ -426,54 +411,31 @@ func (r *Registrar) writeInTime(ctx context.Context, timeout time.Duration) (str
 // The registrar is the admission handlers' InForce.
 var _ rampartadmission.InForce = (*Registrar)(nil)
 
-// BudgetNamespace puts the budget webhooks in force for every pod of ns
-// (the admission of a PodUnavailableBudget waits for it).
-func (r *Registrar) BudgetNamespace(ctx context.Context, ns string) error {
-	return r.Ensure(ctx, pending{kind: pendingBudgetNamespace, key: ns})
+// Key puts key of the key set named set in force (a scale target, a
+// namespace whose first budget is admitted).
+func (r *Registrar) Key(ctx context.Context, set, key string) error {
+	return r.Ensure(ctx, pending{kind: pendingKey, set: set, key: key})
 }
 
-// addNamespace is namespaces with ns, sorted, without changing namespaces.
-func addNamespace(namespaces []string, ns string) []string {
-	if slices.Contains(namespaces, ns) {
-		return namespaces
-	}
-	out := append(slices.Clone(namespaces), ns)
-	slices.Sort(out)
-	return out
-}
-
-func (r *Registrar) ScaleTarget(ctx context.Context, target string) error {
-	return r.Ensure(ctx, pending{kind: pendingScaleTarget, key: target})
-}
-
-func (r *Registrar) Policy(ctx context.Context, p *v1alpha1.ProtectionPolicy) error {
-	if policy.Guard(p) != "" {
+// Object puts the webhooks obj registers in force. One that registers
+// none under this registration (a RecyclePolicy with the recycle bin off)
+// has nothing to wait for.
+func (r *Registrar) Object(ctx context.Context, obj client.Object) error {
+	if p, ok := obj.(*v1alpha1.ProtectionPolicy); ok && policy.Guard(p) != "" {
+		// The view listing the workloads a policy guards may lag: its
+		// resources' scale subresource is judged wide for a while.
 		r.mu.Lock()
 		r.pending = append(r.pending, pending{kind: pendingScaleWidening, obj: p, until: time.Now().Add(pendingFor)})
 		r.mu.Unlock()
 	}
-	return r.Ensure(ctx, pending{kind: pendingPolicy, obj: p})
+	if len(rampartadmission.ObjectWebhooks(r.Registration(), obj)) == 0 {
+		return nil
+	}
+	return r.Ensure(ctx, pending{kind: pendingObject, obj: obj})
 }
 
 func (r *Registrar) Relabelled(ctx context.Context, p *v1alpha1.ProtectionPolicy, ns string) error {
 	return r.Ensure(ctx, pending{kind: pendingRelabelled, obj: p, key: ns})
-}
-
-func (r *Registrar) Window(ctx context.Context, w *v1alpha1.ChangeWindow) error {
-	return r.Ensure(ctx, pending{kind: pendingWindow, obj: w})
-}
-
-func (r *Registrar) FlowControl(ctx context.Context, f *v1alpha1.DeletionFlowControl) error {
-	return r.Ensure(ctx, pending{kind: pendingFlowControl, obj: f})
-}
-
-// RecyclePolicy puts p's webhook in force; with the recycle bin off it
-// has none, and nothing to wait for.
-func (r *Registrar) RecyclePolicy(ctx context.Context, p *v1alpha1.RecyclePolicy) error {
-	if !r.Registration().RecycleBin {
-		return nil
-	}
-	return r.Ensure(ctx, pending{kind: pendingRecycle, obj: p})
 }
 
 // liveToken reads the token of the configuration live now.

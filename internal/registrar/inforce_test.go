@@ -12,6 +12,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
@@ -40,9 +41,8 @@ func hookNames(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) []st
 func TestMergeLiveKeepsWhatAnotherReplicaMarked(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	base := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
-	other := base
-	other.Policies = []v1alpha1.ProtectionPolicy{testPolicy("fresh", 1)}
-	other.ScaleTargets = []string{"apps/deployments/shop/web"}
+	fresh := testPolicy("fresh", 1)
+	other := base.With(&fresh).WithKeys(rampartadmission.ScaleTargetKeys, "apps/deployments/shop/web")
 	live := rampartadmission.ValidatingConfig(other)
 	marks := func(until time.Time) {
 		b, _ := json.Marshal(map[string]string{
@@ -53,7 +53,8 @@ func TestMergeLiveKeepsWhatAnotherReplicaMarked(t *testing.T) {
 	}
 
 	marks(now.Add(10 * time.Second))
-	want, kept := mergeLive(base, nil, live, now)
+	sets := []string{rampartadmission.ScaleTargetKeys, rampartadmission.BudgetNamespaceKeys}
+	want, kept := mergeLive(base, sets, nil, live, now)
 	if !slices.Contains(hookNames(want), "fresh.deletion.policy.rampart.io") || !slices.Contains(hookNames(want), "scale.rampart.io") {
 		t.Errorf("a marked policy webhook and scale target were dropped: %v", hookNames(want))
 	}
@@ -65,7 +66,7 @@ func TestMergeLiveKeepsWhatAnotherReplicaMarked(t *testing.T) {
 	}
 
 	marks(now.Add(-time.Second))
-	want, kept = mergeLive(base, nil, live, now)
+	want, kept = mergeLive(base, sets, nil, live, now)
 	if slices.Contains(hookNames(want), "fresh.deletion.policy.rampart.io") || slices.Contains(hookNames(want), "scale.rampart.io") || len(kept) != 0 {
 		t.Errorf("expired marks still keep %v (marks %v)", hookNames(want), kept)
 	}
@@ -74,26 +75,27 @@ func TestMergeLiveKeepsWhatAnotherReplicaMarked(t *testing.T) {
 // Pending coverage replaces what the caches say about the same object
 // until they hold that generation, and then is forgotten.
 func TestPendingCoverageUntilTheCachesCatchUp(t *testing.T) {
-	cached := rampartadmission.Registration{Policies: []v1alpha1.ProtectionPolicy{testPolicy("p", 1)}}
+	old := testPolicy("p", 1)
+	cached := rampartadmission.Registration{}.With(&old)
 	newer := testPolicy("p", 2)
 	newer.Spec.Protection = v1alpha1.ProtectionCascading
-	p := pending{kind: pendingPolicy, obj: &newer}
+	p := pending{kind: pendingObject, obj: &newer}
 	if caughtUp(p, cached) {
 		t.Error("generation 1 in the cache does not hold generation 2")
 	}
-	merged := withPending(cached, []pending{p})
-	if len(merged.Policies) != 1 || merged.Policies[0].Spec.Protection != v1alpha1.ProtectionCascading {
-		t.Errorf("merged policies = %+v, want the pending generation only", merged.Policies)
+	merged := rampartadmission.ObjectsOf[*v1alpha1.ProtectionPolicy](withPending(cached, []pending{p}, nil), rampartadmission.PolicyKind)
+	if len(merged) != 1 || merged[0].Spec.Protection != v1alpha1.ProtectionCascading {
+		t.Errorf("merged policies = %+v, want the pending generation only", merged)
 	}
-	cached.Policies[0].Generation = 2
+	old.Generation = 2
 	if !caughtUp(p, cached) {
 		t.Error("the cache holds generation 2: the pending entry should go")
 	}
-	target := pending{kind: pendingScaleTarget, key: "apps/deployments/shop/web"}
+	target := pending{kind: pendingKey, set: rampartadmission.ScaleTargetKeys, key: "apps/deployments/shop/web"}
 	if caughtUp(target, cached) {
 		t.Error("a scale target the view does not list yet is not caught up")
 	}
-	if got := withPending(cached, []pending{target}).ScaleTargets; !slices.Equal(got, []string{"apps/deployments/shop/web"}) {
+	if got := withPending(cached, []pending{target}, nil).Keys[rampartadmission.ScaleTargetKeys]; !slices.Equal(got, []string{"apps/deployments/shop/web"}) {
 		t.Errorf("scale targets = %v", got)
 	}
 }
@@ -106,20 +108,26 @@ func TestPendingMarksNameWhatEachKindBrings(t *testing.T) {
 	guarded.Spec.ExplicitReplicas = &v1alpha1.ExplicitReplicas{Guard: v1alpha1.GuardAll}
 	window := &v1alpha1.ChangeWindow{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "nightly"},
 		Spec: v1alpha1.ChangeWindowSpec{Resources: []v1alpha1.ResourceRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}}}}}
-	targets := func(ps []v1alpha1.ProtectionPolicy) []string { return []string{"apps/deployments/shop/" + ps[0].Name} }
+	sets := []rampartadmission.KeySet{{Name: rampartadmission.ScaleTargetKeys, OfObjects: func(reg rampartadmission.Registration) []string {
+		var out []string
+		for _, p := range rampartadmission.ObjectsOf[*v1alpha1.ProtectionPolicy](reg, rampartadmission.PolicyKind) {
+			out = append(out, "apps/deployments/shop/"+p.Name)
+		}
+		return out
+	}}}
 	for _, tt := range []struct {
 		p    pending
 		want []string
 	}{
-		{pending{kind: pendingScaleTarget, key: "apps/deployments/shop/web"}, []string{"scale/apps/deployments/shop/web"}},
-		{pending{kind: pendingBudgetNamespace, key: "shop"}, []string{"budgets/shop"}},
-		{pending{kind: pendingWindow, obj: window}, []string{"webhook/nightly.shop.window.rampart.io"}},
-		{pending{kind: pendingPolicy, obj: &guarded}, []string{"scale/apps/deployments/shop/web",
+		{pending{kind: pendingKey, set: rampartadmission.ScaleTargetKeys, key: "apps/deployments/shop/web"}, []string{"scale/apps/deployments/shop/web"}},
+		{pending{kind: pendingKey, set: rampartadmission.BudgetNamespaceKeys, key: "shop"}, []string{"budgets/shop"}},
+		{pending{kind: pendingObject, obj: window}, []string{"webhook/nightly.shop.window.rampart.io"}},
+		{pending{kind: pendingObject, obj: &guarded}, []string{"scale/apps/deployments/shop/web",
 			"webhook/web.deletion.policy.rampart.io", "webhook/web.replicas.policy.rampart.io"}},
 		{pending{kind: pendingScaleWidening, obj: &guarded}, []string{"webhook/web.scale.policy.rampart.io"}},
 	} {
-		if got := pendingMarks(base, tt.p, targets); !slices.Equal(got, tt.want) {
-			t.Errorf("marks of %s %s%v = %v, want %v", tt.p.kind.mark, tt.p.key, tt.p.obj != nil, got, tt.want)
+		if got := pendingMarks(base, tt.p, sets); !slices.Equal(got, tt.want) {
+			t.Errorf("marks of %s %s%v = %v, want %v", tt.p.set, tt.p.key, tt.p.obj != nil, got, tt.want)
 		}
 	}
 }
@@ -138,7 +146,7 @@ func TestScaleWideningOncePerPolicy(t *testing.T) {
 	reg = withPending(reg, []pending{
 		{kind: pendingScaleWidening, obj: &p, until: until},
 		{kind: pendingScaleWidening, obj: &p2, until: until},
-	})
+	}, nil)
 	names := hookNames(rampartadmission.ValidatingConfig(reg))
 	n := 0
 	for _, name := range names {
@@ -151,16 +159,16 @@ func TestScaleWideningOncePerPolicy(t *testing.T) {
 	}
 }
 
-type failingPolicies struct{}
+type failingReader struct{ client.Reader }
 
-func (failingPolicies) List(context.Context) ([]v1alpha1.ProtectionPolicy, error) {
-	return nil, errors.New("cache not ready")
+func (failingReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return errors.New("cache not ready")
 }
 
 // A registration the caches could not list is no registration: written, it
 // would drop the unlisted protections' webhooks for every replica.
 func TestNoRegistrationFromAFailedList(t *testing.T) {
-	r := &Registrar{policies: failingPolicies{}}
+	r := &Registrar{reader: failingReader{}, protections: rampartadmission.Protections()}
 	if _, err := r.fromCaches(context.Background()); err == nil || !strings.Contains(err.Error(), "listing ProtectionPolicies: cache not ready") {
 		t.Fatalf("err = %v", err)
 	}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,27 +17,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
-	"github.com/rampart-io/rampart/internal/clusterview"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
 )
-
-// PolicyLister lists every ProtectionPolicy, in a stable order.
-type PolicyLister interface {
-	List(ctx context.Context) ([]v1alpha1.ProtectionPolicy, error)
-}
 
 // Config is what a Registrar registers from.
 type Config struct {
 	// Client writes the configuration and reads it live; Reader lists
-	// windows and flow controls (the manager's cache).
-	Client  client.Client
-	Reader  client.Reader
-	Targets *clusterview.ScaleTargets
-	Budgets *clusterview.Budgets
-	// Policies lists ProtectionPolicies (from the cache).
-	Policies PolicyLister
+	// the objects of the protections' kinds (the manager's cache).
+	Client client.Client
+	Reader client.Reader
+	// Protections are the protections the configuration is made from,
+	// initialized: their kinds of object (ObjectKind) and key sets
+	// (KeySet).
+	Protections []rampartadmission.Protection
 	// Barrier waits until every API server enforces a configuration
 	// (Current: the live token, by default).
 	Barrier rampartadmission.Barrier
@@ -60,7 +52,7 @@ func New(c Config) *Registrar {
 	if c.Barrier.Current == nil {
 		c.Barrier.Current = liveToken(c.Client)
 	}
-	return &Registrar{client: c.Client, reader: c.Reader, targets: c.Targets, budgets: c.Budgets, policies: c.Policies,
+	return &Registrar{client: c.Client, reader: c.Reader, protections: c.Protections,
 		barrier: c.Barrier, base: c.Base, compiledLabels: c.CompiledLabels, crds: c.CRDs, log: c.Log, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		writing: make(chan struct{}, 1)}
 }
@@ -82,12 +74,12 @@ func (r *Registrar) SetOwner(owner *metav1.OwnerReference) {
 // guarded. Every replica registers: the configuration is the same from
 // each, and a lone replica must not wait for a leader.
 type Registrar struct {
-	client   client.Client
-	reader   client.Reader
-	targets  *clusterview.ScaleTargets
-	budgets  *clusterview.Budgets
-	policies PolicyLister
-	log      logr.Logger
+	client client.Client
+	reader client.Reader
+	// protections are read when used: they are initialized after the
+	// registrar is made (it is their InForce).
+	protections []rampartadmission.Protection
+	log         logr.Logger
 	// done is closed after the first successful registration.
 	done    chan struct{}
 	kick    chan struct{}
@@ -134,34 +126,26 @@ func (r *Registrar) Registration() rampartadmission.Registration {
 	return r.base
 }
 
-// fromCaches is the registration this replica's caches make. A list that
-// fails fails it: a configuration written without the policies, windows,
-// flow controls or recycle policies it could not list would drop their
-// webhooks for every replica until the next write.
+// fromCaches is the registration this replica's caches make: every
+// object of the protections' kinds, and every key set. A list that fails
+// fails it: a configuration written without the objects it could not list
+// would drop their webhooks for every replica until the next write.
 func (r *Registrar) fromCaches(ctx context.Context) (rampartadmission.Registration, error) {
 	reg := r.Registration()
-	policies, err := r.policies.List(ctx)
-	if err != nil {
-		return reg, fmt.Errorf("listing ProtectionPolicies: %w", err)
+	kinds := rampartadmission.Kinds(r.protections)
+	reg.Objects = make(map[string][]client.Object, len(kinds))
+	for _, k := range kinds {
+		objs, err := k.List(ctx, r.reader)
+		if err != nil {
+			return reg, fmt.Errorf("listing %s: %w", plural(k.Kind), err)
+		}
+		reg.Objects[k.Kind] = objs
 	}
-	reg.Policies = policies
-	reg.ScaleTargets = r.targets.Targets(policies)
-	if reg.Windows, err = listWindows(ctx, r.reader); err != nil {
-		return reg, fmt.Errorf("listing ChangeWindows: %w", err)
+	sets := r.keySets()
+	reg.Keys = make(map[string][]string, len(sets))
+	for _, ks := range sets {
+		reg.Keys[ks.Name] = ks.KeysOf(reg)
 	}
-	var fcs v1alpha1.DeletionFlowControlList
-	if err := r.reader.List(ctx, &fcs); err != nil {
-		return reg, fmt.Errorf("listing DeletionFlowControls: %w", err)
-	}
-	slices.SortFunc(fcs.Items, func(a, b v1alpha1.DeletionFlowControl) int { return strings.Compare(a.Name, b.Name) })
-	reg.FlowControls = fcs.Items
-	var rps v1alpha1.RecyclePolicyList
-	if err := r.reader.List(ctx, &rps); err != nil {
-		return reg, fmt.Errorf("listing RecyclePolicies: %w", err)
-	}
-	slices.SortFunc(rps.Items, func(a, b v1alpha1.RecyclePolicy) int { return strings.Compare(a.Name, b.Name) })
-	reg.RecyclePolicies = rps.Items
-	reg.BudgetNamespaces = r.budgets.Index().Namespaces()
 	if r.compiledLabels != "" {
 		// Read live, after the live configuration (writeOnce): a record
 		// withdrawn before a widening write is seen by every later write.
@@ -188,7 +172,12 @@ func (r *Registrar) synced() bool {
 	if r.viewsSynced != nil {
 		return r.viewsSynced()
 	}
-	return (r.targets == nil || r.targets.HasSynced()) && (r.budgets == nil || r.budgets.HasSynced())
+	for _, ks := range r.keySets() {
+		if ks.HasSynced != nil && !ks.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // errNotSynced refuses a write from half-filled views.
@@ -215,6 +204,7 @@ func (r *Registrar) Start(ctx context.Context) error {
 	// Marks of pending coverage expire: look again now and then.
 	tick := time.NewTicker(pendingFor / 3)
 	defer tick.Stop()
+	changes := r.keyChanges(ctx)
 	for {
 		_, err := r.writeInTime(ctx, backgroundWriteTimeout)
 		if err != nil {
@@ -238,7 +228,7 @@ func (r *Registrar) Start(ctx context.Context) error {
 			return nil
 		case <-r.kick:
 		case <-tick.C:
-		case <-r.targets.Changes():
+		case <-changes:
 			// Coalesce a burst of label changes into one update.
 			select {
 			case <-ctx.Done():
@@ -247,4 +237,42 @@ func (r *Registrar) Start(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// keyChanges signals when a key set may have changed (the label of a
+// workload guarding its scale).
+func (r *Registrar) keyChanges(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	for _, ks := range r.keySets() {
+		if ks.Changes == nil {
+			continue
+		}
+		go func(in <-chan struct{}) {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-in:
+					select {
+					case out <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}(ks.Changes)
+	}
+	return out
+}
+
+// keySets are the protections' key sets.
+func (r *Registrar) keySets() []rampartadmission.KeySet {
+	return rampartadmission.KeySets(r.protections)
+}
+
+// plural is an English plural of one of Rampart's kinds (for messages).
+func plural(kind string) string {
+	if s, ok := strings.CutSuffix(kind, "y"); ok {
+		return s + "ies"
+	}
+	return kind + "s"
 }

@@ -33,12 +33,12 @@ func TestEvictionsJudgedOnlyWhereTheWebhooksReach(t *testing.T) {
 	if r.evictionsJudged(ctx, "shop") {
 		t.Error("judged with no configuration")
 	}
-	reg.BudgetNamespaces = []string{"other"}
+	reg = reg.WithKeys(rampartadmission.BudgetNamespaceKeys, "other")
 	r.Client = fake.NewClientBuilder().WithScheme(s).WithObjects(rampartadmission.ValidatingConfig(reg)).Build()
 	if r.evictionsJudged(ctx, "shop") {
 		t.Error("judged while the webhooks reach only another namespace")
 	}
-	reg.BudgetNamespaces = []string{"other", "shop"}
+	reg = reg.WithKeys(rampartadmission.BudgetNamespaceKeys, "other", "shop")
 	r.Client = fake.NewClientBuilder().WithScheme(s).WithObjects(rampartadmission.ValidatingConfig(reg)).Build()
 	if !r.evictionsJudged(ctx, "shop") {
 		t.Error("not judged once the webhooks reach the namespace")

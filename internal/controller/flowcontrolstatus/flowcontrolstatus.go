@@ -28,7 +28,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	reg := r.Registration()
-	reg.FlowControls = []v1alpha1.DeletionFlowControl{*f}
+	reg = reg.With(f)
 	cond, err := ready.Condition(ctx, r.Client, reg, rampartadmission.FlowControlOwner(f.Name), f.Generation, "Counting", ": deletes are counted")
 	if err != nil {
 		return reconcile.Result{}, err

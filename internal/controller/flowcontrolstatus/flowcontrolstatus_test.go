@@ -21,7 +21,7 @@ func TestReadyWaitsForTheCurrentSpec(t *testing.T) {
 		Resources: []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"pods"}}}}}
 	base := readytest.Registration()
 	reg := base
-	reg.FlowControls = []v1alpha1.DeletionFlowControl{*f}
+	reg = reg.With(f)
 	cfg := rampartadmission.ValidatingConfig(reg)
 	changed := f.DeepCopy()
 	changed.Generation = 2
@@ -42,7 +42,7 @@ func TestReadyWaitsForTheCurrentSpec(t *testing.T) {
 	if c := ready(); c == nil || c.Status != metav1.ConditionFalse || c.ObservedGeneration != 2 {
 		t.Errorf("with the old spec registered: %+v", c)
 	}
-	reg.FlowControls = []v1alpha1.DeletionFlowControl{*changed}
+	reg = reg.With(changed)
 	cfg.Webhooks = rampartadmission.ValidatingConfig(reg).Webhooks
 	if err := c.Update(context.Background(), cfg); err != nil {
 		t.Fatal(err)

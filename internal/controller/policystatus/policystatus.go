@@ -58,7 +58,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	reg := r.Registration()
-	reg.Policies = []v1alpha1.ProtectionPolicy{*p}
+	reg = reg.With(p)
 	mode := "; enforced"
 	if !policy.Enforced(p) {
 		mode = "; warning only"

@@ -48,7 +48,7 @@ func TestReadyFollowsTheRegisteredConfiguration(t *testing.T) {
 	}
 
 	reg := base
-	reg.Policies = []v1alpha1.ProtectionPolicy{*p}
+	reg = reg.With(p)
 	if err := c.Create(context.Background(), rampartadmission.ValidatingConfig(reg)); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestReadySaysWhichEngineEnforces(t *testing.T) {
 		Resources:  []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
 		Protection: v1alpha1.ProtectionAlways}}
 	reg := base
-	reg.Policies = []v1alpha1.ProtectionPolicy{*p}
+	reg = reg.With(p)
 	c := readytest.Client(t, p, rampartadmission.ValidatingConfig(reg))
 	state := &compiledState{names: []string{"ledger.deletion.policy.rampart.io"}}
 	r := &Reconciler{Client: c, Registration: func() rampartadmission.Registration { return base }, Compiled: state}

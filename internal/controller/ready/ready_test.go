@@ -13,8 +13,8 @@ import (
 func TestDecideFollowsEveryOwnedWebhook(t *testing.T) {
 	reg := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1,
 		Replicas: []string{"https://127.0.0.1:1", "https://127.0.0.1:2"}}, OwnNamespace: "rampart-system"}
-	reg.FlowControls = []v1alpha1.DeletionFlowControl{{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
-		Spec: v1alpha1.DeletionFlowControlSpec{Resources: []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"pods"}}}}}}
+	reg = reg.With(&v1alpha1.DeletionFlowControl{ObjectMeta: metav1.ObjectMeta{Name: "pods"},
+		Spec: v1alpha1.DeletionFlowControlSpec{Resources: []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"pods"}}}}})
 	want := rampartadmission.OwnedWebhooks(reg, rampartadmission.FlowControlOwner("pods"))
 	if len(want) != 2 || want[0].Name != "r0.pods.flowcontrol.rampart.io" || want[1].Name != "r1.pods.flowcontrol.rampart.io" {
 		t.Fatalf("owned webhooks %v, want the flow control's, once per replica", want)
@@ -53,11 +53,10 @@ func TestDecideFollowsEveryOwnedWebhook(t *testing.T) {
 // names: a policy named "web" does not own "web.x"'s webhooks.
 func TestOwnedWebhooksAreLookedUpByOwnerNotName(t *testing.T) {
 	rules := []v1alpha1.ResourceRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}}}
-	reg := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system",
-		Policies: []v1alpha1.ProtectionPolicy{
-			{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: v1alpha1.ProtectionPolicySpec{Resources: rules, Protection: v1alpha1.ProtectionAlways}},
-			{ObjectMeta: metav1.ObjectMeta{Name: "web.x"}, Spec: v1alpha1.ProtectionPolicySpec{Resources: rules, Protection: v1alpha1.ProtectionAlways}},
-		}}
+	reg := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}.With(
+		&v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: v1alpha1.ProtectionPolicySpec{Resources: rules, Protection: v1alpha1.ProtectionAlways}},
+		&v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "web.x"}, Spec: v1alpha1.ProtectionPolicySpec{Resources: rules, Protection: v1alpha1.ProtectionAlways}},
+	)
 	got := rampartadmission.OwnedWebhooks(reg, rampartadmission.PolicyOwner("web"))
 	if len(got) != 1 || got[0].Name != "web.deletion.policy.rampart.io" {
 		t.Fatalf("owned by policy web: %v", got)

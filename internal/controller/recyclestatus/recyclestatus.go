@@ -45,7 +45,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	reg := r.Registration()
-	reg.RecyclePolicies = []v1alpha1.RecyclePolicy{*p}
+	reg = reg.With(p)
 	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, ObservedGeneration: p.Generation, Reason: RecycleBinOff,
 		Message: "the recycle bin is off, so nothing is kept: " + r.InstalledBy.Say(turnOn)}
 	if reg.RecycleBin {

@@ -54,7 +54,7 @@ func TestReadySaysWhetherDeletesAreKept(t *testing.T) {
 		t.Errorf("before its webhook is registered: %+v", got)
 	}
 	reg := base
-	reg.RecyclePolicies = []v1alpha1.RecyclePolicy{*p}
+	reg = reg.With(p)
 	cfg := empty.DeepCopy()
 	cfg.Webhooks = rampartadmission.ValidatingConfig(reg).Webhooks
 	if err := c.Update(context.Background(), cfg); err != nil {

@@ -51,7 +51,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			}
 		}
 		reg := r.Registration()
-		reg.Windows = []v1alpha1.ChangeWindow{*cw}
+		reg = reg.With(cw)
 		if cond, err = ready.Condition(ctx, r.Client, reg, rampartadmission.WindowOwner(cw.Namespace, cw.Name), cw.Generation, "Enforced", ""); err != nil {
 			return reconcile.Result{}, err
 		}

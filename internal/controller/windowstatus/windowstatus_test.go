@@ -48,7 +48,7 @@ func TestStatusFollowsTheScheduleAndTheRegistration(t *testing.T) {
 	}
 
 	reg := base
-	reg.Windows = []v1alpha1.ChangeWindow{*cw}
+	reg = reg.With(cw)
 	if err := c.Create(context.Background(), rampartadmission.ValidatingConfig(reg)); err != nil {
 		t.Fatal(err)
 	}
