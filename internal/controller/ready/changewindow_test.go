@@ -1,4 +1,4 @@
-package windowstatus
+package ready
 
 import (
 	"context"
@@ -26,7 +26,8 @@ func TestStatusFollowsTheScheduleAndTheRegistration(t *testing.T) {
 		Schedules: []v1alpha1.Schedule{{Days: []v1alpha1.Weekday{"Mon"}, Start: "02:00", End: "04:00"}}}}
 	c := readytest.Client(t, cw)
 	base := readytest.Registration()
-	r := &Reconciler{Client: c, Registration: func() rampartadmission.Registration { return base }, Now: func() time.Time { return now }}
+	r := New(c, func() rampartadmission.Registration { return base }, ChangeWindows)
+	r.Now = func() time.Time { return now }
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "shop", Name: "nightly"}}
 	get := func() *v1alpha1.ChangeWindow {
 		got := &v1alpha1.ChangeWindow{}
