@@ -27,12 +27,10 @@ import (
 	"github.com/rampart-io/rampart/internal/clusterview"
 	"github.com/rampart-io/rampart/internal/controller/budgetstatus"
 	"github.com/rampart-io/rampart/internal/controller/explicitdeletion"
-	"github.com/rampart-io/rampart/internal/controller/flowcontrolstatus"
 	"github.com/rampart-io/rampart/internal/controller/generatedbudgets"
 	"github.com/rampart-io/rampart/internal/controller/policystatus"
 	"github.com/rampart-io/rampart/internal/controller/quotawatch"
-	"github.com/rampart-io/rampart/internal/controller/recyclestatus"
-	"github.com/rampart-io/rampart/internal/controller/windowstatus"
+	"github.com/rampart-io/rampart/internal/controller/ready"
 	"github.com/rampart-io/rampart/internal/registrar"
 	"github.com/rampart-io/rampart/internal/servingcert"
 )
@@ -176,10 +174,10 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Regi
 // labels of opted-in workloads' pods, budget status and generated budgets.
 func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registrar.Registrar, keeper *registrar.Compiled, views *clusterview.Views, scales rampartadmission.Scales, recorder events.EventRecorder) error {
 	for _, c := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		&policystatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration, Compiled: keeper, OnCRDChange: views.OnCRDChange},
-		&windowstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
-		&flowcontrolstatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration},
-		&recyclestatus.Reconciler{Client: mgr.GetClient(), Registration: reg.Registration, InstalledBy: o.InstalledBy},
+		ready.New(mgr.GetClient(), reg.Registration, policystatus.Policies(keeper, views.OnCRDChange)),
+		ready.New(mgr.GetClient(), reg.Registration, ready.ChangeWindows),
+		ready.New(mgr.GetClient(), reg.Registration, ready.FlowControls),
+		ready.New(mgr.GetClient(), reg.Registration, ready.RecyclePolicies(o.InstalledBy)),
 		&explicitdeletion.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetClient(), View: views.Workloads, Namespaces: views.Namespaces},
 	} {
 		if err := c.SetupWithManager(mgr); err != nil {

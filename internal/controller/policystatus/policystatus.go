@@ -1,8 +1,9 @@
-// Package policystatus keeps each ProtectionPolicy's Ready condition:
-// True once the registered webhook configuration holds the policy's
-// webhooks as its current spec makes them. Its message also says whether
-// the policy's static rules are compiled to ValidatingAdmissionPolicies
-// and whether every API server enforces them yet.
+// Package policystatus declares how a ProtectionPolicy is Ready (the
+// generic controller in internal/controller/ready writes it): True once
+// the registered webhook configuration holds the policy's webhooks as its
+// current spec makes them. Its message also says whether the policy's
+// static rules are compiled to ValidatingAdmissionPolicies and whether
+// every API server enforces them yet, and it follows the CRDs.
 package policystatus
 
 import (
@@ -10,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -25,22 +26,10 @@ import (
 	"github.com/rampart-io/rampart/internal/registrar"
 )
 
-// Reconciler sets the Ready condition of ProtectionPolicies.
-type Reconciler struct {
-	Client client.Client
-	// Registration is the endpoint and CA part of what is registered.
-	Registration func() rampartadmission.Registration
-	// Compiled says whether the policy's static rules are also compiled
-	// to ValidatingAdmissionPolicies, and in force (registrar.Compiled);
-	// nil: they are not compiled.
-	Compiled interface {
-		PolicyState(context.Context, *v1alpha1.ProtectionPolicy) (registrar.StaticRules, error)
-	}
-	// OnCRDChange registers a function called after any CRD is added,
-	// changed or deleted (clusterview's): which custom resources have a
-	// scale subresource decides what of a policy guarding replicas is
-	// compiled, and so its message. Nil: CRDs are not followed.
-	OnCRDChange func(func())
+// Compiled says whether a policy's static rules are also compiled to
+// ValidatingAdmissionPolicies, and in force (registrar.Compiled).
+type Compiled interface {
+	PolicyState(context.Context, *v1alpha1.ProtectionPolicy) (registrar.StaticRules, error)
 }
 
 // compiledWait is how soon the condition is looked at again while the
@@ -52,22 +41,41 @@ const compiledWait = 2 * time.Second
 // free the name one needs.
 const leftWait = 30 * time.Second
 
-func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	p := &v1alpha1.ProtectionPolicy{}
-	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+// Policies is how ProtectionPolicies are Ready (internal/controller/ready
+// runs it). compiled, nil when static rules are not compiled, says how
+// far they are; onCRDChange, nil when CRDs are not followed, registers a
+// function called after any CRD is added, changed or deleted
+// (clusterview's): which custom resources have a scale subresource
+// decides what of a policy guarding replicas is compiled, and so its
+// message.
+func Policies(compiled Compiled, onCRDChange func(func())) ready.Kind[v1alpha1.ProtectionPolicy] {
+	k := ready.Kind[v1alpha1.ProtectionPolicy]{
+		Status: func(p *v1alpha1.ProtectionPolicy) (*[]metav1.Condition, *int64) {
+			return &p.Status.Conditions, &p.Status.ObservedGeneration
+		},
+		Reason: "Enforced",
+		Judge: func(ctx context.Context, p *v1alpha1.ProtectionPolicy, _ rampartadmission.Registration, _ time.Time) (ready.Verdict, error) {
+			return judge(ctx, p, compiled)
+		},
 	}
-	reg := r.Registration()
-	reg = reg.With(p)
+	if onCRDChange != nil {
+		k.Also = func(c client.Reader) source.Source { return crdChanges(c, onCRDChange) }
+	}
+	return k
+}
+
+// judge says whether p is enforced or warns only, and which engine
+// enforces its static rules.
+func judge(ctx context.Context, p *v1alpha1.ProtectionPolicy, compiled Compiled) (ready.Verdict, error) {
 	mode := "; enforced"
 	if !policy.Enforced(p) {
 		mode = "; warning only"
 	}
 	var static registrar.StaticRules
-	if r.Compiled != nil {
+	if compiled != nil {
 		var err error
-		if static, err = r.Compiled.PolicyState(ctx, p); err != nil {
-			return reconcile.Result{}, err
+		if static, err = compiled.PolicyState(ctx, p); err != nil {
+			return ready.Verdict{}, err
 		}
 	}
 	if len(static.Names) > 0 {
@@ -88,10 +96,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		mode += "; some static rules left to its webhooks, so not enforced while Rampart is down: " + strings.Join(whys, "; ")
 	}
-	cond, err := ready.Condition(ctx, r.Client, reg, rampartadmission.PolicyOwner(p.Name), p.Generation, "Enforced", mode)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
 	var later time.Duration
 	switch {
 	case len(static.Names) > 0 && !static.InForce:
@@ -99,28 +103,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case len(static.Left) > 0:
 		later = leftWait
 	}
-	return ready.Apply(ctx, r.Client, p, &p.Status.Conditions, &p.Status.ObservedGeneration, p.Status.DeepCopy(), &p.Status, cond, later)
+	return ready.Verdict{Detail: mode, Later: later}, nil
 }
 
-// SetupWithManager runs the reconciler on the leader.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	var also []source.Source
-	if r.OnCRDChange != nil {
-		// The webhook configuration changes with the CRDs too, but only
-		// while the label rules are compiled and in force: a policy's
-		// message must not hang on that.
-		changed := make(chan event.GenericEvent, 1)
-		r.OnCRDChange(func() {
-			select {
-			case changed <- event.GenericEvent{Object: &v1alpha1.ProtectionPolicy{}}:
-			default: // one pending already: it lists the policies when handled
-			}
-		})
-		also = append(also, source.Channel(changed, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-			return guarding(ctx, r.Client)
-		})))
-	}
-	return ready.Controller(mgr, "protectionpolicy-status", &v1alpha1.ProtectionPolicy{}, &v1alpha1.ProtectionPolicyList{}, r, also...)
+// crdChanges looks again at the policies guarding replicas after a CRD
+// change. The webhook configuration changes with the CRDs too, but only
+// while the label rules are compiled and in force: a policy's message
+// must not hang on that.
+func crdChanges(c client.Reader, onCRDChange func(func())) source.Source {
+	changed := make(chan event.GenericEvent, 1)
+	onCRDChange(func() {
+		select {
+		case changed <- event.GenericEvent{Object: &v1alpha1.ProtectionPolicy{}}:
+		default: // one pending already: it lists the policies when handled
+		}
+	})
+	return source.Channel(changed, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		return guarding(ctx, c)
+	}))
 }
 
 // guarding are the policies guarding replicas: only their compiled rules

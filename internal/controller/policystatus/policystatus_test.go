@@ -13,6 +13,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	"github.com/rampart-io/rampart/internal/controller/ready"
 	"github.com/rampart-io/rampart/internal/controller/ready/readytest"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
 	"github.com/rampart-io/rampart/internal/registrar"
@@ -24,7 +25,7 @@ func TestReadyFollowsTheRegisteredConfiguration(t *testing.T) {
 		Resources:  []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
 		Protection: v1alpha1.ProtectionAlways}}
 	c := readytest.Client(t, p)
-	r := &Reconciler{Client: c, Registration: func() rampartadmission.Registration { return base }}
+	r := ready.New(c, func() rampartadmission.Registration { return base }, Policies(nil, nil))
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "ledger"}}
 	ready := func() metav1.Condition {
 		t.Helper()
@@ -83,7 +84,7 @@ func TestReadySaysWhichEngineEnforces(t *testing.T) {
 	reg = reg.With(p)
 	c := readytest.Client(t, p, rampartadmission.ValidatingConfig(reg))
 	state := &compiledState{names: []string{"ledger.deletion.policy.rampart.io"}}
-	r := &Reconciler{Client: c, Registration: func() rampartadmission.Registration { return base }, Compiled: state}
+	r := ready.New(c, func() rampartadmission.Registration { return base }, Policies(state, nil))
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "ledger"}}
 	message := func() string {
 		t.Helper()

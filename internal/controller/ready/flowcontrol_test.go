@@ -1,4 +1,4 @@
-package flowcontrolstatus
+package ready
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func TestReadyWaitsForTheCurrentSpec(t *testing.T) {
 	changed.Generation = 2
 	changed.Spec.ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "batch"}}
 	c := readytest.Client(t, changed, cfg)
-	r := &Reconciler{Client: c, Registration: func() rampartadmission.Registration { return base }}
+	r := New(c, func() rampartadmission.Registration { return base }, FlowControls)
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "pods"}}
 	ready := func() *metav1.Condition {
 		got := &v1alpha1.DeletionFlowControl{}

@@ -1,4 +1,4 @@
-package recyclestatus
+package ready
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func TestReadySaysWhetherDeletesAreKept(t *testing.T) {
 	empty := rampartadmission.ValidatingConfig(base)
 	c := readytest.Client(t, p, empty)
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "configs"}}
-	ready := func(r *Reconciler) *metav1.Condition {
+	ready := func(r *Reconciler[v1alpha1.RecyclePolicy, *v1alpha1.RecyclePolicy]) *metav1.Condition {
 		t.Helper()
 		if _, err := r.Reconcile(context.Background(), req); err != nil {
 			t.Fatal(err)
@@ -44,12 +44,12 @@ func TestReadySaysWhetherDeletesAreKept(t *testing.T) {
 		installation.Helm:   "set the chart's manager.recycleBin.enabled",
 		installation.Up:     "start the cluster with rampart up",
 	} {
-		if got := ready(&Reconciler{Client: c, Registration: func() rampartadmission.Registration { return off }, InstalledBy: installed}); got == nil ||
+		if got := ready(New(c, func() rampartadmission.Registration { return off }, RecyclePolicies(installed))); got == nil ||
 			got.Status != metav1.ConditionFalse || got.Reason != RecycleBinOff || !strings.Contains(got.Message, says) {
 			t.Errorf("with the recycle bin off, installed by %q: %+v, want a message saying %q", installed, got, says)
 		}
 	}
-	r := &Reconciler{Client: c, Registration: func() rampartadmission.Registration { return base }}
+	r := New(c, func() rampartadmission.Registration { return base }, RecyclePolicies(installation.ByHand))
 	if got := ready(r); got == nil || got.Status != metav1.ConditionFalse {
 		t.Errorf("before its webhook is registered: %+v", got)
 	}

@@ -1,4 +1,4 @@
-package windowstatus
+package ready
 
 import (
 	"context"
@@ -26,7 +26,8 @@ func TestStatusFollowsTheScheduleAndTheRegistration(t *testing.T) {
 		Schedules: []v1alpha1.Schedule{{Days: []v1alpha1.Weekday{"Mon"}, Start: "02:00", End: "04:00"}}}}
 	c := readytest.Client(t, cw)
 	base := readytest.Registration()
-	r := &Reconciler{Client: c, Registration: func() rampartadmission.Registration { return base }, Now: func() time.Time { return now }}
+	r := New(c, func() rampartadmission.Registration { return base }, ChangeWindows)
+	r.Now = func() time.Time { return now }
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "shop", Name: "nightly"}}
 	get := func() *v1alpha1.ChangeWindow {
 		got := &v1alpha1.ChangeWindow{}
@@ -59,5 +60,37 @@ func TestStatusFollowsTheScheduleAndTheRegistration(t *testing.T) {
 	if c := meta.FindStatusCondition(get().Status.Conditions, "Ready"); c == nil || c.Status != metav1.ConditionTrue ||
 		c.Message != "webhook nightly.shop.window.rampart.io registered" {
 		t.Errorf("Ready after registration: %+v", c)
+	}
+}
+
+// A window whose schedule does not compile is not Ready, says why without
+// waiting for a webhook, and is looked at again within the hour; looked
+// at again unchanged, its status is not written again.
+func TestAnInvalidWindowSaysWhy(t *testing.T) {
+	cw := &v1alpha1.ChangeWindow{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "mars", Generation: 4}, Spec: v1alpha1.ChangeWindowSpec{
+		Resources: []v1alpha1.ResourceRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}}},
+		TimeZone:  "Mars/Olympus",
+		Schedules: []v1alpha1.Schedule{{Days: []v1alpha1.Weekday{"Mon"}, Start: "02:00", End: "04:00"}}}}
+	c := readytest.Client(t, cw)
+	r := New(c, readytest.Registration, ChangeWindows)
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "shop", Name: "mars"}}
+	get := func() *v1alpha1.ChangeWindow {
+		t.Helper()
+		if res, err := r.Reconcile(context.Background(), req); err != nil || res.RequeueAfter != time.Hour {
+			t.Fatalf("reconcile = %v, %v; want a look again in an hour", res, err)
+		}
+		got := &v1alpha1.ChangeWindow{}
+		if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	first := get()
+	if c := meta.FindStatusCondition(first.Status.Conditions, "Ready"); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "Invalid" ||
+		c.Message != `unknown time zone "Mars/Olympus"` || c.ObservedGeneration != 4 || first.Status.ObservedGeneration != 4 {
+		t.Errorf("Ready of an invalid window: %+v (observedGeneration %d)", c, first.Status.ObservedGeneration)
+	}
+	if again := get(); again.ResourceVersion != first.ResourceVersion {
+		t.Errorf("status written again with nothing changed: resourceVersion %s, then %s", first.ResourceVersion, again.ResourceVersion)
 	}
 }
