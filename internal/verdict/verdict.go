@@ -7,12 +7,12 @@
 // is no HTTP status, admission StatusReason or gRPC code here. Each
 // adapter maps a refusal to its transport, from its Refusal:
 //
-//	Refusal       admission (respond)  gateway (refuse)  node guard (CRI)
-//	Forbidden     403 Forbidden        403               FailedPrecondition
-//	Throttled     429 TooManyRequests  429               FailedPrecondition
+//	Refusal       admission (respond)  gateway (refuse)  node guard (grpcCode)
+//	Forbidden     403                  403               FailedPrecondition
+//	Throttled     429                  429               FailedPrecondition
 //	Unavailable   503                  503               Unavailable
-//	Unauthorized  -                    401               -
-//	Invalid       -                    400               -
+//	Unauthorized  401                  401               FailedPrecondition
+//	Invalid       400                  400               FailedPrecondition
 //
 // This package imports nothing of Rampart, so that both sides, the
 // admission protections and the gateway's traffic and breaker packages,
