@@ -37,7 +37,7 @@ type about struct {
 //   - refused in Warn mode (s.Warn): admitted with the message as an
 //     admission warning (kubectl prints it), counted in
 //     rampart_admission_warnings_total;
-//   - refused: the code of its kind of refusal (status), with Retry-After
+//   - refused: the code of its kind of refusal (refusalStatus), with Retry-After
 //     when it has one, counted in rampart_admission_denials_total by its
 //     reason, and, unless the request is a dry run, a Warning Event on the
 //     object naming the requester, the reason and the message.
