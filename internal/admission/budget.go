@@ -32,6 +32,7 @@ import (
 	"github.com/rampart-io/rampart/internal/budget"
 	"github.com/rampart-io/rampart/internal/ledger"
 	"github.com/rampart-io/rampart/internal/protection"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // Webhook paths of PodUnavailableBudgets.
@@ -449,7 +450,7 @@ func (h *Budgets) ledger() *ledger.Ledger[*v1alpha1.PodUnavailableBudget] {
 // consume decides the disruption against one budget and, if admitted and
 // not a dry run, records it in the budget's status. took says whether it
 // was recorded (and must be given back if another budget denies).
-func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, dry bool, now time.Time) (v protection.Verdict, took bool, err error) {
+func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, dry bool, now time.Time) (v verdict.Verdict, took bool, err error) {
 	out, err := h.ledger().Decide(ctx, ledger.Request{Object: client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, DryRun: dry},
 		func(b *v1alpha1.PodUnavailableBudget) (ledger.Decision, error) {
 			var consume bool
@@ -457,13 +458,13 @@ func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, d
 			if consume {
 				budget.Consume(&b.Status, r.Pod, now)
 			}
-			return ledger.Decision{Allowed: v.Allowed, Write: consume}, nil
+			return ledger.Decision{Verdict: v, Write: consume}, nil
 		})
 	switch {
 	case err != nil:
 		return v, false, fmt.Errorf("recording the disruption in PodUnavailableBudget %s: %w", k, err)
 	case out.Gone:
-		return protection.Allow, false, nil // deleted since: it guards nothing
+		return verdict.Allow, false, nil // deleted since: it guards nothing
 	}
 	return v, out.Written, nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/rampart-io/rampart/internal/protection/deletion"
 	"github.com/rampart-io/rampart/internal/protection/policy"
 	"github.com/rampart-io/rampart/internal/recyclebin"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // DeletionPath is where the deletion-protection webhook is served.
@@ -160,16 +161,17 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 			errors.New("rampart is still loading its view of the cluster; retry in a few seconds"))
 	}
 	v := deletion.Decide(r, h.View)
-	v.Warn = pol != nil && !policy.Enforced(pol)
-	if h.Bin != nil && !dryRun(req) && (v.Allowed || v.Warn) {
-		v = h.capture(ctx, req, r, v)
+	s := about{Kind: schema.GroupVersionKind(req.Kind), Object: r.Object, UID: r.UID, Action: "Delete", Warn: pol != nil && !policy.Enforced(pol)}
+	if h.Bin != nil && !dryRun(req) && (v.Allowed || s.Warn) {
+		v = h.capture(ctx, req, r, v, s.Warn)
 	}
-	return respond(h.Recorder, req, about{Kind: schema.GroupVersionKind(req.Kind), Object: r.Object, UID: r.UID, Action: "Delete"}, v)
+	return respond(h.Recorder, req, s, v)
 }
 
 // capture keeps a copy of the object the admitted delete ends, and
-// refuses the delete when it cannot: a Warn-mode policy only warns.
-func (h *Deletion) capture(ctx context.Context, req admission.Request, r deletion.Request, v protection.Verdict) protection.Verdict {
+// refuses the delete when it cannot: a Warn-mode policy (warn) only
+// warns, of both refusals.
+func (h *Deletion) capture(ctx context.Context, req admission.Request, r deletion.Request, v verdict.Verdict, warn bool) verdict.Verdict {
 	err := capture(ctx, h.Bin, recyclebin.Entry{
 		Resource:  schema.GroupVersionResource(req.Resource),
 		Kind:      req.Kind.Kind,
@@ -187,11 +189,8 @@ func (h *Deletion) capture(ctx context.Context, req admission.Request, r deletio
 		src.Label = v1alpha1.LabelProtection
 	}
 	refused := recyclebin.CaptureRefused(r.Object, src.String(), src.Lift(r.Object)+", and the delete goes through without a copy.", err)
-	if v.Warn {
-		refused.Warn = true
-		if !v.Allowed {
-			refused.Message = v.Message + "; and " + refused.Message
-		}
+	if warn && !v.Allowed {
+		refused.Message = v.Message + "; and " + refused.Message
 	}
 	return refused
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/rampart-io/rampart/internal/flowcontrol"
 	"github.com/rampart-io/rampart/internal/ledger"
 	"github.com/rampart-io/rampart/internal/protection"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // FlowControlPrefix serves each DeletionFlowControl's webhook, followed by
@@ -142,23 +143,23 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 	}
 	now := clockOrReal(h.Clock).Now()
 	var (
-		v       protection.Verdict
+		v       verdict.Verdict
 		outcome string // "counted", "exempt", or "" for a delete the flow control does not count
 		invalid error
 	)
 	out, err := h.ledger().Decide(ctx, ledger.Request{Object: client.ObjectKey{Name: name}, ID: id, DryRun: dry},
 		func(dfc *v1alpha1.DeletionFlowControl) (ledger.Decision, error) {
-			v, outcome = protection.Allow, ""
+			v, outcome = verdict.Allow, ""
 			switch {
 			case req.SubResource == "eviction" && dfc.Spec.CountEvictions != nil && !*dfc.Spec.CountEvictions:
-				return ledger.Decision{Allowed: true}, nil
+				return ledger.Decision{Verdict: verdict.Allow}, nil
 			case !selected(dfc, objLabels):
 				// An eviction of a pod the objectSelector leaves out (the
 				// evictions' webhook reaches every pod; see the plugin).
-				return ledger.Decision{Allowed: true}, nil
+				return ledger.Decision{Verdict: verdict.Allow}, nil
 			case exempt(dfc, req, objLabels):
 				outcome = "exempt"
-				return ledger.Decision{Allowed: true}, nil
+				return ledger.Decision{Verdict: verdict.Allow}, nil
 			}
 			v, invalid = flowcontrol.Decide(flowcontrol.Request{Name: name, Spec: dfc.Spec, Requester: req.UserInfo.Username,
 				Object: subj.Object.Describe()}, &dfc.Status, now)
@@ -169,7 +170,7 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 			outcome = "counted"
 			// A denial is written too: it may trip the breaker, and the
 			// status lists recent denials.
-			return ledger.Decision{Allowed: v.Allowed, Write: true}, nil
+			return ledger.Decision{Verdict: v, Write: true}, nil
 		})
 	switch {
 	case invalid != nil:

@@ -178,8 +178,7 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 		r := base
 		r.Guard, r.Source, r.Exempt = s.guard, s.source, s.exempt
 		v := replicas.Decide(r)
-		v.Warn = !s.enforce
-		resp := respond(h.Recorder, req, about{Kind: kind, Object: r.Object, UID: uid, Action: "Scale"}, v)
+		resp := respond(h.Recorder, req, about{Kind: kind, Object: r.Object, UID: uid, Action: "Scale", Warn: !s.enforce}, v)
 		if !resp.Allowed {
 			return resp
 		}

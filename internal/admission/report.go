@@ -12,9 +12,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rampart-io/rampart/internal/protection"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
-// about is the object a verdict is about, as its Event names it.
+// about is what a verdict answers: the object, as its Event names it,
+// and how the request is answered.
 type about struct {
 	Kind   schema.GroupVersionKind
 	Object protection.Object
@@ -24,26 +26,30 @@ type about struct {
 	// DryRun is set when the request's body asks for a dry run (an
 	// eviction's deleteOptions), which the review does not say.
 	DryRun bool
+	// Warn answers a refusal as an admission warning: the rule that
+	// decided is in Warn mode. The mode is the policy's, not the rule's
+	// decision, so it is the adapter's to say, not the verdict's.
+	Warn bool
 }
 
 // respond answers a verdict, for every protection alike:
 //   - allowed: admitted;
-//   - Warn: admitted with the message as an admission warning (kubectl
-//     prints it), counted in rampart_admission_warnings_total;
-//   - denied: the verdict's code (403 Forbidden unless it names another,
-//     with Retry-After when it has one), counted in
-//     rampart_admission_denials_total, and, unless the request is a dry run,
-//     a Warning Event on the object naming the requester, the rule and the
-//     message.
-func respond(rec events.EventRecorder, req admission.Request, s about, v protection.Verdict) admission.Response {
+//   - refused in Warn mode (s.Warn): admitted with the message as an
+//     admission warning (kubectl prints it), counted in
+//     rampart_admission_warnings_total;
+//   - refused: the code of its kind of refusal (refusalStatus), with Retry-After
+//     when it has one, counted in rampart_admission_denials_total by its
+//     reason, and, unless the request is a dry run, a Warning Event on the
+//     object naming the requester, the reason and the message.
+func respond(rec events.EventRecorder, req admission.Request, s about, v verdict.Verdict) admission.Response {
 	switch {
 	case v.Allowed:
 		return admission.Allowed("")
-	case v.Warn:
-		warnings.WithLabelValues(v.Rule, s.Object.Resource.String()).Inc()
+	case s.Warn:
+		warnings.WithLabelValues(v.Reason, s.Object.Resource.String()).Inc()
 		return admission.Allowed("").WithWarnings("rampart (Warn mode): " + v.Message)
 	}
-	denials.WithLabelValues(v.Rule, s.Object.Resource.String()).Inc()
+	denials.WithLabelValues(v.Reason, s.Object.Resource.String()).Inc()
 	if rec != nil && !dryRun(req) && !s.DryRun { // a dry run has no side effects, and an Event is one
 		ref := &corev1.ObjectReference{
 			APIVersion: s.Kind.GroupVersion().String(),
@@ -53,14 +59,33 @@ func respond(rec events.EventRecorder, req admission.Request, s about, v protect
 			UID:        s.UID,
 		}
 		rec.Eventf(ref, nil, corev1.EventTypeWarning, s.Action+"Denied", s.Action,
-			"%s denied %s by %s: %s", v.Rule, req.Operation, req.UserInfo.Username, v.Message)
+			"%s denied %s by %s: %s", v.Reason, req.Operation, req.UserInfo.Username, v.Message)
 	}
 	resp := admission.Denied(v.Message)
-	if v.Code != 0 && v.Code != http.StatusForbidden {
-		resp.Result.Code, resp.Result.Reason = v.Code, v.Reason
+	if code, reason := refusalStatus(v.Refusal); code != http.StatusForbidden {
+		resp.Result.Code, resp.Result.Reason = code, reason
 	}
 	if v.RetryAfter > 0 {
 		resp.Result.Details = &metav1.StatusDetails{RetryAfterSeconds: int32(min(math.Ceil(v.RetryAfter.Seconds()), math.MaxInt32))}
 	}
 	return resp
+}
+
+// refusalStatus is the HTTP code and reason a refusal of kind r is answered
+// with: a budget's refusal is throttled and answered 429, as the Eviction
+// API answers for a PodDisruptionBudget, so that kubectl drain and
+// controllers retry; a refusal for want of a store (the recycle bin's)
+// 503, which the garbage collector and the namespace controller retry.
+func refusalStatus(r verdict.Refusal) (int32, metav1.StatusReason) {
+	switch r {
+	case verdict.Throttled:
+		return http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests
+	case verdict.Unavailable:
+		return http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable
+	case verdict.Unauthorized:
+		return http.StatusUnauthorized, metav1.StatusReasonUnauthorized
+	case verdict.Invalid:
+		return http.StatusBadRequest, metav1.StatusReasonBadRequest
+	}
+	return http.StatusForbidden, metav1.StatusReasonForbidden
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/protection"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // recorder keeps the Events a handler writes, with the object each names.
@@ -53,17 +54,19 @@ func (r *recorder) all() []string {
 func TestRespondAnswersCountsAndRecordsEveryVerdictAlike(t *testing.T) {
 	cm := protection.Object{Resource: schema.GroupResource{Resource: "configmaps"}, Namespace: "shop", Name: "settings"}
 	cmAbout := about{Kind: corev1.SchemeGroupVersion.WithKind("ConfigMap"), Object: cm, UID: "u1", Action: "Delete"}
+	cmWarn := cmAbout
+	cmWarn.Warn = true
 	request := func(dry bool) admission.Request {
 		return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 			Operation: admissionv1.Delete, Namespace: "shop", Name: "settings", DryRun: ptr.To(dry),
 			UserInfo: authenticationv1.UserInfo{Username: "alice"}}}
 	}
-	denied := protection.Verdict{Rule: "test-rule", Message: "no, because"}
+	denied := verdict.Verdict{Reason: "test-rule", Message: "no, because"}
 	for _, tt := range []struct {
 		name       string
 		req        admission.Request
 		about      about
-		verdict    protection.Verdict
+		verdict    verdict.Verdict
 		allowed    bool
 		code       int32
 		reason     metav1.StatusReason
@@ -73,10 +76,10 @@ func TestRespondAnswersCountsAndRecordsEveryVerdictAlike(t *testing.T) {
 		warned     float64
 		events     []string
 	}{{
-		name: "allowed", req: request(false), about: cmAbout, verdict: protection.Allow, allowed: true,
+		name: "allowed", req: request(false), about: cmAbout, verdict: verdict.Allow, allowed: true,
 	}, {
-		name: "allowed under a Warn-mode rule", req: request(false), about: cmAbout,
-		verdict: protection.Verdict{Allowed: true, Warn: true}, allowed: true,
+		name: "allowed under a Warn-mode rule", req: request(false), about: cmWarn,
+		verdict: verdict.Allow, allowed: true,
 	}, {
 		name: "denied", req: request(false), about: cmAbout, verdict: denied,
 		code: http.StatusForbidden, reason: metav1.StatusReasonForbidden, denials: 1,
@@ -90,13 +93,13 @@ func TestRespondAnswersCountsAndRecordsEveryVerdictAlike(t *testing.T) {
 		verdict: denied, code: http.StatusForbidden, reason: metav1.StatusReasonForbidden, denials: 1,
 	}, {
 		name: "denied with its own code and a retry time", req: request(false), about: cmAbout,
-		verdict: protection.Verdict{Rule: "test-rule", Message: "later", Code: http.StatusTooManyRequests,
-			Reason: metav1.StatusReasonTooManyRequests, RetryAfter: 1500 * time.Millisecond},
+		verdict: verdict.Verdict{Reason: "test-rule", Message: "later", Refusal: verdict.Throttled,
+			RetryAfter: 1500 * time.Millisecond},
 		code: http.StatusTooManyRequests, reason: metav1.StatusReasonTooManyRequests, retryAfter: 2, denials: 1,
 		events: []string{"Warning DeleteDenied on ConfigMap shop/settings: test-rule denied DELETE by alice: later"},
 	}, {
-		name: "Warn mode: admitted with a warning, counted as one", req: request(false), about: cmAbout,
-		verdict: protection.Verdict{Rule: "test-rule", Message: "would deny", Warn: true},
+		name: "Warn mode: admitted with a warning, counted as one", req: request(false), about: cmWarn,
+		verdict: verdict.Verdict{Reason: "test-rule", Message: "would deny"},
 		allowed: true, warnings: []string{"rampart (Warn mode): would deny"}, warned: 1,
 	}} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -123,10 +126,10 @@ func TestRespondAnswersCountsAndRecordsEveryVerdictAlike(t *testing.T) {
 			if strings.Join(resp.Warnings, "|") != strings.Join(tt.warnings, "|") {
 				t.Errorf("warnings %q, want %q", resp.Warnings, tt.warnings)
 			}
-			if n := testutil.ToFloat64(denials.WithLabelValues(tt.verdict.Rule, "configmaps")); n != tt.denials {
+			if n := testutil.ToFloat64(denials.WithLabelValues(tt.verdict.Reason, "configmaps")); n != tt.denials {
 				t.Errorf("rampart_admission_denials_total %v, want %v", n, tt.denials)
 			}
-			if n := testutil.ToFloat64(warnings.WithLabelValues(tt.verdict.Rule, "configmaps")); n != tt.warned {
+			if n := testutil.ToFloat64(warnings.WithLabelValues(tt.verdict.Reason, "configmaps")); n != tt.warned {
 				t.Errorf("rampart_admission_warnings_total %v, want %v", n, tt.warned)
 			}
 			if got := rec.all(); strings.Join(got, "|") != strings.Join(tt.events, "|") {

@@ -2,7 +2,6 @@ package budget
 
 import (
 	"fmt"
-	"net/http"
 	"slices"
 	"time"
 
@@ -11,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	"github.com/rampart-io/rampart/internal/protection"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // Compute is a budget's status from the pods it covers now. total is the
@@ -131,18 +130,18 @@ func (n NodeCount) Partitioned(threshold float64) bool {
 // partitioned (threshold, see NodeCount.Partitioned). A denial answers 429,
 // as the Eviction API does for a PodDisruptionBudget: kubectl drain and
 // controllers retry it.
-func Decide(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (v protection.Verdict, consume bool) {
+func Decide(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (v verdict.Verdict, consume bool) {
 	if !Protects(b.Spec, r.Op) {
-		return protection.Allow, false
+		return verdict.Allow, false
 	}
 	if _, disrupted := b.Status.Disruptions[r.Pod]; disrupted {
 		// The same disruption asked again (the API server retries), or a
 		// pod already counted as disrupted: no further loss.
-		return protection.Allow, false
+		return verdict.Allow, false
 	}
 	free, held := Free(b, r, threshold)
 	if free {
-		return protection.Allow, false
+		return verdict.Allow, false
 	}
 	computed := b.Status.ObservedGeneration == b.Generation && (b.Spec.TargetRef == nil || b.Status.Selector != "")
 	if !computed {
@@ -151,7 +150,7 @@ func Decide(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (v p
 	}
 	st := b.Status
 	if st.UnavailableAllowed > 0 {
-		return protection.Allow, true
+		return verdict.Allow, true
 	}
 	if never, why := NeverAllows(b.Spec); never {
 		return deny(fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s allows no more disruptions, and none at any time (%s): "+
@@ -203,8 +202,8 @@ func Free(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (free 
 // Rule names budget denials in metrics and Events.
 const Rule = "PodUnavailableBudget"
 
-func deny(message string) protection.Verdict {
-	return protection.Verdict{Rule: Rule, Message: message, Code: http.StatusTooManyRequests, Reason: metav1.StatusReasonTooManyRequests}
+func deny(message string) verdict.Verdict {
+	return verdict.Verdict{Reason: Rule, Message: message, Refusal: verdict.Throttled}
 }
 
 // Consume records an admitted disruption in a status.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 func maxUnavailable(n int) v1alpha1.PodUnavailableBudgetSpec {
@@ -143,8 +144,8 @@ func TestDecideUnavailablePods(t *testing.T) {
 			if v.Allowed != tt.allowed || consume != tt.consume {
 				t.Fatalf("allowed %v consume %v, want %v %v: %s", v.Allowed, consume, tt.allowed, tt.consume, v.Message)
 			}
-			if !tt.allowed && (v.Code != 429 || !strings.Contains(v.Message, tt.message)) {
-				t.Fatalf("denial %d %q\nwant it to contain %q", v.Code, v.Message, tt.message)
+			if !tt.allowed && (v.Refusal != verdict.Throttled || !strings.Contains(v.Message, tt.message)) {
+				t.Fatalf("denial %v %q\nwant it to contain %q", v.Refusal, v.Message, tt.message)
 			}
 		})
 	}

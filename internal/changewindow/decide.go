@@ -7,6 +7,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/protection"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // Request is one write to an object a window covers.
@@ -32,20 +33,20 @@ const (
 
 // Overridden says whether an override let the write through outside the
 // window.
-func Overridden(v protection.Verdict) bool { return v.Allowed && v.Rule == RuleOverride }
+func Overridden(v verdict.Verdict) bool { return v.Allowed && v.Reason == RuleOverride }
 
 // Decide decides one write at now. A write let through by an override is
 // allowed under RuleOverride (see Overridden): it must be recorded.
-func Decide(r Request, w *Window, now time.Time) protection.Verdict {
+func Decide(r Request, w *Window, now time.Time) verdict.Verdict {
 	if len(r.Changed) == 0 {
-		return protection.Allow
+		return verdict.Allow
 	}
 	open, freeze := w.Open(now)
 	if open {
-		return protection.Allow
+		return verdict.Allow
 	}
 	if r.Override != "" && r.MayOverride {
-		return protection.Verdict{Allowed: true, Rule: RuleOverride,
+		return verdict.Verdict{Allowed: true, Reason: RuleOverride,
 			Message: fmt.Sprintf("%s overrode ChangeWindow %q to change %s of %s: %s",
 				r.Requester, r.Window, strings.Join(r.Changed, ", "), r.Describe(), r.Override)}
 	}
@@ -69,5 +70,5 @@ func Decide(r Request, w *Window, now time.Time) protection.Verdict {
 	default:
 		msg += fmt.Sprintf(" In an emergency, a user the window names may set annotation %s=<reason> in the same request (it is recorded).", v1alpha1.AnnotationChangeOverride)
 	}
-	return protection.Verdict{Rule: RuleClosed, Message: msg}
+	return verdict.Verdict{Reason: RuleClosed, Message: msg}
 }

@@ -312,7 +312,7 @@ func writeCompiled(w io.Writer, in exportInput, o exportOptions) error {
 	names := compiled.Names{}
 	var out []compiled.Policy
 	if o.labels {
-		out, _ = names.Admit("", append(compiled.LabelRules(opts), compiled.ScaledLabelRules(opts)...))
+		out, _ = names.Claim("", append(compiled.LabelRules(opts), compiled.ScaledLabelRules(opts)...))
 	}
 	var left []string
 	for _, n := range notCompiled {
@@ -320,7 +320,7 @@ func writeCompiled(w io.Writer, in exportInput, o exportOptions) error {
 	}
 	for i := range in.policies {
 		p := &in.policies[i]
-		kept, notKept := names.Admit(p.Name, compiled.FromPolicy(p, opts))
+		kept, notKept := names.Claim(p.Name, compiled.FromPolicy(p, opts))
 		out = append(out, kept...)
 		for _, l := range notKept {
 			left = append(left, fmt.Sprintf("#   ProtectionPolicy %s: %s, because %s", p.Name, l.Name, l.Why))

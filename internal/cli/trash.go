@@ -123,14 +123,16 @@ func (o *trashOptions) listCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return listTrash(cmd.Context(), cmd.OutOrStdout(), b, o.namespace(), time.Now())
+			return listRecycleBin(cmd.Context(), cmd.OutOrStdout(), b, o.namespace(), time.Now())
 		},
 	}
 	cmd.Flags().BoolVarP(&o.all, "all-namespaces", "A", false, "every namespace, and cluster-scoped objects")
 	return cmd
 }
 
-func listTrash(ctx context.Context, w io.Writer, b *recyclebin.Bin, namespace string, now time.Time) error {
+// listRecycleBin prints the copies the recycle bin holds in namespace
+// (every namespace when empty).
+func listRecycleBin(ctx context.Context, w io.Writer, b *recyclebin.Bin, namespace string, now time.Time) error {
 	listed, err := b.List(ctx, namespace)
 	if err != nil {
 		return err

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	"github.com/rampart-io/rampart/internal/protection"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // slotsPerWindow is how finely each window is counted. Counting every slot
@@ -41,7 +41,7 @@ const (
 )
 
 // Tripped says whether this delete tripped the breaker (reached a limit).
-func Tripped(v protection.Verdict) bool { return v.Rule == RuleLimit }
+func Tripped(v verdict.Verdict) bool { return v.Reason == RuleLimit }
 
 // Limit is a parsed limit.
 type Limit struct {
@@ -113,10 +113,10 @@ type Request struct {
 // delete is counted; a denied one is recorded, and may trip the breaker.
 // In DryRun mode every delete is admitted, and a tripping one keeps its
 // rule and message to be reported.
-func Decide(r Request, st *v1alpha1.DeletionFlowControlStatus, now time.Time) (protection.Verdict, error) {
+func Decide(r Request, st *v1alpha1.DeletionFlowControlStatus, now time.Time) (verdict.Verdict, error) {
 	limits, err := Limits(r.Spec)
 	if err != nil {
-		return protection.Verdict{}, err
+		return verdict.Verdict{}, err
 	}
 	counts := Counts(limits, st, now)
 	dryRun := r.Spec.Mode == v1alpha1.FlowDryRun
@@ -130,19 +130,19 @@ func Decide(r Request, st *v1alpha1.DeletionFlowControlStatus, now time.Time) (p
 	if st.Breaker.State == Open && r.Spec.Breaker == v1alpha1.BreakerAuto && full < 0 {
 		st.Breaker = v1alpha1.BreakerStatus{State: Closed}
 	}
-	var v protection.Verdict
+	var v verdict.Verdict
 	switch {
 	case st.Breaker.State == Open:
-		v = protection.Verdict{Rule: RuleBreaker, Message: fmt.Sprintf(
+		v = verdict.Verdict{Reason: RuleBreaker, Message: fmt.Sprintf(
 			"DeletionFlowControl %q has tripped its breaker (%s, at %s): %s is not deleted. %s",
 			r.Name, st.Breaker.Reason, st.Breaker.TrippedAt.UTC().Format(time.RFC3339), r.Object, advice(r))}
 	case full >= 0:
 		reason := fmt.Sprintf("limit %s reached: %d deletes counted in the last %s", limits[full], counts[full], limits[full].Window)
 		st.Breaker = v1alpha1.BreakerStatus{State: Open, TrippedAt: ptrTime(now), Reason: reason}
-		v = protection.Verdict{Rule: RuleLimit, Message: fmt.Sprintf(
+		v = verdict.Verdict{Reason: RuleLimit, Message: fmt.Sprintf(
 			"DeletionFlowControl %q: %s; its breaker is now open and %s is not deleted. %s", r.Name, reason, r.Object, advice(r))}
 	default:
-		v = protection.Allow
+		v = verdict.Allow
 	}
 	st.Counts = counts
 	if v.Allowed || dryRun {

@@ -35,7 +35,7 @@ func TestLimitTripsTheBreaker(t *testing.T) {
 	}
 	// Manual: still open after the window has passed.
 	v, _ = Decide(r, &st, t0.Add(time.Hour))
-	if v.Allowed || v.Rule != RuleBreaker {
+	if v.Allowed || v.Reason != RuleBreaker {
 		t.Fatalf("an hour later with a Manual breaker: %+v", v)
 	}
 	if len(st.RecentDenied) != 2 || st.RecentDenied[0].User != "bot" {

@@ -14,6 +14,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/gateway/breaker"
 	"github.com/rampart-io/rampart/internal/gateway/traffic"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // breakerTick is how often the window is judged and open breakers are
@@ -56,7 +57,7 @@ func newBreakers(g *Gateway) *breakers {
 }
 
 // decide asks p's breaker about a request p matched.
-func (b *breakers) decide(p *traffic.Policy, now time.Time) breaker.Decision {
+func (b *breakers) decide(p *traffic.Policy, now time.Time) verdict.Verdict {
 	d, ts := b.set.Decide(p.Name, breaker.ConfigOf(p.Spec.Breaker), now, jitter())
 	b.report(ts)
 	return d

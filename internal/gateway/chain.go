@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/rampart-io/rampart/internal/gateway/identity"
 	"github.com/rampart-io/rampart/internal/gateway/traffic"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // The gateway is a chain of guards, as kube-apiserver is a chain of filters
@@ -29,7 +31,14 @@ import (
 // record what it learned in the exchange for the guards after it, and
 // register, with x.onEnd, what must run when the request ends (to give
 // back an in-flight slot).
-type guard func(x *exchange) verdict
+//
+// Its verdict's Reason labels rampart_gateway_rejections_total, empty for
+// a refusal that is not the client's doing (a failed review: 503) or not
+// counted there (a malformed request: 400); its Message tells the client
+// who refused it, why, and how to proceed; its RetryAfter, in whole
+// seconds (traffic.Spread), is sent as Retry-After; its Refusal gives the
+// status code (status).
+type guard func(x *exchange) verdict.Verdict
 
 // chain is the gateway's guards in the order they decide.
 func (g *Gateway) chain() []guard {
@@ -45,55 +54,40 @@ func (g *Gateway) chain() []guard {
 	}
 }
 
-// verdict is a guard's answer. The zero verdict lets the request on.
-type verdict struct {
-	// code is the HTTP status of a refusal; 0 lets the request on.
-	code int
-	// reason labels rampart_gateway_rejections_total; empty for a
-	// refusal that is not the client's doing (a failed review: 503) or
-	// not counted there (a malformed request: 400).
-	reason string
-	// message tells the client who refused it, why, and how to proceed.
-	message string
-	// retryAfter is the Retry-After in seconds; 0 sends none.
-	retryAfter int
-}
-
 // pass lets a request on to the next guard.
-var pass = verdict{}
+var pass = verdict.Allow
 
-func refusal(code int, reason, message string, retryAfter int) verdict {
-	return verdict{code: code, reason: reason, message: message, retryAfter: retryAfter}
+// refusal is a guard's refusal without a Retry-After.
+func refusal(kind verdict.Refusal, reason, message string) verdict.Verdict {
+	return verdict.Verdict{Refusal: kind, Reason: reason, Message: message}
 }
 
 // status is the refusal as the API server would answer it: a metav1.Status
 // built by apimachinery's errors package, which kubectl and client-go
-// read (client-go retries a 429 after its Retry-After).
-func (v verdict) status() *apierrors.StatusError {
-	switch v.code {
-	case http.StatusTooManyRequests:
-		err := apierrors.NewTooManyRequests(v.message, v.retryAfter)
-		if v.retryAfter <= 0 {
+// read (client-go retries a 429 after its Retry-After). The kind of
+// refusal gives the code: Throttled 429, Unauthorized 401, Invalid 400,
+// Unavailable 503, Forbidden 403.
+func status(v verdict.Verdict) *apierrors.StatusError {
+	retryAfter := int(math.Ceil(v.RetryAfter.Seconds()))
+	switch v.Refusal {
+	case verdict.Throttled:
+		err := apierrors.NewTooManyRequests(v.Message, retryAfter)
+		if retryAfter <= 0 {
 			err.ErrStatus.Details = nil
 		}
 		return err
-	case http.StatusUnauthorized:
-		return apierrors.NewUnauthorized(v.message)
-	case http.StatusBadRequest:
-		return apierrors.NewBadRequest(v.message)
-	case http.StatusServiceUnavailable:
-		return apierrors.NewServiceUnavailable(v.message)
+	case verdict.Unauthorized:
+		return apierrors.NewUnauthorized(v.Message)
+	case verdict.Invalid:
+		return apierrors.NewBadRequest(v.Message)
+	case verdict.Unavailable:
+		return apierrors.NewServiceUnavailable(v.Message)
 	}
-	// NewForbidden and NewInternalError would rewrite the message
-	// ("X is forbidden: ..."); the gateway's messages name the policy
-	// themselves.
-	reason := metav1.StatusReasonInternalError
-	if v.code == http.StatusForbidden {
-		reason = metav1.StatusReasonForbidden
-	}
-	st := metav1.Status{Status: metav1.StatusFailure, Code: int32(v.code), Reason: reason, Message: v.message}
-	if v.retryAfter > 0 {
-		st.Details = &metav1.StatusDetails{RetryAfterSeconds: int32(v.retryAfter)}
+	// NewForbidden would rewrite the message ("X is forbidden: ..."); the
+	// gateway's messages name the policy themselves.
+	st := metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: v.Message}
+	if retryAfter > 0 {
+		st.Details = &metav1.StatusDetails{RetryAfterSeconds: int32(retryAfter)}
 	}
 	return &apierrors.StatusError{ErrStatus: st}
 }
@@ -128,9 +122,9 @@ type exchange struct {
 	// resp is the answer as it goes to the client: its code, its bytes
 	// and, for LISTs and watches, the objects in it (handler.go).
 	resp recorder
-	// refused is the verdict of the guard that refused the request; its
-	// code is 0 for a request forwarded.
-	refused verdict
+	// refused is the verdict of the guard that refused the request; nil
+	// for a request forwarded.
+	refused *verdict.Verdict
 }
 
 // exchangeKey carries the exchange in the forwarded request's context.
@@ -157,7 +151,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// leaves ends that way too; both still end, and are observed.
 	defer g.finish(x)
 	for _, decide := range g.guards {
-		if v := decide(x); v.code != 0 {
+		if v := decide(x); !v.Allowed {
 			g.refuse(&x.resp, x, v)
 			return
 		}
@@ -168,22 +162,24 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // refuse answers a refusal, counts it and logs it. Requests refused before
 // a policy was selected (by the identity guards) count only as
 // rejections.
-func (g *Gateway) refuse(w http.ResponseWriter, x *exchange, v verdict) {
-	x.refused = v
-	if v.reason != "" {
-		g.metrics.rejection(x.policyName, v.reason).Inc()
+func (g *Gateway) refuse(w http.ResponseWriter, x *exchange, v verdict.Verdict) {
+	x.refused = &v
+	answer := status(v)
+	code := int(answer.ErrStatus.Code)
+	if v.Reason != "" {
+		g.metrics.rejection(x.policyName, v.Reason).Inc()
 	}
 	if x.selected {
-		verb, resource := g.metrics.labels(x.req, v.code)
-		g.metrics.request(x.policyName, verb, resource, v.code).Inc()
+		verb, resource := g.metrics.labels(x.req, code)
+		g.metrics.request(x.policyName, verb, resource, code).Inc()
 		g.metrics.top.Add(x.req.User)
 	}
 	// Refusals are the interesting lines of the access log, but a storm of
 	// them must not turn into a storm of log lines.
 	if g.refusalLog.Allow() {
-		g.accessLog(x, v.code, true)
+		g.accessLog(x, code, true)
 	}
-	writeStatus(w, v.status())
+	writeStatus(w, answer)
 }
 
 // writeStatus answers with the metav1.Status of err, as the API server

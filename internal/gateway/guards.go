@@ -3,27 +3,27 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"net/http"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/gateway/identity"
 	"github.com/rampart-io/rampart/internal/gateway/traffic"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // The guards of the chain (chain.go), in their order.
 
 // authenticate finds who the client is: its verified client certificate,
 // its bearer token (by TokenReview), or anonymous.
-func (g *Gateway) authenticate(x *exchange) verdict {
+func (g *Gateway) authenticate(x *exchange) verdict.Verdict {
 	user, err := g.auth.Authenticate(x.r.Context(), x.r)
 	if err != nil {
-		code := http.StatusUnauthorized
+		kind := verdict.Unauthorized
 		if !errors.Is(err, identity.ErrUnauthorized) && !errors.Is(err, identity.ErrUnsupportedAuthorization) && !errors.Is(err, identity.ErrNoCredentials) {
-			code = http.StatusServiceUnavailable // the TokenReview failed, not the token
+			kind = verdict.Unavailable // the TokenReview failed, not the token
 		}
-		return refusal(code, "unauthenticated", err.Error(), 0)
+		return refusal(kind, "unauthenticated", err.Error())
 	}
 	x.user, x.as = user, user
 	x.req.User, x.req.Groups, x.req.UserAgent = user.Name, user.Groups, x.r.UserAgent()
@@ -32,19 +32,19 @@ func (g *Gateway) authenticate(x *exchange) verdict {
 
 // impersonate lets a client act as whom it asks to (Impersonate-* and
 // X-Remote-* headers) only if a SubjectAccessReview says it may.
-func (g *Gateway) impersonate(x *exchange) verdict {
+func (g *Gateway) impersonate(x *exchange) verdict.Verdict {
 	imp, err := identity.Requested(x.r.Header)
 	if err != nil {
-		return refusal(http.StatusBadRequest, "", err.Error(), 0)
+		return refusal(verdict.Invalid, "", err.Error())
 	}
 	if imp == nil {
 		return pass
 	}
 	if err := g.auth.MayImpersonate(x.r.Context(), x.user, imp); err != nil {
 		if forbidden := (*identity.Forbidden)(nil); errors.As(err, &forbidden) {
-			return refusal(http.StatusForbidden, "impersonation", err.Error(), 0)
+			return refusal(verdict.Forbidden, "impersonation", err.Error())
 		}
-		return refusal(http.StatusServiceUnavailable, "", err.Error(), 0)
+		return refusal(verdict.Unavailable, "", err.Error())
 	}
 	x.as = imp.AsUser()
 	x.req.Impersonated = &authenticationv1.UserInfo{Username: imp.User, Groups: imp.Groups}
@@ -54,9 +54,9 @@ func (g *Gateway) impersonate(x *exchange) verdict {
 // refuseMasters never forwards a member of system:masters: the API
 // server would refuse to impersonate one, and such clients use the API
 // server directly.
-func (g *Gateway) refuseMasters(x *exchange) verdict {
+func (g *Gateway) refuseMasters(x *exchange) verdict.Verdict {
 	if err := identity.Forwardable(x.as); err != nil {
-		return refusal(http.StatusForbidden, "masters", err.Error(), 0)
+		return refusal(verdict.Forbidden, "masters", err.Error())
 	}
 	return pass
 }
@@ -66,7 +66,7 @@ func (g *Gateway) refuseMasters(x *exchange) verdict {
 // client cannot leave its limits by impersonating. A clause may narrow a
 // policy for a client by whom it impersonates (match[].impersonated),
 // never widen it.
-func (g *Gateway) selectPolicy(x *exchange) verdict {
+func (g *Gateway) selectPolicy(x *exchange) verdict.Verdict {
 	x.selected, x.sample = true, g.opts.AccessLogPercent
 	if p := traffic.Select(*g.policies.Load(), x.req); p != nil {
 		x.policy, x.policyName, x.sample = p, p.Name, int(p.Spec.AccessLogPercent)
@@ -83,7 +83,7 @@ func (x *exchange) limited() *traffic.Policy {
 }
 
 // reject refuses what a policy with action Reject matches.
-func (g *Gateway) reject(x *exchange) verdict {
+func (g *Gateway) reject(x *exchange) verdict.Verdict {
 	p := x.policy
 	if p == nil || p.Spec.Action != v1alpha1.ActionReject {
 		return pass
@@ -92,31 +92,31 @@ func (g *Gateway) reject(x *exchange) verdict {
 	if p.Spec.RejectMessage != "" {
 		msg += " " + p.Spec.RejectMessage
 	}
-	return refusal(http.StatusForbidden, "rejected", msg, 0)
+	return refusal(verdict.Forbidden, "rejected", msg)
 }
 
 // breaker asks the policy's circuit breaker, if it has one.
-func (g *Gateway) breaker(x *exchange) verdict {
+func (g *Gateway) breaker(x *exchange) verdict.Verdict {
 	p := x.limited()
 	if p == nil || p.Spec.Breaker == nil {
 		return pass
 	}
-	if d := g.breakers.decide(p, x.start); !d.Admitted {
-		return refusal(http.StatusTooManyRequests, "breaker", d.Message, traffic.RetryAfter(d.Wait, jitter()))
+	if v := g.breakers.decide(p, x.start); !v.Allowed {
+		return traffic.Spread(v, jitter())
 	}
 	return pass
 }
 
 // limit applies the policy's rate and in-flight limits, with a fair share
 // per client.
-func (g *Gateway) limit(x *exchange) verdict {
+func (g *Gateway) limit(x *exchange) verdict.Verdict {
 	p := x.limited()
 	if p == nil {
 		return pass
 	}
 	v := g.limiter.Decide(p, x.req, x.start)
-	if !v.Admitted {
-		return refusal(http.StatusTooManyRequests, v.Reason, v.Message, traffic.RetryAfter(v.Wait, jitter()))
+	if !v.Allowed {
+		return traffic.Spread(v.Verdict, jitter())
 	}
 	x.onEnd(v.Done)
 	return pass
@@ -126,7 +126,7 @@ func (g *Gateway) limit(x *exchange) verdict {
 // watch that starts by streaming every object (an informer's watch-list),
 // is priced by the objects it will return; a watch is counted against its
 // client's open watches and the rates of new ones.
-func (g *Gateway) guardListWatch(x *exchange) verdict {
+func (g *Gateway) guardListWatch(x *exchange) verdict.Verdict {
 	p := x.limited()
 	if p == nil || p.Spec.List == nil && p.Spec.Watch == nil {
 		return pass
@@ -138,8 +138,8 @@ func (g *Gateway) guardListWatch(x *exchange) verdict {
 		counts = g.counts.For(x.req, x.start)
 	}
 	v := g.listWatch.Decide(p, x.req, counts, x.start)
-	if !v.Admitted {
-		return refusal(v.StatusCode(), v.Reason, v.Message, v.RetryAfterSeconds(jitter()))
+	if !v.Allowed {
+		return traffic.Spread(v.Verdict, jitter())
 	}
 	x.onEnd(v.Done)
 	return pass

@@ -22,6 +22,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/gateway/identity"
 	"github.com/rampart-io/rampart/internal/gateway/traffic"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // guardedGateway is a gateway that is never served: its guards decide
@@ -92,12 +93,12 @@ func get(token, path string, headers ...string) *http.Request {
 
 // decide runs the chain as ServeHTTP does, without forwarding, and
 // returns the first refusal (or pass) and the exchange.
-func decide(g *Gateway, r *http.Request) (verdict, *exchange) {
+func decide(g *Gateway, r *http.Request) (verdict.Verdict, *exchange) {
 	info := traffic.Info(r)
 	x := &exchange{r: r, info: info, req: traffic.FromInfo(info, r.URL), policyName: noPolicy}
 	defer x.end()
 	for _, guard := range g.guards {
-		if v := guard(x); v.code != 0 {
+		if v := guard(x); !v.Allowed {
 			return v, x
 		}
 	}
@@ -143,19 +144,23 @@ func TestGuardsVerdicts(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := guardedGateway(t)
-			var v verdict
+			var v verdict.Verdict
 			var x *exchange
 			for _, r := range tc.requests {
 				v, x = decide(g, r)
 			}
-			if v.code != tc.code || v.reason != tc.reason {
-				t.Fatalf("verdict %d %q (%s), want %d %q", v.code, v.reason, v.message, tc.code, tc.reason)
+			code := 0 // passed
+			if !v.Allowed {
+				code = int(status(v).ErrStatus.Code)
 			}
-			if (v.retryAfter > 0) != tc.retry {
-				t.Errorf("Retry-After %d, want one: %v", v.retryAfter, tc.retry)
+			if code != tc.code || v.Reason != tc.reason {
+				t.Fatalf("verdict %d %q (%s), want %d %q", code, v.Reason, v.Message, tc.code, tc.reason)
 			}
-			if !strings.Contains(v.message, tc.message) {
-				t.Errorf("message %q lacks %q", v.message, tc.message)
+			if (v.RetryAfter > 0) != tc.retry {
+				t.Errorf("Retry-After %v, want one: %v", v.RetryAfter, tc.retry)
+			}
+			if !strings.Contains(v.Message, tc.message) {
+				t.Errorf("message %q lacks %q", v.Message, tc.message)
 			}
 			if tc.code == 0 && (x.as.Name != tc.as || x.policyName != tc.policy) {
 				t.Errorf("forwarded as %q under policy %q, want %q under %q", x.as.Name, x.policyName, tc.as, tc.policy)

@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/rampart-io/rampart/internal/gateway/trafficlog"
 )
 
@@ -70,7 +73,8 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		return // the client went away
 	}
 	g.log.Warn("upstream request failed", "path", r.URL.Path, "err", err.Error())
-	writeStatus(w, refusal(http.StatusBadGateway, "", fmt.Sprintf("the gateway could not reach a kube-apiserver (%v); check the API servers' /readyz and the gateway's log", err), 0).status())
+	writeStatus(w, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusBadGateway, Reason: metav1.StatusReasonInternalError,
+		Message: fmt.Sprintf("the gateway could not reach a kube-apiserver (%v); check the API servers' /readyz and the gateway's log", err)}})
 }
 
 // recorder notes the status code of the answer, its bytes and, for a LIST

@@ -115,11 +115,11 @@ func (g *Gateway) logTraffic(x *exchange, end time.Time) {
 		}
 	}
 	switch {
-	case x.refused.code != 0:
-		rec.Code = x.refused.code
-		rec.Verdict, rec.Reason = trafficlog.VerdictRefused, x.refused.reason
+	case x.refused != nil:
+		// rec.Code is the refusal's: refuse wrote it through x.resp.
+		rec.Verdict, rec.Reason = trafficlog.VerdictRefused, x.refused.Reason
 		if rec.Reason == "" {
-			rec.Reason = strings.ToLower(strings.ReplaceAll(http.StatusText(x.refused.code), " ", "-"))
+			rec.Reason = strings.ToLower(strings.ReplaceAll(http.StatusText(rec.Code), " ", "-"))
 		}
 	case x.policy != nil && x.policy.Spec.Action == v1alpha1.ActionExempt:
 		rec.Verdict = trafficlog.VerdictExempt

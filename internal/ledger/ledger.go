@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // DefaultTimeout bounds one decision's retries, inside the API server's
@@ -39,11 +41,13 @@ const maxRemembered = 10000
 // ends a contended loop; jitter keeps replicas from colliding again.
 var backoff = wait.Backoff{Duration: 2 * time.Millisecond, Factor: 1.2, Jitter: 1, Steps: 60}
 
-// Decision is what a decide function says about one request.
+// Decision is what a decide function says about one request: its
+// verdict, which the ledger only reads for Allowed and hands back in the
+// Outcome, and whether it changed the object. A refusal that writes
+// nothing is made only on the latest status: a cached copy may lag
+// releases.
 type Decision struct {
-	// Allowed admits the request. A denial that writes nothing is made
-	// only on the latest status: a cached copy may lag releases.
-	Allowed bool
+	verdict.Verdict
 	// Write says the decide function changed the object's status, which
 	// must be stored before the request is answered.
 	Write bool

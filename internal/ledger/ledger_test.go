@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // The tests keep a count in a PodUnavailableBudget's status: each admitted
@@ -58,7 +59,7 @@ func take(id string, calls *int) func(b *v1alpha1.PodUnavailableBudget) (Decisio
 	return func(b *v1alpha1.PodUnavailableBudget) (Decision, error) {
 		*calls++
 		if _, ok := b.Status.Disruptions[id]; ok {
-			return Decision{Allowed: true}, nil
+			return Decision{Verdict: verdict.Allow}, nil
 		}
 		if b.Status.UnavailableAllowed <= 0 {
 			return Decision{}, nil
@@ -68,7 +69,7 @@ func take(id string, calls *int) func(b *v1alpha1.PodUnavailableBudget) (Decisio
 		}
 		b.Status.Disruptions[id] = metav1.Now()
 		b.Status.UnavailableAllowed--
-		return Decision{Allowed: true, Write: true}, nil
+		return Decision{Verdict: verdict.Allow, Write: true}, nil
 	}
 }
 

@@ -5,11 +5,11 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // Call is one of the four CRI calls that can end a pod. Every other call
@@ -100,19 +100,15 @@ type View struct {
 	Settled bool
 }
 
-// Verdict is Decide's answer.
+// Verdict is Decide's answer: the verdict, its Reason a short CamelCase
+// name for logs, metrics and Events, its Message why and what to do (a
+// refusal's is the gRPC message); a refusal is Forbidden, or Unavailable
+// when the guard cannot learn what it needs (grpcCode maps them).
 type Verdict struct {
-	Allow bool
+	verdict.Verdict
 	// Hold: allow only if a second look after the settle window, with the
 	// evidence gathered meanwhile, allows it too.
 	Hold bool
-	// Reason is a short CamelCase name for logs, metrics and Events.
-	Reason string
-	// Code is the gRPC code of a refusal. Never NotFound: the kubelet
-	// takes NotFound from StopContainer and StopPodSandbox as success.
-	Code codes.Code
-	// Message says why and what to do; a refusal's is the gRPC message.
-	Message string
 }
 
 // Reasons.
@@ -195,7 +191,7 @@ func Decide(call Call, v View, now time.Time) Verdict {
 		if v.APIProblem != "" {
 			problem = " (" + v.APIProblem + ")"
 		}
-		return refuse(call, v, ReasonAPIUnreachable, codes.Unavailable,
+		return refuse(call, v, ReasonAPIUnreachable, verdict.Unavailable,
 			"the node guard cannot reach the API server"+problem+" to learn whether the pod was deleted; the kubelet retries, and a deleted pod ends once the API server is reachable again")
 	}
 	if pastActiveDeadline(pod, now) {
@@ -205,7 +201,7 @@ func Decide(call Call, v View, now time.Time) Verdict {
 		// After a probe restart the kubelet starts the container again in
 		// the same sandbox; stopping the sandbox instead means the stop
 		// the guard took for a restart was the first step of a kill.
-		return refuse(call, v, reasonRestartThenStop, codes.FailedPrecondition,
+		return refuse(call, v, reasonRestartThenStop, verdict.Forbidden,
 			"the kubelet is stopping the sandbox right after a container stop the node guard let through as a probe restart, so it is killing the pod, not restarting a container, and the API has not asked for the pod to end")
 	}
 	if !v.RegularRunning {
@@ -214,36 +210,36 @@ func Decide(call Call, v View, now time.Time) Verdict {
 		return allow(ReasonPodCompleted, "its regular containers have finished")
 	}
 	if call.sandbox() {
-		return refuse(call, v, ReasonNotAskedToEnd, codes.FailedPrecondition, notAsked)
+		return refuse(call, v, ReasonNotAskedToEnd, verdict.Forbidden, notAsked)
 	}
 	if call == RemoveContainer {
 		// The kubelet stops a container before removing it; removing a
 		// running one is never a restart.
-		return refuse(call, v, ReasonNotAskedToEnd, codes.FailedPrecondition, notAsked)
+		return refuse(call, v, ReasonNotAskedToEnd, verdict.Forbidden, notAsked)
 	}
 
 	// StopContainer of a running container of a protected pod whose
 	// sandbox stays: a restart if the spec asks for one, a kill otherwise.
 	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
-		return refuse(call, v, ReasonKubeletEndedPod, codes.FailedPrecondition, fmt.Sprintf(
+		return refuse(call, v, ReasonKubeletEndedPod, verdict.Forbidden, fmt.Sprintf(
 			"the kubelet marked the pod %s%s while its containers run (a rejection at admission or an eviction), and the API has not asked for it to end",
 			pod.Status.Phase, reasonSuffix(pod.Status.Reason)))
 	}
 	if v.Concurrent {
-		return refuse(call, v, reasonConcurrentStops, codes.FailedPrecondition,
+		return refuse(call, v, reasonConcurrentStops, verdict.Forbidden,
 			"the kubelet is stopping several containers of the pod at once, which it does only to kill the pod (a restart stops one at a time), and the API has not asked for the pod to end")
 	}
 	if v.KillSeen {
-		return refuse(call, v, reasonKillSeenRecently, codes.FailedPrecondition,
+		return refuse(call, v, reasonKillSeenRecently, verdict.Forbidden,
 			"the kubelet tried to kill this pod moments ago, so this stop is part of that kill, and the API has not asked for the pod to end")
 	}
 	reason, why := restartReason(pod, v.Container, v.CreatedImage)
 	switch {
 	case reason == "":
-		return refuse(call, v, ReasonNotAskedToEnd, codes.FailedPrecondition, notAsked+
+		return refuse(call, v, ReasonNotAskedToEnd, verdict.Forbidden, notAsked+
 			"; nothing in the container's spec asks for a restart (no image change, no resize needing one, no liveness or startup probe)")
 	case reason == ReasonProbeRestart && !v.Settled:
-		return Verdict{Allow: true, Hold: true, Reason: reason, Message: why}
+		return Verdict{Verdict: verdict.Verdict{Allowed: true, Reason: reason, Message: why}, Hold: true}
 	}
 	return allow(reason, why)
 }
@@ -292,14 +288,16 @@ func refuseVanished(call Call, v View, why string) Verdict {
 		"crictl --runtime-endpoint %s pods --label io.kubernetes.pod.uid=%s -q | xargs -r crictl --runtime-endpoint %s stopp; "+
 		"the kubelet then removes it. Otherwise restore the API's data (a restored pod keeps its UID and the kubelet keeps running it)",
 		call, target, v.Pod.UID, v1alpha1.LabelExplicitDeletion, why, rt, v.Pod.UID, rt)
-	return Verdict{Reason: ReasonVanished, Code: codes.FailedPrecondition, Message: msg}
+	return Verdict{Verdict: verdict.Verdict{Reason: ReasonVanished, Message: msg, Refusal: verdict.Forbidden}}
 }
 
-func allow(reason, why string) Verdict { return Verdict{Allow: true, Reason: reason, Message: why} }
+func allow(reason, why string) Verdict {
+	return Verdict{Verdict: verdict.Verdict{Allowed: true, Reason: reason, Message: why}}
+}
 
 // refuse builds the refusal the kubelet sees (and logs, and retries on its
 // next sync): the call, the pod, why, and the two ways to proceed.
-func refuse(call Call, v View, reason string, code codes.Code, why string) Verdict {
+func refuse(call Call, v View, reason string, kind verdict.Refusal, why string) Verdict {
 	target := "pod " + v.Pod.String()
 	if !call.sandbox() && v.Container != "" {
 		target = fmt.Sprintf("container %q of pod %s", v.Container, v.Pod)
@@ -309,7 +307,7 @@ func refuse(call Call, v View, reason string, code codes.Code, why string) Verdi
 		"To end the pod: kubectl delete pod -n %s %s. "+
 		"To let the kubelet end it without a delete: kubectl label pod -n %s %s %s-",
 		call, target, v1alpha1.LabelExplicitDeletion, why, ns, name, ns, name, v1alpha1.LabelExplicitDeletion)
-	return Verdict{Reason: reason, Code: code, Message: msg}
+	return Verdict{Verdict: verdict.Verdict{Reason: reason, Message: msg, Refusal: kind}}
 }
 
 func reasonSuffix(r string) string {

@@ -150,15 +150,19 @@ func TestDecide(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			v := Decide(tt.call, tt.view, now)
-			if v.Allow != tt.allow || v.Hold != tt.hold || v.Reason != tt.reason || v.Code != tt.code {
-				t.Fatalf("Decide = allow %v hold %v reason %s code %s (%s), want allow %v hold %v reason %s code %s",
-					v.Allow, v.Hold, v.Reason, v.Code, v.Message, tt.allow, tt.hold, tt.reason, tt.code)
+			code := codes.OK // the call goes through
+			if !v.Allowed {
+				code = grpcCode(v.Refusal)
 			}
-			if v.Allow {
+			if v.Allowed != tt.allow || v.Hold != tt.hold || v.Reason != tt.reason || code != tt.code {
+				t.Fatalf("Decide = allow %v hold %v reason %s code %s (%s), want allow %v hold %v reason %s code %s",
+					v.Allowed, v.Hold, v.Reason, code, v.Message, tt.allow, tt.hold, tt.reason, tt.code)
+			}
+			if v.Allowed {
 				return
 			}
-			if v.Code == codes.NotFound || v.Code == codes.OK {
-				t.Fatalf("refusal with code %s: the kubelet takes NotFound as success", v.Code)
+			if code == codes.NotFound || code == codes.OK {
+				t.Fatalf("refusal with code %s: the kubelet takes NotFound as success", code)
 			}
 			wants := []string{string(tt.call), "shop/web", "kubectl delete pod -n shop web", "kubectl label pod -n shop web rampart.io/explicit-deletion-"}
 			if v.Reason == ReasonVanished {

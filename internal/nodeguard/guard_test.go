@@ -810,7 +810,7 @@ func TestVanishedWinsOverTheStore(t *testing.T) {
 	if v.APIPod != nil || v.LastSeen != last {
 		t.Fatalf("APIPod %v, LastSeen %v: want the pod judged as gone", v.APIPod != nil, v.LastSeen != nil)
 	}
-	if verdict := Decide(StopPodSandbox, v, time.Now()); verdict.Allow || verdict.Reason != ReasonVanished {
-		t.Fatalf("Decide = %+v, want a %s refusal", verdict, ReasonVanished)
+	if d := Decide(StopPodSandbox, v, time.Now()); d.Allowed || d.Reason != ReasonVanished {
+		t.Fatalf("Decide = %+v, want a %s refusal", d, ReasonVanished)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // EventReason is the reason of the Warning Event a refusal leaves on the
@@ -72,16 +74,28 @@ type target struct {
 	siblings []*runtimeapi.Container
 }
 
+// grpcCode is the gRPC code a refusal of kind r is answered with: the
+// kubelet retries either at its next sync. Unavailable when the guard
+// could not learn what it needed, FailedPrecondition otherwise: the pod's
+// state does not let the call through. Never NotFound: the kubelet takes
+// NotFound from StopContainer and StopPodSandbox as success.
+func grpcCode(r verdict.Refusal) codes.Code {
+	if r == verdict.Unavailable {
+		return codes.Unavailable
+	}
+	return codes.FailedPrecondition
+}
+
 // judge decides one pod-ending call and reports a refusal.
 func (g *Guard) judge(ctx context.Context, call Call, id string) (func([]byte, error), error) {
 	now := g.o.Now()
 	t, err := g.target(ctx, call, id)
 	if err != nil {
-		v := Verdict{Reason: ReasonRuntimeUnclear, Code: codes.Unavailable, Message: fmt.Sprintf(
+		v := Verdict{Verdict: verdict.Verdict{Reason: ReasonRuntimeUnclear, Refusal: verdict.Unavailable, Message: fmt.Sprintf(
 			"rampart node-guard refused %s of %s: it could not read the runtime's state of it (%v), so it cannot tell whether this ends a protected pod; the kubelet retries",
-			call, id, err)}
+			call, id, err)}}
 		g.record(call, View{}, v, now)
-		return nil, status.Error(v.Code, v.Message)
+		return nil, status.Error(grpcCode(v.Refusal), v.Message)
 	}
 	if t.gone {
 		return nil, nil
@@ -106,13 +120,13 @@ func (g *Guard) judge(ctx context.Context, call Call, id string) (func([]byte, e
 		g.fillAPI(&view, t.siblings, sc, now)
 		v = Decide(call, view, now)
 	}
-	if !v.Allow && view.APIPod != nil && view.APIPod.DeletionTimestamp == nil {
+	if !v.Allowed && view.APIPod != nil && view.APIPod.DeletionTimestamp == nil {
 		v = g.lookAgain(ctx, call, &view, v, now)
 	}
 	g.record(call, view, v, now)
-	if !v.Allow {
+	if !v.Allowed {
 		end()
-		return nil, status.Error(v.Code, v.Message)
+		return nil, status.Error(grpcCode(v.Refusal), v.Message)
 	}
 	return func(_ []byte, err error) {
 		end()
@@ -300,27 +314,27 @@ var killEvidence = map[string]bool{
 var quiet = map[string]bool{ReasonNotAPod: true, ReasonNothingRunning: true, ReasonNotProtected: true}
 
 // record counts, logs, remembers and, for a refusal, leaves an Event.
-func (g *Guard) record(call Call, v View, verdict Verdict, now time.Time) {
-	attrs := []any{"call", call, "pod", v.Pod.String(), "podUID", v.Pod.UID, "reason", verdict.Reason}
+func (g *Guard) record(call Call, v View, decided Verdict, now time.Time) {
+	attrs := []any{"call", call, "pod", v.Pod.String(), "podUID", v.Pod.UID, "reason", decided.Reason}
 	if v.Container != "" {
 		attrs = append(attrs, "container", v.Container)
 	}
-	if verdict.Allow {
-		g.o.Metrics.passes.WithLabelValues(string(call), verdict.Reason).Inc()
-		if verdict.Reason == ReasonProbeRestart {
+	if decided.Allowed {
+		g.o.Metrics.passes.WithLabelValues(string(call), decided.Reason).Inc()
+		if decided.Reason == ReasonProbeRestart {
 			g.memory.passedRestart(v.Pod.UID, v.Container, now)
 		}
-		if !quiet[verdict.Reason] {
-			g.o.Log.Info("node guard: let a pod-ending call through", append(attrs, "why", verdict.Message)...)
+		if !quiet[decided.Reason] {
+			g.o.Log.Info("node guard: let a pod-ending call through", append(attrs, "why", decided.Message)...)
 		}
 		return
 	}
-	g.o.Metrics.vetoes.WithLabelValues(string(call), verdict.Reason).Inc()
-	g.o.Log.Warn("node guard: refused a pod-ending call", append(attrs, "code", verdict.Code.String(), "message", verdict.Message)...)
+	g.o.Metrics.vetoes.WithLabelValues(string(call), decided.Reason).Inc()
+	g.o.Log.Warn("node guard: refused a pod-ending call", append(attrs, "code", grpcCode(decided.Refusal).String(), "message", decided.Message)...)
 	if v.Pod.UID == "" {
 		return
 	}
-	if killEvidence[verdict.Reason] {
+	if killEvidence[decided.Reason] {
 		g.memory.sawKill(v.Pod.UID, now)
 	}
 	if g.o.Recorder != nil {
@@ -328,10 +342,10 @@ func (g *Guard) record(call Call, v View, verdict Verdict, now time.Time) {
 		if v.APIPod == nil && g.o.Node != "" {
 			// The pod is not in the API: the Event goes on the Node, with
 			// the pod as its related object and named in the note.
-			g.o.Recorder.Eventf(nodeRef(g.o.Node), pod, corev1.EventTypeWarning, EventReason, string(call), "%s", verdict.Message)
+			g.o.Recorder.Eventf(nodeRef(g.o.Node), pod, corev1.EventTypeWarning, EventReason, string(call), "%s", decided.Message)
 			return
 		}
-		g.o.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventReason, string(call), "%s", verdict.Message)
+		g.o.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, EventReason, string(call), "%s", decided.Message)
 	}
 }
 

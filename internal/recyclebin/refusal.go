@@ -2,11 +2,9 @@ package recyclebin
 
 import (
 	"fmt"
-	"net/http"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rampart-io/rampart/internal/protection"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // RuleCapture names the recycle bin's rule in denials and metrics.
@@ -19,14 +17,13 @@ const RuleCapture = "recycle-bin-capture"
 // out of what is kept (lift) and delete it without a copy. No
 // Retry-After: client-go would retry in silence for minutes before
 // kubectl showed the message.
-func CaptureRefused(o protection.Object, keptBy, lift string, err error) protection.Verdict {
-	return protection.Verdict{
-		Rule: RuleCapture,
+func CaptureRefused(o protection.Object, keptBy, lift string, err error) verdict.Verdict {
+	return verdict.Verdict{
+		Reason: RuleCapture,
 		Message: fmt.Sprintf("%s is kept by %s: Rampart's recycle bin stores a copy before the delete is admitted, "+
 			"and the copy could not be stored (%v), so the delete is refused: nothing kept is deleted without a copy. "+
 			"Retry once the recycle bin's storage is back (kubectl rampart status shows it; the manager's log says why). %s",
 			o.Describe(), keptBy, err, lift),
-		Code:   http.StatusServiceUnavailable,
-		Reason: metav1.StatusReasonServiceUnavailable,
+		Refusal: verdict.Unavailable,
 	}
 }

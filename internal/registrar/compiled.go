@@ -226,13 +226,13 @@ func (c *Compiled) compile(ctx context.Context, from client.Reader, override *v1
 	}
 	o, _ := c.options()
 	names := compiled.Names{}
-	labels, _ := names.Admit("", compiled.LabelRules(o))
+	labels, _ := names.Claim("", compiled.LabelRules(o))
 	out.all = append(out.all, labels...)
 	out.record[sourceLabels] = Hash(labels)
 	// Recorded apart from the label rules: a CRD coming or going changes
 	// only its own entry, and never widens the label webhooks.
 	for i, cp := range compiled.ScaledLabelRules(o) {
-		kept, _ := names.Admit("", []compiled.Policy{cp})
+		kept, _ := names.Claim("", []compiled.Policy{cp})
 		out.all = append(out.all, kept...)
 		out.record[CRDKey(o.Scaled[i].CRD)] = Hash(kept)
 	}
@@ -257,7 +257,7 @@ func (c *Compiled) compile(ctx context.Context, from client.Reader, override *v1
 	})
 	for i := range policies {
 		p := &policies[i]
-		ps, left := names.Admit(p.Name, PolicyRules(p, o))
+		ps, left := names.Claim(p.Name, PolicyRules(p, o))
 		out.left[p.Name] = left
 		if len(ps) == 0 {
 			continue

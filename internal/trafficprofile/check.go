@@ -196,7 +196,7 @@ func (rp *Replay) judge(e *Entry) {
 		refusal, message = "reject", fmt.Sprintf("TrafficPolicy %q refuses this request", p.Name)
 	case v1alpha1.ActionLimit:
 		v := rp.limiter.Decide(p, req, now)
-		if !v.Admitted {
+		if !v.Allowed {
 			refusal, message = v.Reason, v.Message
 			break
 		}
@@ -208,7 +208,7 @@ func (rp *Replay) judge(e *Entry) {
 			counts = traffic.ObjectCounts{Cluster: e.Objects, ClusterKnown: true, Namespace: e.Objects, NamespaceKnown: true}
 		}
 		gv := rp.guards.Decide(p, req, counts, now)
-		if !gv.Admitted {
+		if !gv.Allowed {
 			v.Done()
 			refusal, message = gv.Reason, gv.Message
 			break

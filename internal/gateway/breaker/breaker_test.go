@@ -250,7 +250,7 @@ func TestConfigOfAppliesDefaults(t *testing.T) {
 
 func TestSetForgetsBreakersOfGonePolicies(t *testing.T) {
 	s := NewSet()
-	if d, ts := s.Decide("web", Config{Open: true}, t0, 0); d.Admitted || len(ts) != 2 || ts[0].To != Closed || ts[1].To != Open || ts[1].Policy != "web" {
+	if d, ts := s.Decide("web", Config{Open: true}, t0, 0); d.Allowed || len(ts) != 2 || ts[0].To != Closed || ts[1].To != Open || ts[1].Policy != "web" {
 		t.Fatalf("first request to an open breaker: %+v %+v", d, ts)
 	}
 	s.Tick(nil, at(1))

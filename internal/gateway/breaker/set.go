@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // Set is the breakers of a gateway, one per policy with a breaker, and
@@ -19,25 +20,24 @@ type Set struct {
 // NewSet is a set without breakers.
 func NewSet() *Set { return &Set{breakers: map[string]*Breaker{}} }
 
-// Decision is the answer for one request.
-type Decision struct {
-	Admitted bool
-	Message  string
-	Wait     time.Duration
-}
+// ReasonOpen is the Reason of a breaker's refusals: it is open, or not
+// yet letting this request back.
+const ReasonOpen = "breaker"
 
 // Decide advances policy's breaker by its spec and the clock (the window
-// is judged by Tick) and says whether it lets a request through.
-func (s *Set) Decide(policy string, cfg Config, now time.Time, draw float64) (Decision, []Transition) {
+// is judged by Tick) and says whether it lets a request through. A
+// refusal is Throttled, and its RetryAfter is when the breaker expects
+// to let requests back.
+func (s *Set) Decide(policy string, cfg Config, now time.Time, draw float64) (verdict.Verdict, []Transition) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ts := s.get(policy, cfg, now)
 	ts = append(ts, named(policy, b.Advance(cfg, false, false, "", now))...)
 	if b.Admits(cfg, now, draw) {
-		return Decision{Admitted: true}, ts
+		return verdict.Allow, ts
 	}
 	msg, wait := b.Refusal(policy, cfg, now)
-	return Decision{Message: msg, Wait: wait}, ts
+	return verdict.Verdict{Reason: ReasonOpen, Message: msg, RetryAfter: wait, Refusal: verdict.Throttled}, ts
 }
 
 // Configured is a policy with a breaker.

@@ -40,7 +40,7 @@ func BenchmarkDecideFairShare(b *testing.B) {
 		i++
 		now = now.Add(time.Microsecond)
 		v := l.Decide(&p, reqs[i%len(reqs)], now)
-		if !v.Admitted {
+		if !v.Allowed {
 			b.Fatal(v.Message)
 		}
 		v.Done()

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 const (
@@ -29,19 +30,21 @@ const (
 	overflowKey = "\x00overflow"
 )
 
-// Verdict is the limiter's answer for one request.
+// Verdict is the answer of the limiter and of the list and watch guards
+// for one request: the verdict, and for an admitted request the release
+// of what it holds while it runs (Done). A refusal's Reason is "rate" or
+// "in-flight" from the limiter, one of the Reason constants from the
+// guards; its RetryAfter is how long until it would be admitted, as far as
+// the bucket knows (0 for in-flight and open-watch refusals), which the
+// gateway spreads before sending it (Spread).
 type Verdict struct {
-	Admitted bool
-	// Reason is "rate" or "in-flight" when refused, for metrics.
-	Reason string
-	// Message tells the client which policy refused it and why.
-	Message string
-	// Wait is how long until the refused request would be admitted, as
-	// far as the token bucket knows (0 for in-flight refusals).
-	Wait time.Duration
+	verdict.Verdict
 
 	release func()
 }
+
+// admit is the verdict of an admitted request that holds nothing.
+var admit = Verdict{Verdict: verdict.Allow}
 
 // Done ends an admitted request: its in-flight slot is free again.
 func (v Verdict) Done() {
@@ -157,14 +160,14 @@ func (l *Limiter) Decide(p *Policy, r Request, now time.Time) Verdict {
 		}
 	}
 	if long || s.maxInFlight == 0 {
-		return Verdict{Admitted: true}
+		return admit
 	}
 	s.inFlight++
 	if k != nil {
 		k.inFlight++
 	}
 	var once sync.Once
-	return Verdict{Admitted: true, release: func() {
+	return Verdict{Verdict: verdict.Allow, release: func() {
 		once.Do(func() {
 			l.mu.Lock()
 			defer l.mu.Unlock()
@@ -184,8 +187,19 @@ func giveBack(r *rate.Reservation, now time.Time) {
 	}
 }
 
+// refuse is a refusal for reason. An unpaginated LIST is Forbidden, not
+// Throttled (403, not 429): retrying it unchanged can never succeed, and
+// client-go's REST client retries a 429 (honouring Retry-After, up to 10
+// times) while it returns a 403 at once; kubectl prints the message
+// ("Error from server (Forbidden): ..."), and a reflector falls back to
+// its own exponential backoff, not a hot loop. Everything else is "retry
+// later": Throttled, 429 with Retry-After.
 func refuse(reason string, wait time.Duration, msg string) Verdict {
-	return Verdict{Reason: reason, Wait: wait, Message: msg}
+	kind := verdict.Throttled
+	if reason == ReasonUnpaginated {
+		kind = verdict.Forbidden
+	}
+	return Verdict{Verdict: verdict.Verdict{Reason: reason, Message: msg, RetryAfter: wait, Refusal: kind}}
 }
 
 // state returns p's state, new if p is new or was edited.
@@ -347,11 +361,22 @@ func (s *policyState) rateText() string {
 	return fmt.Sprintf("%g requests/s (burst %d)", s.qps, s.burst)
 }
 
-// RetryAfter is the Retry-After, in whole seconds, for a refusal that
-// would be admitted after wait: at least one second, plus up to as much
-// again drawn from jitter (in [0, 1)), so that clients refused together do
-// not all come back in the same second.
-func RetryAfter(wait time.Duration, jitter float64) int {
-	base := max(1, int(math.Ceil(wait.Seconds())))
-	return base + int(jitter*float64(base+1))
+// Spread is a refusal as the gateway sends it, its RetryAfter in whole
+// seconds. A Forbidden refusal (an unpaginated LIST) has none: retrying
+// it as it is cannot succeed. A storm refusal's wait is already spread
+// over the storm (DecideWatch) and is only rounded up. Others, the
+// limiter's and the breaker's included, wait at least one second, plus up
+// to as much again drawn from jitter (in [0, 1)), so that clients refused
+// together do not all come back in the same second.
+func Spread(v verdict.Verdict, jitter float64) verdict.Verdict {
+	switch {
+	case v.Refusal == verdict.Forbidden:
+		v.RetryAfter = 0
+	case v.Reason == ReasonWatchStorm:
+		v.RetryAfter = time.Duration(max(1, int((v.RetryAfter+time.Second-1)/time.Second))) * time.Second
+	default:
+		base := max(1, int(math.Ceil(v.RetryAfter.Seconds())))
+		v.RetryAfter = time.Duration(base+int(jitter*float64(base+1))) * time.Second
+	}
+	return v
 }

@@ -2,7 +2,6 @@ package traffic
 
 import (
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -12,7 +11,7 @@ import (
 )
 
 // Refusal reasons of the list and watch guards, for metrics and for the
-// status code of the answer.
+// kind of refusal (refuse).
 const (
 	ReasonListCost    = "list-cost"
 	ReasonUnpaginated = "unpaginated-list"
@@ -90,33 +89,6 @@ func Unpaginated(r Request) bool {
 	return r.Limit <= 0 && r.ResourceVersion != "0"
 }
 
-// StatusCode is the HTTP status of a refusal. An unpaginated LIST is
-// refused with 403, not 429: retrying it unchanged can never succeed, and
-// client-go's REST client retries a 429 (honouring Retry-After, up to 10
-// times) while it returns a 403 at once; kubectl prints the message
-// ("Error from server (Forbidden): ..."), and a reflector falls back to
-// its own exponential backoff, not a hot loop. Everything else is "retry
-// later": 429 with Retry-After.
-func (v Verdict) StatusCode() int {
-	if v.Reason == ReasonUnpaginated {
-		return http.StatusForbidden
-	}
-	return http.StatusTooManyRequests
-}
-
-// RetryAfterSeconds is the Retry-After of a refusal: a storm refusal's
-// wait is already spread over the storm (DecideWatch) and is sent as it
-// is; others are jittered by RetryAfter. None for a 403.
-func (v Verdict) RetryAfterSeconds(jitter float64) int {
-	switch v.Reason {
-	case ReasonUnpaginated:
-		return 0
-	case ReasonWatchStorm:
-		return max(1, int((v.Wait+time.Second-1)/time.Second))
-	}
-	return RetryAfter(v.Wait, jitter)
-}
-
 // Guards holds the state of the list and watch guards of every Limit
 // policy: per-client budgets of LIST cost, open watches and new-watch
 // rates. It is safe for concurrent use.
@@ -164,7 +136,7 @@ type listState struct {
 func (g *Guards) DecideList(p *Policy, r Request, counts ObjectCounts, now time.Time) Verdict {
 	lg := p.Spec.List
 	if lg == nil || r.Verb != "list" {
-		return Verdict{Admitted: true}
+		return admit
 	}
 	// The refusal needs a real count of the scope: a namespaced LIST is
 	// never refused because the cluster as a whole is large.
@@ -194,17 +166,17 @@ func (g *Guards) Decide(p *Policy, r Request, counts ObjectCounts, now time.Time
 		undo := func() {}
 		if p.Spec.List != nil && r.InitialEvents() {
 			var v Verdict
-			if v, undo = g.chargeList(p, r, counts, now); !v.Admitted {
+			if v, undo = g.chargeList(p, r, counts, now); !v.Allowed {
 				return v
 			}
 		}
 		v := g.DecideWatch(p, r, now)
-		if !v.Admitted {
+		if !v.Allowed {
 			undo()
 		}
 		return v
 	}
-	return Verdict{Admitted: true}
+	return admit
 }
 
 // chargeList takes r's cost from its client's object budget under p. On
@@ -212,11 +184,11 @@ func (g *Guards) Decide(p *Policy, r Request, counts ObjectCounts, now time.Time
 func (g *Guards) chargeList(p *Policy, r Request, counts ObjectCounts, now time.Time) (Verdict, func()) {
 	nothing := func() {}
 	if p.Spec.List.ObjectsPerSecond == nil {
-		return Verdict{Admitted: true}, nothing
+		return admit, nothing
 	}
 	cost := ListCost(r, counts)
 	if cost <= 0 {
-		return Verdict{Admitted: true}, nothing
+		return admit, nothing
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -227,7 +199,7 @@ func (g *Guards) chargeList(p *Policy, r Request, counts ObjectCounts, now time.
 	bucket := s.clients.get(name, now, func() *rate.Limiter { return rate.NewLimiter(rate.Limit(s.perSecond), s.burst) })
 	res, wait, ok := charge(bucket, int(min(cost, int64(maxCharge))), s.burst, s.perSecond, now)
 	if ok {
-		return Verdict{Admitted: true}, func() {
+		return admit, func() {
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			res.CancelAt(now)

@@ -2,10 +2,11 @@ package traffic
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 func TestListCost(t *testing.T) {
@@ -82,15 +83,15 @@ func TestUnpaginatedLargeListRefusedOnlyOnARealCount(t *testing.T) {
 		{"one object named by a field selector", Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: "alice", SingleObject: true}, big, false},
 	} {
 		v := NewGuards().DecideList(&p, tc.r, tc.counts, time.Unix(0, 0))
-		if v.Admitted == tc.refused {
-			t.Errorf("%s: admitted %v, want %v (%s)", tc.name, v.Admitted, !tc.refused, v.Message)
+		if v.Allowed == tc.refused {
+			t.Errorf("%s: admitted %v, want %v (%s)", tc.name, v.Allowed, !tc.refused, v.Message)
 			continue
 		}
 		if !tc.refused {
 			continue
 		}
-		if v.StatusCode() != http.StatusForbidden || v.RetryAfterSeconds(0.5) != 0 {
-			t.Errorf("%s: status %d, Retry-After %d; want 403 without Retry-After: a retry as-is cannot succeed", tc.name, v.StatusCode(), v.RetryAfterSeconds(0.5))
+		if v.Refusal != verdict.Forbidden || retryAfterSeconds(v, 0.5) != 0 {
+			t.Errorf("%s: refusal %v, Retry-After %d; want Forbidden (403) without Retry-After: a retry as-is cannot succeed", tc.name, v.Refusal, retryAfterSeconds(v, 0.5))
 		}
 		for _, want := range []string{`"no-big-lists"`, "configmaps in", "limit=500", "resourceVersion=0", "more than 1000"} {
 			if !strings.Contains(v.Message, want) {
@@ -111,43 +112,43 @@ func TestListBudgetPerClientWithDebt(t *testing.T) {
 		return g.DecideList(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: user}, counts(n), t0.Add(at))
 	}
 	// A LIST larger than the burst passes from a full budget...
-	if v := list("alice", 1500, 0); !v.Admitted {
+	if v := list("alice", 1500, 0); !v.Allowed {
 		t.Fatalf("a 1500-object LIST from a full 1000-object budget: refused (%s), want admitted into debt", v.Message)
 	}
 	// ...and leaves alice 500 objects in debt: 10 more objects need
 	// (500+10)/100 = 5.1 s.
 	v := list("alice", 10, time.Second)
-	if v.Admitted || v.Reason != ReasonListCost || v.StatusCode() != http.StatusTooManyRequests {
+	if v.Allowed || v.Reason != ReasonListCost || v.Refusal != verdict.Throttled {
 		t.Fatalf("alice right after her big LIST: %+v, want a 429 list-cost refusal", v)
 	}
-	if v.Wait < 4*time.Second || v.Wait > 4200*time.Millisecond {
-		t.Errorf("alice's wait %v, want 4.1s (debt 500 + cost 10 at 100/s, 1s already paid)", v.Wait)
+	if v.RetryAfter < 4*time.Second || v.RetryAfter > 4200*time.Millisecond {
+		t.Errorf("alice's wait %v, want 4.1s (debt 500 + cost 10 at 100/s, 1s already paid)", v.RetryAfter)
 	}
 	for _, want := range []string{`"list-budget"`, "100 objects/s", "burst 1000", "costs about 10 objects", `user "alice"`, "limit=500", "resourceVersion=0"} {
 		if !strings.Contains(v.Message, want) {
 			t.Errorf("message %q lacks %q", v.Message, want)
 		}
 	}
-	if ra := v.RetryAfterSeconds(0); ra < 5 {
+	if ra := retryAfterSeconds(v, 0); ra < 5 {
 		t.Errorf("Retry-After %d, want at least the wait (5 s)", ra)
 	}
 	// Bob, in the same policy, has a budget of his own.
-	if v := list("bob", 800, time.Second); !v.Admitted {
+	if v := list("bob", 800, time.Second); !v.Allowed {
 		t.Errorf("bob: %s, want admitted: each client has its own budget", v.Message)
 	}
-	if v := list("alice", 10, 5200*time.Millisecond); !v.Admitted {
+	if v := list("alice", 10, 5200*time.Millisecond); !v.Allowed {
 		t.Errorf("alice after paying her debt: %s", v.Message)
 	}
 	// An over-burst LIST waits for a full budget, not just for its
 	// burst's worth.
-	if v := list("alice", 2000, 6*time.Second); v.Admitted || v.Wait < 9*time.Second {
-		t.Errorf("alice's 2000-object LIST from a nearly empty budget: admitted %v, wait %v; want a refusal until the budget is full (~9.9s)", v.Admitted, v.Wait)
+	if v := list("alice", 2000, 6*time.Second); v.Allowed || v.RetryAfter < 9*time.Second {
+		t.Errorf("alice's 2000-object LIST from a nearly empty budget: admitted %v, wait %v; want a refusal until the budget is full (~9.9s)", v.Allowed, v.RetryAfter)
 	}
-	if v := list("alice", 2000, 16*time.Second); !v.Admitted {
+	if v := list("alice", 2000, 16*time.Second); !v.Allowed {
 		t.Errorf("alice's 2000-object LIST from a full budget: %s", v.Message)
 	}
 	// Unknown counts cost nothing: no refusal on a guess.
-	if v := g.DecideList(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: "alice"}, ObjectCounts{}, t0.Add(16*time.Second)); !v.Admitted {
+	if v := g.DecideList(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: "alice"}, ObjectCounts{}, t0.Add(16*time.Second)); !v.Allowed {
 		t.Errorf("a LIST of unknown size while in debt: %s, want admitted", v.Message)
 	}
 }
@@ -176,11 +177,11 @@ func TestWatchCapPerClientReleasedWhenWatchEnds(t *testing.T) {
 	now := time.Unix(0, 0)
 	w := func(user string) Verdict { return g.DecideWatch(&p, Request{Verb: "watch", User: user}, now) }
 	a1, a2 := w("alice"), w("alice")
-	if !a1.Admitted || !a2.Admitted {
+	if !a1.Allowed || !a2.Allowed {
 		t.Fatal("alice's first two watches refused")
 	}
 	v := w("alice")
-	if v.Admitted || v.Reason != ReasonWatchMax || v.StatusCode() != http.StatusTooManyRequests {
+	if v.Allowed || v.Reason != ReasonWatchMax || v.Refusal != verdict.Throttled {
 		t.Fatalf("alice's third watch: %+v, want a watch-max refusal", v)
 	}
 	for _, want := range []string{`"watches"`, "2 open watches", `"alice" holds 2`, "SharedInformerFactory"} {
@@ -188,25 +189,25 @@ func TestWatchCapPerClientReleasedWhenWatchEnds(t *testing.T) {
 			t.Errorf("message %q lacks %q", v.Message, want)
 		}
 	}
-	if !w("bob").Admitted {
+	if !w("bob").Allowed {
 		t.Error("bob refused: the cap is per client")
 	}
 	a1.Done()
 	a1.Done() // twice is once
-	if !w("alice").Admitted {
+	if !w("alice").Allowed {
 		t.Fatal("alice refused after closing a watch")
 	}
-	if w("alice").Admitted {
+	if w("alice").Allowed {
 		t.Fatal("alice admitted a third open watch: a double Done counted twice")
 	}
 	// An edited policy keeps counting the watches still open.
 	p.Generation++
 	p.Spec.Watch.MaxPerClient = ptrTo(int32(3))
-	if !w("alice").Admitted || w("alice").Admitted {
+	if !w("alice").Allowed || w("alice").Allowed {
 		t.Fatal("after raising the cap to 3, alice (2 open) should get exactly one more")
 	}
 	a2.Done()
-	if !w("alice").Admitted {
+	if !w("alice").Allowed {
 		t.Fatal("a watch opened before the edit, once closed, did not free its place")
 	}
 }
@@ -220,17 +221,17 @@ func TestNewWatchRatePerClient(t *testing.T) {
 	admitted := 0
 	var last Verdict
 	for range 10 {
-		if last = g.DecideWatch(&p, Request{Verb: "watch", User: "alice"}, t0); last.Admitted {
+		if last = g.DecideWatch(&p, Request{Verb: "watch", User: "alice"}, t0); last.Allowed {
 			admitted++
 		}
 	}
-	if admitted != 4 || last.Reason != ReasonWatchRate || last.Wait != 500*time.Millisecond {
+	if admitted != 4 || last.Reason != ReasonWatchRate || last.RetryAfter != 500*time.Millisecond {
 		t.Fatalf("10 watches at once with burst 4: %d admitted, last %+v; want 4 and a 0.5s wait", admitted, last)
 	}
-	if !g.DecideWatch(&p, Request{Verb: "watch", User: "bob"}, t0).Admitted {
+	if !g.DecideWatch(&p, Request{Verb: "watch", User: "bob"}, t0).Allowed {
 		t.Error("bob refused: rates are per client")
 	}
-	if !g.DecideWatch(&p, Request{Verb: "watch", User: "alice"}, t0.Add(500*time.Millisecond)).Admitted {
+	if !g.DecideWatch(&p, Request{Verb: "watch", User: "alice"}, t0.Add(500*time.Millisecond)).Allowed {
 		t.Error("alice refused after the wait")
 	}
 }
@@ -255,14 +256,14 @@ func TestReconnectStormSpreadOverTheRate(t *testing.T) {
 			// a millisecond apart.
 			at := t0.Add(time.Duration(sec)*time.Second + time.Duration(min(sec, 1)*n)*time.Millisecond)
 			v := g.DecideWatch(&p, Request{Verb: "watch", User: fmt.Sprint("node-", i)}, at)
-			if v.Admitted {
+			if v.Allowed {
 				perSecond[sec]++
 				continue
 			}
-			if v.Reason != ReasonWatchStorm || v.StatusCode() != http.StatusTooManyRequests {
+			if v.Reason != ReasonWatchStorm || v.Refusal != verdict.Throttled {
 				t.Fatalf("refusal %+v, want a watch-storm 429", v)
 			}
-			ra := v.RetryAfterSeconds(0.99)
+			ra := retryAfterSeconds(v, 0.99)
 			if sec == 0 {
 				retryAfters[ra]++
 			}
@@ -294,7 +295,7 @@ func TestReconnectStormSpreadOverTheRate(t *testing.T) {
 	for _, want := range []string{`"storm"`, "50 new watches/s", "without relisting"} {
 		v := g.DecideWatch(&p, Request{Verb: "watch", User: "late"}, t0.Add(10*time.Second))
 		for range 60 {
-			if v.Admitted {
+			if v.Allowed {
 				v = g.DecideWatch(&p, Request{Verb: "watch", User: "late"}, t0.Add(10*time.Second))
 			}
 		}
@@ -317,18 +318,18 @@ func TestWatchListSpendsTheListBudget(t *testing.T) {
 		return Request{Verb: "watch", Resource: "configmaps", Namespace: "big", User: user, SendInitialEvents: ptrTo(true)}
 	}
 	first := g.Decide(&p, sync("alice"), counts, t0)
-	if !first.Admitted {
+	if !first.Allowed {
 		t.Fatalf("alice's first watch-list of 600 objects (budget 1000, maxUnpaginatedObjects 10): %s, want admitted", first.Message)
 	}
 	v := g.Decide(&p, sync("alice"), counts, t0)
-	if v.Admitted || v.Reason != ReasonListCost || v.StatusCode() != http.StatusTooManyRequests {
+	if v.Allowed || v.Reason != ReasonListCost || v.Refusal != verdict.Throttled {
 		t.Fatalf("alice's second watch-list at once: %+v, want a 429 list-cost refusal", v)
 	}
 	// 600 needed, 400 left: 2 s at 100/s.
-	if v.Wait < 1900*time.Millisecond || v.Wait > 2100*time.Millisecond {
-		t.Errorf("wait %v, want 2s", v.Wait)
+	if v.RetryAfter < 1900*time.Millisecond || v.RetryAfter > 2100*time.Millisecond {
+		t.Errorf("wait %v, want 2s", v.RetryAfter)
 	}
-	if ra := v.RetryAfterSeconds(0); ra < 2 {
+	if ra := retryAfterSeconds(v, 0); ra < 2 {
 		t.Errorf("Retry-After %d, want at least 2", ra)
 	}
 	for _, want := range []string{`"informers"`, "100 objects/s", "initial sync", "costs about 600 objects", `user "alice"`, "SharedInformerFactory"} {
@@ -337,28 +338,33 @@ func TestWatchListSpendsTheListBudget(t *testing.T) {
 		}
 	}
 	// A LIST by the same client is refused too: one budget.
-	if l := g.Decide(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: "alice", ResourceVersion: "0"}, counts, t0); l.Admitted {
+	if l := g.Decide(&p, Request{Verb: "list", Resource: "configmaps", Namespace: "big", User: "alice", ResourceVersion: "0"}, counts, t0); l.Allowed {
 		t.Error("alice's LIST right after her watch-list was admitted: the budget is shared")
 	}
 	// Resuming watches cost nothing and pass.
 	resume := Request{Verb: "watch", Resource: "configmaps", Namespace: "big", User: "alice", ResourceVersion: "77"}
-	if r := g.Decide(&p, resume, counts, t0); !r.Admitted {
+	if r := g.Decide(&p, resume, counts, t0); !r.Allowed {
 		t.Errorf("alice's resuming watch: %s", r.Message)
 	} else {
 		r.Done()
 	}
 	// The refused sync is admitted once the budget has refilled.
-	if v := g.Decide(&p, sync("alice"), counts, t0.Add(2100*time.Millisecond)); !v.Admitted {
+	if v := g.Decide(&p, sync("alice"), counts, t0.Add(2100*time.Millisecond)); !v.Allowed {
 		t.Fatalf("alice's watch-list after 2.1s: %s", v.Message)
 	}
 	// Alice now holds 2 watches: the watch guard refuses a third, and the
 	// 600 objects it would have cost stay in her budget.
 	at := t0.Add(10 * time.Second) // budget full again
-	if w := g.Decide(&p, sync("alice"), counts, at); w.Admitted || w.Reason != ReasonWatchMax {
+	if w := g.Decide(&p, sync("alice"), counts, at); w.Allowed || w.Reason != ReasonWatchMax {
 		t.Fatalf("alice's third open watch: %+v, want watch-max", w)
 	}
 	first.Done()
-	if w := g.Decide(&p, sync("alice"), counts, at); !w.Admitted {
+	if w := g.Decide(&p, sync("alice"), counts, at); !w.Allowed {
 		t.Fatalf("after closing a watch, alice's watch-list from a full budget: %s; the watch-max refusal kept its charge", w.Message)
 	}
+}
+
+// retryAfterSeconds is the Retry-After the gateway sends for v.
+func retryAfterSeconds(v Verdict, jitter float64) int {
+	return int(Spread(v.Verdict, jitter).RetryAfter / time.Second)
 }

@@ -10,6 +10,8 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 func TestDescribe(t *testing.T) {
@@ -207,7 +209,7 @@ func TestNoisyClientDoesNotStarveOthersInSharedPolicy(t *testing.T) {
 	for ms := range 10_000 {
 		now := c.tick(time.Millisecond)
 		if ms%2 == 0 {
-			if v := l.Decide(&p, noisy, now); v.Admitted {
+			if v := l.Decide(&p, noisy, now); v.Allowed {
 				noisyOK++
 				v.Done()
 			}
@@ -215,7 +217,7 @@ func TestNoisyClientDoesNotStarveOthersInSharedPolicy(t *testing.T) {
 		if ms%200 == 0 {
 			quietSent++
 			v := l.Decide(&p, quiet, now)
-			if !v.Admitted {
+			if !v.Allowed {
 				t.Fatalf("quiet client refused at %dms: %s", ms, v.Message)
 			}
 			quietOK++
@@ -243,11 +245,11 @@ func TestWithoutFairShareNoisyClientStarvesOthers(t *testing.T) {
 	refused := 0
 	for ms := range 10_000 {
 		now := c.tick(time.Millisecond)
-		if v := l.Decide(&p, Request{User: "runaway"}, now); v.Admitted {
+		if v := l.Decide(&p, Request{User: "runaway"}, now); v.Allowed {
 			v.Done()
 		}
 		if ms%200 == 0 {
-			if v := l.Decide(&p, Request{User: "scheduler"}, now); !v.Admitted {
+			if v := l.Decide(&p, Request{User: "scheduler"}, now); !v.Allowed {
 				refused++
 			}
 		}
@@ -262,16 +264,16 @@ func TestAloneClientGetsWholeSharedLimit(t *testing.T) {
 	l := NewLimiter()
 	now := time.Unix(1_800_000_000, 0)
 	for i := range 10 {
-		if v := l.Decide(&p, Request{User: "only"}, now); !v.Admitted {
+		if v := l.Decide(&p, Request{User: "only"}, now); !v.Allowed {
 			t.Fatalf("request %d of a burst of 10 refused: %s", i, v.Message)
 		}
 	}
 	v := l.Decide(&p, Request{User: "only"}, now)
-	if v.Admitted || v.Reason != "rate" || !strings.Contains(v.Message, `TrafficPolicy "p"`) {
+	if v.Allowed || v.Reason != "rate" || !strings.Contains(v.Message, `TrafficPolicy "p"`) {
 		t.Fatalf("11th request: %+v, want a rate refusal naming the policy", v)
 	}
-	if v.Wait <= 0 || v.Wait > 200*time.Millisecond {
-		t.Errorf("wait %v, want about 100ms (one token at 10/s)", v.Wait)
+	if v.RetryAfter <= 0 || v.RetryAfter > 200*time.Millisecond {
+		t.Errorf("wait %v, want about 100ms (one token at 10/s)", v.RetryAfter)
 	}
 }
 
@@ -281,11 +283,11 @@ func TestPerUserBucketsAreIndependent(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	for _, u := range []string{"a", "b", "c"} {
 		for i := range 2 {
-			if v := l.Decide(&p, Request{User: u}, now); !v.Admitted {
+			if v := l.Decide(&p, Request{User: u}, now); !v.Allowed {
 				t.Fatalf("user %s request %d refused: %s", u, i, v.Message)
 			}
 		}
-		if v := l.Decide(&p, Request{User: u}, now); v.Admitted || !strings.Contains(v.Message, `user "`+u+`" is over it`) {
+		if v := l.Decide(&p, Request{User: u}, now); v.Allowed || !strings.Contains(v.Message, `user "`+u+`" is over it`) {
 			t.Fatalf("user %s third request: %+v", u, v)
 		}
 	}
@@ -300,28 +302,28 @@ func TestInFlightLimitSharedFairlyAndReleased(t *testing.T) {
 	var held []Verdict
 	for i := range 2 {
 		v := l.Decide(&p, Request{User: "a"}, now)
-		if !v.Admitted {
+		if !v.Allowed {
 			t.Fatalf("a's request %d refused: %s", i, v.Message)
 		}
 		held = append(held, v)
 	}
 	v := l.Decide(&p, Request{User: "a"}, now)
-	if v.Admitted || v.Reason != "in-flight" {
+	if v.Allowed || v.Reason != "in-flight" {
 		t.Fatalf("a's third concurrent request: %+v, want refused over its in-flight share", v)
 	}
-	if v := l.Decide(&p, Request{User: "b"}, now); !v.Admitted {
+	if v := l.Decide(&p, Request{User: "b"}, now); !v.Allowed {
 		t.Fatalf("b refused while a holds only its share: %s", v.Message)
 	}
 	// Watches do not hold slots.
-	if v := l.Decide(&p, Request{User: "a", Verb: "watch"}, now); !v.Admitted {
+	if v := l.Decide(&p, Request{User: "a", Verb: "watch"}, now); !v.Allowed {
 		t.Fatalf("a's watch refused: %s", v.Message)
 	}
 	held[0].Done()
 	held[0].Done() // twice is once
-	if v := l.Decide(&p, Request{User: "a"}, now); !v.Admitted {
+	if v := l.Decide(&p, Request{User: "a"}, now); !v.Allowed {
 		t.Fatalf("a refused after one of its requests ended: %s", v.Message)
 	}
-	if v := l.Decide(&p, Request{User: "a"}, now); v.Admitted {
+	if v := l.Decide(&p, Request{User: "a"}, now); v.Allowed {
 		t.Fatal("a admitted a third concurrent request after a double Done")
 	}
 }
@@ -331,11 +333,11 @@ func TestEditedPolicyStartsFresh(t *testing.T) {
 	l := NewLimiter()
 	now := time.Unix(1_800_000_000, 0)
 	l.Decide(&p, Request{User: "u"}, now)
-	if l.Decide(&p, Request{User: "u"}, now).Admitted {
+	if l.Decide(&p, Request{User: "u"}, now).Allowed {
 		t.Fatal("second request admitted at 1/s")
 	}
 	p.Generation, p.Spec.Limit.QPS = 2, ptr.To[int32](100)
-	if v := l.Decide(&p, Request{User: "u"}, now); !v.Admitted {
+	if v := l.Decide(&p, Request{User: "u"}, now); !v.Allowed {
 		t.Fatalf("refused after the limit was raised: %s", v.Message)
 	}
 }
@@ -347,10 +349,10 @@ func TestKeysBeyondMaxShareOverflowBucket(t *testing.T) {
 	for i := range MaxKeys {
 		l.Decide(&p, Request{UserAgent: "agent-" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)}, now)
 	}
-	if v := l.Decide(&p, Request{UserAgent: "one-more"}, now); !v.Admitted {
+	if v := l.Decide(&p, Request{UserAgent: "one-more"}, now); !v.Allowed {
 		t.Fatalf("first key beyond the bound refused: %s", v.Message)
 	}
-	if v := l.Decide(&p, Request{UserAgent: "and-another"}, now); v.Admitted {
+	if v := l.Decide(&p, Request{UserAgent: "and-another"}, now); v.Allowed {
 		t.Fatal("keys beyond the bound do not share one bucket")
 	}
 	if n := len(l.policies["per-agent"].keys); n != MaxKeys+1 {
@@ -369,12 +371,18 @@ func TestRetryAfterIsJitteredAndAtLeastTheWait(t *testing.T) {
 		{2500 * time.Millisecond, 0, 3, 3},
 		{2500 * time.Millisecond, 0.99, 3, 6},
 	} {
-		got := RetryAfter(tc.wait, tc.jitter)
+		got := throttled(tc.wait, tc.jitter)
 		if got < tc.min || got > tc.max {
-			t.Errorf("RetryAfter(%v, %v) = %d, want %d..%d", tc.wait, tc.jitter, got, tc.min, tc.max)
+			t.Errorf("Retry-After for a wait of %v, jitter %v = %d, want %d..%d", tc.wait, tc.jitter, got, tc.min, tc.max)
 		}
 	}
-	if RetryAfter(time.Second, 0) == RetryAfter(time.Second, 0.9) {
+	if throttled(time.Second, 0) == throttled(time.Second, 0.9) {
 		t.Error("jitter does not change Retry-After")
 	}
+}
+
+// throttled is the Retry-After, in seconds, the gateway sends for a
+// Throttled refusal that would be admitted after wait.
+func throttled(wait time.Duration, jitter float64) int {
+	return int(Spread(verdict.Verdict{Refusal: verdict.Throttled, RetryAfter: wait}, jitter).RetryAfter / time.Second)
 }

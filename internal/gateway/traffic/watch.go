@@ -8,6 +8,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 type watchState struct {
@@ -35,7 +36,7 @@ type watchClient struct {
 // client's count of open watches goes down then.
 func (g *Guards) DecideWatch(p *Policy, r Request, now time.Time) Verdict {
 	if p.Spec.Watch == nil || r.Verb != "watch" {
-		return Verdict{Admitted: true}
+		return admit
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -77,7 +78,7 @@ func (g *Guards) DecideWatch(p *Policy, r Request, now time.Time) Verdict {
 	}
 	c.open++
 	var once sync.Once
-	return Verdict{Admitted: true, release: func() {
+	return Verdict{Verdict: verdict.Allow, release: func() {
 		once.Do(func() {
 			g.mu.Lock()
 			defer g.mu.Unlock()

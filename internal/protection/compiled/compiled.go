@@ -84,12 +84,12 @@ var Workloads = []schema.GroupResource{
 
 // Compile is every static rule: the label rules (built-in kinds, then
 // custom resources), then each policy's, in the order given; and those
-// left to the webhooks for their names (Names.Admit).
+// left to the webhooks for their names (Names.Claim).
 func Compile(policies []v1alpha1.ProtectionPolicy, o Options) ([]Policy, []Left) {
 	names := Names{}
-	out, left := names.Admit("", append(LabelRules(o), ScaledLabelRules(o)...))
+	out, left := names.Claim("", append(LabelRules(o), ScaledLabelRules(o)...))
 	for i := range policies {
-		kept, l := names.Admit(policies[i].Name, FromPolicy(&policies[i], o))
+		kept, l := names.Claim(policies[i].Name, FromPolicy(&policies[i], o))
 		out, left = append(out, kept...), append(left, l...)
 	}
 	return out, left
@@ -134,7 +134,7 @@ func labelReplicas(name string, grs []schema.GroupResource, path replicasPath, o
 // FromPolicy compiles what of a ProtectionPolicy is static: protection
 // Always, and explicit replicas of the built-in workloads and of the
 // custom resources of o.Scaled it covers (one compiled policy for the
-// built-in ones, one per CRD). Names.Admit then leaves out those whose
+// built-in ones, one per CRD). Names.Claim then leaves out those whose
 // names the API server would not take (ScaledReplicasName of a long
 // policy and CRD) or another source holds.
 func FromPolicy(p *v1alpha1.ProtectionPolicy, o Options) []Policy {

@@ -23,7 +23,7 @@ func LabelScaledName(crd string) string { return crd + ".replicas.rampart.io" }
 // for the replicas of the custom resource of a CRD.
 func ScaledReplicasName(p, crd string) string { return p + ".replicas." + crd + ".policy.rampart.io" }
 
-// Names are the names of the compiled policies admitted so far, each with
+// Names are the names of the compiled policies claimed so far, each with
 // the source that holds it as messages name it.
 //
 // The API server keeps one ValidatingAdmissionPolicy (and binding) per
@@ -45,9 +45,9 @@ func ScaledReplicasName(p, crd string) string { return p + ".replicas." + crd + 
 //
 // Two policies whose names have no dots never clash: then P.deletion and
 // P.replicas have two labels, the second telling them apart, where
-// P.replicas.CRD has five or more and its first label is P. So Admit
-// keeps the first source to compile a name and leaves the later one to
-// the webhooks, which judge every policy anyway.
+// P.replicas.CRD has five or more and its first label is P. So Claim
+// gives a name to the first source to compile it and leaves the later one
+// to the webhooks, which judge every policy anyway.
 type Names map[string]string
 
 // Left is a compiled policy left to Rampart's webhooks (which hold it
@@ -61,11 +61,12 @@ type Left struct {
 	Why  string
 }
 
-// Admit keeps of ps, the compiled policies of one source (policy: the
-// ProtectionPolicy's name, empty for the label rules), those whose names
-// the API server takes and no source admitted before holds, and takes
-// their names; it says why it leaves out the others.
-func (n Names) Admit(policy string, ps []Policy) (kept []Policy, left []Left) {
+// Claim claims for one source (policy: the ProtectionPolicy's name, empty
+// for the label rules) the names of its compiled policies ps: it keeps
+// those whose names the API server takes (a DNS subdomain of at most 253
+// characters) and no source holds yet, holds their names for the source,
+// and says why it leaves out the others.
+func (n Names) Claim(policy string, ps []Policy) (kept []Policy, left []Left) {
 	holder := "the label rules"
 	if policy != "" {
 		holder = fmt.Sprintf("ProtectionPolicy %q", policy)

@@ -7,9 +7,9 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	"github.com/rampart-io/rampart/internal/protection"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
 	"github.com/rampart-io/rampart/internal/protection/compiled/compiledtest"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // agreeCompiled checks that the compiled policies, evaluated with
@@ -18,7 +18,7 @@ import (
 // row's policy covers its resource. Cascading counts the cluster's
 // dependents: it is never compiled, and the compiled policies must leave
 // it to the webhook.
-func agreeCompiled(t *testing.T, r Request, v protection.Verdict) {
+func agreeCompiled(t *testing.T, r Request, v verdict.Verdict) {
 	t.Helper()
 	var policies []compiled.Policy
 	var labels map[string]string

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/protection"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // Request is what the decision needs to know about one DELETE.
@@ -37,7 +38,7 @@ type Request struct {
 }
 
 // Allow is the verdict for a DELETE no rule objects to.
-var Allow = protection.Allow
+var Allow = verdict.Allow
 
 // Rule names used in verdicts, events and metrics.
 const (
@@ -46,14 +47,14 @@ const (
 )
 
 // Decide judges one DELETE.
-func Decide(r Request, v View) protection.Verdict {
+func Decide(r Request, v View) verdict.Verdict {
 	if r.Source == (protection.Source{}) {
 		r.Source.Label = v1alpha1.LabelProtection
 	}
 	switch r.Level {
 	case v1alpha1.ProtectionAlways:
-		return protection.Verdict{
-			Rule: RuleAlways,
+		return verdict.Verdict{
+			Reason: RuleAlways,
 			Message: fmt.Sprintf("%s is protected by %s, which forbids deleting it (%s=%s). %s",
 				r.Describe(), r.Source, v1alpha1.LabelProtection, v1alpha1.ProtectionAlways, r.Source.Lift(r.Object)),
 		}
@@ -62,7 +63,7 @@ func Decide(r Request, v View) protection.Verdict {
 		if len(findings) == 0 {
 			return Allow
 		}
-		return protection.Verdict{Rule: RuleCascading, Message: cascadingMessage(r, findings)}
+		return verdict.Verdict{Reason: RuleCascading, Message: cascadingMessage(r, findings)}
 	default:
 		return Allow
 	}

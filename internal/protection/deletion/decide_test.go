@@ -170,8 +170,8 @@ func TestDecide(t *testing.T) {
 			if v.Allowed != tt.allowed {
 				t.Fatalf("Allowed = %v, want %v (message %q)", v.Allowed, tt.allowed, v.Message)
 			}
-			if v.Rule != tt.rule {
-				t.Errorf("Rule = %q, want %q", v.Rule, tt.rule)
+			if v.Reason != tt.rule {
+				t.Errorf("Reason = %q, want %q", v.Reason, tt.rule)
 			}
 			for _, frag := range tt.wantIn {
 				if !strings.Contains(v.Message, frag) {

@@ -35,7 +35,7 @@ func Covers(p *v1alpha1.ProtectionPolicy, gr schema.GroupResource, nsLabels, obj
 	return InScope(p.Spec.Resources, p.Spec.NamespaceSelector, p.Spec.ObjectSelector, gr, nsLabels, objLabels)
 }
 
-// InScope is Covers for any of Rampart's policies (protection, recycling):
+// InScope is Covers for any of Rampart's policies (ProtectionPolicy, RecyclePolicy):
 // rules name the resource, nsSel matches nsLabels (nil: not checked) and
 // objSel the object's labels; an absent selector matches everything.
 func InScope(rules []v1alpha1.ResourceRule, nsSel, objSel *v1.LabelSelector, gr schema.GroupResource, nsLabels, objLabels map[string]string) bool {

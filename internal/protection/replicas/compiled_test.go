@@ -8,9 +8,9 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	"github.com/rampart-io/rampart/internal/protection"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
 	"github.com/rampart-io/rampart/internal/protection/compiled/compiledtest"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // exemptUser is the requester of a row whose requester is exempt.
@@ -24,7 +24,7 @@ const exemptUser = "autoscaler-bot"
 // its replicas where its CRD says. A write through the scale subresource
 // carries no labels: it is never compiled, and the compiled policies must
 // leave it to the webhook.
-func agreeCompiled(t *testing.T, r Request, v protection.Verdict) {
+func agreeCompiled(t *testing.T, r Request, v verdict.Verdict) {
 	t.Helper()
 	exempt := v1alpha1.Subjects{Users: []string{exemptUser}}
 	scaled := []compiled.ScaledResource{compiledtest.Widgets}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/protection"
+	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // Request is one write that may change spec.replicas.
@@ -36,16 +37,16 @@ const (
 )
 
 // Decide judges one write.
-func Decide(r Request) protection.Verdict {
+func Decide(r Request) verdict.Verdict {
 	if r.Old == r.New || r.Exempt || !guarded(r.Guard, r.Old, r.New) {
-		return protection.Allow
+		return verdict.Allow
 	}
 	if r.Source == (protection.Source{}) {
 		r.Source.Label = v1alpha1.LabelExplicitReplicas
 	}
 	want := strconv.FormatInt(r.New, 10)
 	if !r.Scale && r.Confirm == want {
-		return protection.Allow
+		return verdict.Allow
 	}
 	change := fmt.Sprintf("changing the replicas of %s from %d to %d needs confirmation (%s, guard %s).",
 		r.Describe(), r.Old, r.New, r.Source, guardName(r.Guard))
@@ -62,7 +63,7 @@ func Decide(r Request) protection.Verdict {
 		msg = fmt.Sprintf("%s The request confirms %s=%q, which is not the new count %s. Run: %s.",
 			change, v1alpha1.AnnotationConfirmReplicas, r.Confirm, want, confirmed)
 	}
-	return protection.Verdict{Rule: RuleExplicitReplicas, Message: msg + " " + r.Source.Lift(r.Object)}
+	return verdict.Verdict{Reason: RuleExplicitReplicas, Message: msg + " " + r.Source.Lift(r.Object)}
 }
 
 // guarded says whether the guard covers a change from old to new.

@@ -91,8 +91,8 @@ func TestDecide(t *testing.T) {
 			if v.Allowed != tt.allowed {
 				t.Fatalf("Allowed = %v, want %v (%q)", v.Allowed, tt.allowed, v.Message)
 			}
-			if !v.Allowed && v.Rule != RuleExplicitReplicas {
-				t.Errorf("Rule = %q", v.Rule)
+			if !v.Allowed && v.Reason != RuleExplicitReplicas {
+				t.Errorf("Reason = %q", v.Reason)
 			}
 			for _, w := range tt.wantIn {
 				if !strings.Contains(v.Message, w) {
