@@ -167,7 +167,7 @@ func Routes(ps []Protection) []Route {
 }
 
 // Webhooks are every protection's webhooks for reg, in the order of
-// Plugins, before they are spread over local replicas.
+// Protections, before they are spread over local replicas.
 func Webhooks(reg Registration) []Webhook {
 	b := newBuilder(reg)
 	var out []Webhook
