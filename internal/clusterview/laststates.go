@@ -11,17 +11,22 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
 )
 
 // LastStates is the view of full objects the recycle bin's outside-API
 // watch reads (recyclebin.Watcher, on the leader only): the last state of
-// each object it keeps, to store when one vanishes. The other views' informers
-// cannot serve it: the labelled objects' are metadata-only, the built-in
+// each object it keeps, to store when one vanishes. The other views'
+// informers cannot serve it: the labelled objects' are metadata-only (on
+// every replica, where a full copy would serve nothing), the built-in
 // resources' and the scaled custom resources' are slimmed. So it starts
 // informers of full objects on demand, from the views' dynamic client and
 // discovery, run by the caller's context (the leader's); the views' CRD
 // informer tells the watch when to look again (Informers.OnCRDChange). A
-// replica that never leads holds none of them.
+// replica that never leads holds none of them. On the leader, the
+// informer of a resource's labelled objects then serves the views too, in
+// place of their metadata-only one (adopt): no object is held twice.
 type LastStates struct {
 	informers *Informers
 
@@ -88,7 +93,10 @@ func (l *LastStates) Watch(ctx context.Context, gvr schema.GroupVersionResource,
 	if c.dynamic == nil {
 		return false, errors.New("cluster view: no dynamic client")
 	}
-	inf := dynamicinformer.NewFilteredDynamicInformer(c.dynamic, gvr, metav1.NamespaceAll, 0, cache.Indexers{},
+	// The indexes of the views' labelled informers: this one may stand in
+	// for one of them (adopt).
+	inf := dynamicinformer.NewFilteredDynamicInformer(c.dynamic, gvr, metav1.NamespaceAll, 0,
+		cache.Indexers{byNamespace: cache.MetaNamespaceIndexFunc, byOwner: ownerUIDs},
 		func(o *metav1.ListOptions) { o.LabelSelector = selector }).Informer()
 	if _, err := inf.AddEventHandler(handler(inf.GetStore())); err != nil {
 		return false, err
@@ -100,5 +108,30 @@ func (l *LastStates) Watch(ctx context.Context, gvr schema.GroupVersionResource,
 	}
 	l.running[k] = inf
 	go inf.RunWithContext(ctx)
+	if selector == v1alpha1.LabelProtection {
+		go l.adopt(ctx, gvr, inf)
+	}
 	return true, nil
+}
+
+// adopt has the views read the labelled objects of gvr from inf, a full
+// copy of what their metadata informer holds, once it has synced, and
+// stops that one: the leader then holds each labelled object once. It
+// waits for the views to have started their labelled informers; one
+// started later (its CRD came back) runs beside inf, as before.
+func (l *LastStates) adopt(ctx context.Context, gvr schema.GroupVersionResource, inf cache.SharedIndexInformer) {
+	c := l.informers
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced, c.labelsWatched.Load) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur, ok := c.labelled[gvr]
+	if !ok {
+		return
+	}
+	cur.cancel()
+	// Its CRD deleted, the views forget it; it runs on for the watch,
+	// until ctx ends.
+	c.labelled[gvr] = &crInformer{informer: inf, cancel: func() {}}
 }

@@ -3,6 +3,7 @@ package clusterview
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 // TestLastStatesHoldFullObjects: the informers the outside-API watch
 // reads hold whole objects (what it stores when one vanishes), one per
 // resource and selector, and a resource the manager may not watch is
-// asked about once and never watched.
+// asked about once and never watched. The leader's informer of a
+// resource's labelled objects serves the views in place of theirs.
 func TestLastStatesHoldFullObjects(t *testing.T) {
 	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"namespace": "shop", "name": "settings", "labels": map[string]any{"rampart.io/protection": "always"}},
@@ -30,6 +32,10 @@ func TestLastStatesHoldFullObjects(t *testing.T) {
 		asked = append(asked, gvr)
 		return gvr != nodes.WithVersion("v1")
 	}
+	// The views' metadata informer of the labelled ConfigMaps, started.
+	var stopped atomic.Bool
+	v.labelled[cms] = &crInformer{informer: v.metadataInformer(cms, "rampart.io/protection"), cancel: func() { stopped.Store(true) }}
+	v.labelsWatched.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stores := make(chan cache.Store, 2)
@@ -69,6 +75,17 @@ func TestLastStatesHoldFullObjects(t *testing.T) {
 	}
 	if d, _, _ := unstructured.NestedString(u.Object, "data", "v"); d != "kept" {
 		t.Errorf("the object held: %v, want the whole ConfigMap (data.v=kept)", u.Object)
+	}
+	// The views read the labelled ConfigMaps from it now, and their own
+	// informer of them is stopped.
+	for !stopped.Load() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !stopped.Load() || v.labelledInformers()[0].GetStore() != store {
+		t.Errorf("the views' informer of labelled ConfigMaps was not replaced by the full one")
+	}
+	if got := v.Deletion.ProtectedObjects("shop"); got.Count != 1 || !slices.Equal(got.Examples, []string{"configmaps/settings"}) {
+		t.Errorf("ProtectedObjects(shop) = %d %v, want 1 [configmaps/settings]", got.Count, got.Examples)
 	}
 }
 
