@@ -35,8 +35,17 @@ the client. Its own identity comes from --kubeconfig and needs the
 ClusterRole rampart-gateway.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Every problem with the flags at once, before the kubeconfig
+			// is read.
+			var problems []error
 			if o.CertFile == "" || o.KeyFile == "" {
-				return errors.New("--tls-cert-file and --tls-private-key-file are required: clients send credentials to the gateway")
+				problems = append(problems, errors.New("--tls-cert-file and --tls-private-key-file are required: clients send credentials to the gateway"))
+			}
+			if trafficLog != "" && trafficLog != "-" && (trafficLogMaxSize <= 0 || trafficLogMaxBackups < 0) {
+				problems = append(problems, errors.New("--traffic-log-max-size must be 1 or more (megabytes) and --traffic-log-max-backups 0 or more"))
+			}
+			if err := errors.Join(append(problems, o.Validate())...); err != nil {
+				return err
 			}
 			o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			o.Identity.NoAnonymous = !anonymous
@@ -49,9 +58,6 @@ ClusterRole rampart-gateway.`,
 			case "-":
 				o.TrafficLog = os.Stderr
 			default:
-				if trafficLogMaxSize <= 0 || trafficLogMaxBackups < 0 {
-					return errors.New("--traffic-log-max-size must be 1 or more (megabytes) and --traffic-log-max-backups 0 or more")
-				}
 				o.TrafficLog = trafficlog.File(trafficLog, trafficLogMaxSize, trafficLogMaxBackups)
 			}
 			g, err := gateway.New(cfg, o)

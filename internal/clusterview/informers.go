@@ -1,7 +1,8 @@
 // Package clusterview holds the read-only windows on cluster state that
 // Rampart's decisions consult, one per consumer: Deletion for the deletion
 // engine, ScaleTargets for the replicas guard and its webhook targets,
-// Budgets for the budget index, Namespaces for namespace labels. All of
+// Budgets for the budget index, Namespaces for namespace labels,
+// LastStates for the recycle bin's outside-API watch. All of
 // them read one set of informers (Informers), keyed by resource, kept
 // current by watches: a webhook never sends a LIST to the API server
 // while judging a request.

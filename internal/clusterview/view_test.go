@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	"k8s.io/utils/ptr"
@@ -26,11 +27,17 @@ import (
 // (internal/admission tests those against a real API server).
 func newTestView(t testing.TB) *Views {
 	t.Helper()
+	return newTestViewOf(t, nil)
+}
+
+// newTestViewOf are test views with a dynamic client.
+func newTestViewOf(t testing.TB, dyn dynamic.Interface) *Views {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	v, err := newViews(fake.NewClientset(), metadatafake.NewSimpleMetadataClient(scheme), nil, apiextensionsfake.NewClientset(), logr.Discard())
+	v, err := newViews(fake.NewClientset(), metadatafake.NewSimpleMetadataClient(scheme), dyn, apiextensionsfake.NewClientset(), logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ type Views struct {
 	Budgets      *Budgets
 	Namespaces   Namespaces
 	Workloads    Workloads
+	LastStates   *LastStates
 }
 
 // New builds the views; Start (of the Informers) runs them.
@@ -72,7 +73,7 @@ func newViews(cs kubernetes.Interface, md metadata.Interface, dyn dynamic.Interf
 	if err != nil {
 		return nil, err
 	}
-	v := &Views{Informers: inf, Namespaces: Namespaces{inf.fixed[namespaces]}, Workloads: Workloads{inf}}
+	v := &Views{Informers: inf, Namespaces: Namespaces{inf.fixed[namespaces]}, Workloads: Workloads{inf}, LastStates: newLastStates(inf)}
 	if v.Deletion, err = newDeletion(inf, v.Namespaces); err != nil {
 		return nil, err
 	}

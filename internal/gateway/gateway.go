@@ -58,7 +58,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
@@ -69,53 +68,6 @@ import (
 	"github.com/rampart-io/rampart/internal/gateway/upstream"
 	"github.com/rampart-io/rampart/internal/tlsprofile"
 )
-
-// Options configure a gateway.
-type Options struct {
-	// Upstreams are the kube-apiservers' base URLs. Empty: the
-	// kubeconfig's server.
-	Upstreams []string
-	// CertFile and KeyFile are the gateway's serving certificate.
-	CertFile, KeyFile string
-	// ClientCAFile verifies client certificates (the cluster's client CA).
-	ClientCAFile string
-	// HealthInterval is how often each upstream's /readyz is asked.
-	HealthInterval time.Duration
-	// Upstream and Identity tune balancing and the authentication caches.
-	Upstream upstream.Options
-	Identity identity.Options
-	// AccessLogPercent samples requests no policy matches into the access
-	// log (a policy's own accessLogPercent applies to its requests).
-	AccessLogPercent int
-	// Log receives the access log and events; nil writes JSON to stderr.
-	Log *slog.Logger
-	// CountResources are counted per namespace for the LIST guard from
-	// the start (kubectl's names: "pods", "deployments.apps"); others
-	// from their first guarded LIST.
-	CountResources []string
-	// CountCustomResourceGroups are the custom-resource groups the LIST
-	// guard may count per namespace (CustomResourceRole grants them);
-	// other custom resources are priced by their cluster-wide count.
-	CountCustomResourceGroups []string
-	// CountIdleAfter stops counting a resource counted since a guarded
-	// request (not a CountResources one) when no guarded LIST or
-	// watch-list of it has come for this long. 0: 10 minutes.
-	CountIdleAfter time.Duration
-	// Name is this replica's name in status.breakers; empty: the host
-	// name.
-	Name string
-	// ShutdownWatchSpread is the time over which a stopping gateway ends
-	// its watches, in batches, each cleanly so that its client re-watches
-	// from where it was instead of relisting (see drain.go). 0 ends them
-	// all at once, still cleanly.
-	ShutdownWatchSpread time.Duration
-	// TrafficLog receives the traffic log, one JSON line per request
-	// (trafficlog.File for a rotated file, or os.Stderr); nil: none.
-	// The gateway closes it when Serve returns.
-	TrafficLog io.Writer
-	// TrafficLogSample is SampleAll (the default) or SamplePolicy.
-	TrafficLogSample string
-}
 
 // Gateway is the proxy. It is an http.Handler; Serve runs it on a listener.
 type Gateway struct {
@@ -157,31 +109,15 @@ type Gateway struct {
 // New builds a gateway that reaches the API servers with cfg's
 // credentials (the gateway's own identity) and CA.
 func New(cfg *rest.Config, opts Options) (*Gateway, error) {
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
-	if opts.HealthInterval <= 0 {
-		opts.HealthInterval = 2 * time.Second
-	}
-	if opts.Upstream == (upstream.Options{}) {
-		opts.Upstream = upstream.Defaults
-	}
-	if opts.Identity.CacheSize == 0 {
-		noAnonymous := opts.Identity.NoAnonymous
-		opts.Identity = identity.Defaults
-		opts.Identity.NoAnonymous = noAnonymous
-	}
-	if len(opts.Upstreams) == 0 {
-		opts.Upstreams = []string{cfg.Host}
-	}
-	if opts.Name == "" {
-		opts.Name, _ = os.Hostname()
-	}
+	opts = opts.withDefaults(cfg)
 	var urls []*url.URL
 	for _, s := range opts.Upstreams {
-		u, err := url.Parse(s)
-		if err != nil || u.Scheme != "https" || u.Host == "" {
-			return nil, fmt.Errorf("upstream %q is not an https://HOST:PORT URL of a kube-apiserver", s)
+		u, err := upstreamURL(s)
+		if err != nil {
+			return nil, err
 		}
 		urls = append(urls, u)
 	}
@@ -196,29 +132,58 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), listWatch: traffic.NewGuards(), refusalLog: rate.NewLimiter(20, 20), stopLong: context.Background()}
 	g.pool = upstream.NewPool(urls, opts.Upstream, time.Now())
-	g.transport = upstream.NewTransport(g.pool, upTLS)
-	g.transport.LongRunning = func(r *http.Request) bool {
+	g.transport = g.upstreamTransport(upTLS)
+	if g.proxy, err = g.reverseProxy(cfg, hasToken); err != nil {
+		return nil, err
+	}
+	empty := []traffic.Policy{}
+	g.policies.Store(&empty)
+	g.metrics = newMetrics(g)
+	g.breakers = newBreakers(g)
+	g.guards = g.chain()
+	if err := g.ownClients(cfg); err != nil {
+		return nil, err
+	}
+	if g.tlsConfig, err = servingTLS(opts); err != nil {
+		return nil, err
+	}
+	if opts.TrafficLog != nil {
+		g.logTrafficTo(opts.TrafficLog)
+	}
+	g.observe = g.observers()
+	return g, nil
+}
+
+// upstreamTransport spreads requests over the pool's API servers.
+func (g *Gateway) upstreamTransport(upTLS *tls.Config) *upstream.Transport {
+	t := upstream.NewTransport(g.pool, upTLS)
+	t.LongRunning = func(r *http.Request) bool {
 		if x := exchangeOf(r); x != nil {
 			return x.long
 		}
 		// The gateway's own requests (its policy and count watches).
 		return traffic.Describe(r).LongRunning()
 	}
-	g.transport.OnEject = func(s *upstream.Server) {
+	t.OnEject = func(s *upstream.Server) {
 		g.metrics.ejections.WithLabelValues(s.URL.Host).Inc()
-		g.log.Warn("upstream ejected after consecutive failures", "upstream", s.URL.Host, "for", opts.Upstream.EjectFor.String())
+		g.log.Warn("upstream ejected after consecutive failures", "upstream", s.URL.Host, "for", g.opts.Upstream.EjectFor.String())
 	}
+	return t
+}
+
+// reverseProxy forwards a request as the client the guards let through.
+func (g *Gateway) reverseProxy(cfg *rest.Config, hasToken bool) (*httputil.ReverseProxy, error) {
 	// The proxy's requests carry the gateway's own credentials: its
 	// certificate (in the transport's TLS) or its token, which in a
 	// cluster is a service account's, re-read as it is rotated.
 	var proxyTransport http.RoundTripper = g.transport
 	if hasToken {
+		var err error
 		if proxyTransport, err = transport.NewBearerAuthWithRefreshRoundTripper(cfg.BearerToken, cfg.BearerTokenFile, g.transport); err != nil {
 			return nil, fmt.Errorf("the gateway's token: %w", err)
 		}
 	}
-	proxyTransport = endableTransport{next: proxyTransport}
-	g.proxy = &httputil.ReverseProxy{
+	return &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			// The transport picks the server; the path and query go
 			// unchanged.
@@ -235,96 +200,85 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 				identity.Forward(r.Out.Header, identity.Anonymous)
 			}
 		},
-		Transport:    proxyTransport,
+		Transport:    endableTransport{next: proxyTransport},
 		BufferPool:   bufferPool{},
 		ErrorHandler: g.upstreamError,
-		ErrorLog:     slog.NewLogLogger(opts.Log.Handler(), slog.LevelWarn),
-	}
-	empty := []traffic.Policy{}
-	g.policies.Store(&empty)
-	g.metrics = newMetrics(g)
-	g.breakers = newBreakers(g)
-	g.guards = g.chain()
-	switch opts.TrafficLogSample {
-	case "":
-		g.opts.TrafficLogSample = SampleAll
-	case SampleAll, SamplePolicy:
-	default:
-		return nil, fmt.Errorf("--traffic-log-sample %q: use %s or %s", opts.TrafficLogSample, SampleAll, SamplePolicy)
-	}
+		ErrorLog:     slog.NewLogLogger(g.opts.Log.Handler(), slog.LevelWarn),
+	}, nil
+}
 
-	// The gateway's own calls (TokenReview, SubjectAccessReview, the
-	// policy watch) go through the pool too, so they survive an API
-	// server going away like any client's.
+// ownClients are the gateway's own calls (TokenReview,
+// SubjectAccessReview, the policy watch, the object counts): they go
+// through the pool too, so they survive an API server going away like any
+// client's.
+func (g *Gateway) ownClients(cfg *rest.Config) error {
 	own := rest.CopyConfig(cfg)
 	own.QPS, own.Burst = 200, 400
 	own.UserAgent = "rampart-gateway"
 	own.WrapTransport = func(http.RoundTripper) http.RoundTripper { return g.transport }
 	g.restCfg = own
+	var err error
 	if g.client, err = kubernetes.NewForConfig(own); err != nil {
-		return nil, err
+		return err
 	}
 	if g.counts, err = newObjectCounts(own, g.client.CoreV1().RESTClient(), g.log); err != nil {
-		return nil, err
+		return err
 	}
-	if opts.CountIdleAfter > 0 {
-		g.counts.idleAfter = opts.CountIdleAfter
-	}
-	if err := CheckCountGroups(opts.CountCustomResourceGroups); err != nil {
-		return nil, fmt.Errorf("--count-custom-resource-groups: %w", err)
-	}
-	for _, name := range opts.CountResources {
-		if gr := schema.ParseGroupResource(name); gr == (schema.GroupResource{Resource: "secrets"}) {
-			return nil, fmt.Errorf("--count-resources: the gateway never counts secrets per namespace (it may not read them); they are priced by their cluster-wide count")
-		}
+	if g.opts.CountIdleAfter > 0 {
+		g.counts.idleAfter = g.opts.CountIdleAfter
 	}
 	g.counts.customGroups = map[string]bool{}
-	for _, grp := range opts.CountCustomResourceGroups {
+	for _, grp := range g.opts.CountCustomResourceGroups {
 		g.counts.customGroups[grp] = true
 	}
 	g.counts.mayCount = selfAccessReview(g.client.AuthorizationV1().SelfSubjectAccessReviews())
 	g.metrics.registry.MustRegister(g.counts)
-	g.auth = identity.New(g.client.AuthenticationV1().TokenReviews(), g.client.AuthorizationV1().SubjectAccessReviews(), opts.Identity)
+	g.auth = identity.New(g.client.AuthenticationV1().TokenReviews(), g.client.AuthorizationV1().SubjectAccessReviews(), g.opts.Identity)
+	return nil
+}
 
-	if opts.CertFile != "" {
-		pair, err := tls.LoadX509KeyPair(opts.CertFile, opts.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("the gateway's serving certificate: %w", err)
-		}
-		g.tlsConfig = &tls.Config{Certificates: []tls.Certificate{pair}}
-		tlsprofile.Apply(g.tlsConfig)
+// servingTLS is the gateway's TLS to its clients, nil without a serving
+// certificate (plain HTTP, for tests).
+func servingTLS(opts Options) (*tls.Config, error) {
+	if opts.CertFile == "" {
+		return nil, nil
 	}
-	if opts.ClientCAFile != "" {
-		caPEM, err := os.ReadFile(opts.ClientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("client CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(caPEM) {
-			return nil, fmt.Errorf("client CA %s holds no PEM certificate", opts.ClientCAFile)
-		}
-		if g.tlsConfig == nil {
-			return nil, errors.New("a client CA needs a serving certificate: set --tls-cert-file and --tls-private-key-file")
-		}
-		// Certificates are optional: token and anonymous clients have
-		// none. A certificate given must verify.
-		g.tlsConfig.ClientAuth = tls.VerifyClientCertIfGiven
-		g.tlsConfig.ClientCAs = pool
+	pair, err := tls.LoadX509KeyPair(opts.CertFile, opts.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("the gateway's serving certificate: %w", err)
 	}
-	if opts.TrafficLog != nil {
-		g.traffic = trafficlog.New(opts.TrafficLog)
-		g.metrics.registry.MustRegister(
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "rampart_gateway_traffic_log_lines_total",
-				Help: "Lines written to the traffic log.",
-			}, func() float64 { return float64(g.traffic.Written.Load()) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "rampart_gateway_traffic_log_dropped_total",
-				Help: "Traffic log lines dropped because the disk did not keep up (the queue was full); requests are never held for the log.",
-			}, func() float64 { return float64(g.traffic.Dropped.Load()) }))
+	c := &tls.Config{Certificates: []tls.Certificate{pair}}
+	tlsprofile.Apply(c)
+	if opts.ClientCAFile == "" {
+		return c, nil
 	}
-	g.observe = g.observers()
-	return g, nil
+	caPEM, err := os.ReadFile(opts.ClientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("client CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("client CA %s holds no PEM certificate", opts.ClientCAFile)
+	}
+	// Certificates are optional: token and anonymous clients have none. A
+	// certificate given must verify.
+	c.ClientAuth = tls.VerifyClientCertIfGiven
+	c.ClientCAs = pool
+	return c, nil
+}
+
+// logTrafficTo writes the traffic log to w, and counts its lines.
+func (g *Gateway) logTrafficTo(w io.Writer) {
+	g.traffic = trafficlog.New(w)
+	g.metrics.registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "rampart_gateway_traffic_log_lines_total",
+			Help: "Lines written to the traffic log.",
+		}, func() float64 { return float64(g.traffic.Written.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "rampart_gateway_traffic_log_dropped_total",
+			Help: "Traffic log lines dropped because the disk did not keep up (the queue was full); requests are never held for the log.",
+		}, func() float64 { return float64(g.traffic.Dropped.Load()) }))
 }
 
 // Serve runs the gateway on ln (TLS when a serving certificate is set)

@@ -328,7 +328,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return err
 		}
 	}
-	outside, err := bin.watcher(ctx, cfg, mgr, views.Namespaces, recorder)
+	outside, err := bin.watcher(ctx, mgr, views, recorder)
 	if err != nil {
 		return err
 	}

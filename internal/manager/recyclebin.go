@@ -16,8 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -147,23 +145,17 @@ func (b *binRunnable) NeedLeaderElection() bool { return false }
 
 // watcher is the leader's watch for deletes outside the API: labelled
 // objects, and the scopes of ProtectionPolicies and RecyclePolicies read
-// from the manager's cache (a change of either has it look again).
-func (b *binRunnable) watcher(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, namespaces clusterview.Namespaces, recorder events.EventRecorder) (*outsideWatch, error) {
+// from the manager's cache (a change of either, or of a CRD, has it look
+// again). It reads full objects from the views' informers.
+func (b *binRunnable) watcher(ctx context.Context, mgr ctrl.Manager, views *clusterview.Views, recorder events.EventRecorder) (*outsideWatch, error) {
 	if b == nil {
 		return nil, nil
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
 	reader := mgr.GetCache()
-	w := &recyclebin.Watcher{Bin: b.keeper.Bin, Dynamic: dyn, Discovery: cs.Discovery(), MayWatch: clusterview.MayWatch(cs),
+	w := &recyclebin.Watcher{Bin: b.keeper.Bin, Objects: views.LastStates,
 		Alive: b.keeper.Alive, Captured: b.keeper.Captured, Recorder: recorder, Clock: clock.RealClock{}, Log: b.keeper.Log,
-		NamespaceLabels: namespaces.NamespaceLabels, Scopes: func() []recyclebin.Scope { return keptScopes(reader) }}
+		NamespaceLabels: views.Namespaces.NamespaceLabels, Scopes: func() []recyclebin.Scope { return keptScopes(reader) }}
+	views.OnCRDChange(w.Poke)
 	for _, obj := range []client.Object{&v1alpha1.ProtectionPolicy{}, &v1alpha1.RecyclePolicy{}} {
 		inf, err := mgr.GetCache().GetInformer(ctx, obj)
 		if err != nil {

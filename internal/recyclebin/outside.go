@@ -15,9 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -49,11 +46,11 @@ const ReasonDeletedOutsideAPI = "DeletedOutsideAPI"
 // running until the manager restarts; what they see vanish is no longer
 // kept.
 type Watcher struct {
-	Bin       *Bin
-	Dynamic   dynamic.Interface
-	Discovery discovery.DiscoveryInterface
-	// MayWatch says whether the manager may list and watch a resource.
-	MayWatch func(context.Context, schema.GroupVersionResource) bool
+	Bin *Bin
+	// Objects are the full objects it watches, from the manager's
+	// informers (clusterview.LastStates). Whoever runs them calls Poke
+	// when a CRD changes.
+	Objects Objects
 	// Alive tells a vanished object from one that only left the label
 	// selector (its label removed, the escape hatch).
 	Alive    Liveness
@@ -73,8 +70,7 @@ type Watcher struct {
 	// API server and the store.
 	Captured func(types.UID) bool
 
-	mu      sync.Mutex
-	running map[watchKey]bool
+	mu sync.Mutex
 	// handled are the UIDs of vanished objects seen to (a UID is never
 	// reused).
 	handled map[types.UID]bool
@@ -95,10 +91,14 @@ func (s Scope) covers(gr schema.GroupResource, nsLabels, objLabels map[string]st
 	return policy.InScope(s.Resources, s.NamespaceSelector, s.ObjectSelector, gr, nsLabels, objLabels)
 }
 
-// watchKey is one informer: a resource and the label selector it lists.
-type watchKey struct {
-	gvr      schema.GroupVersionResource
-	selector string
+// Objects run the informers of full objects the watch reads.
+type Objects interface {
+	// Resources are the resources served that can be listed and watched.
+	Resources() ([]schema.GroupVersionResource, error)
+	// Watch runs, until ctx ends, an informer of the full objects of gvr
+	// that selector selects, with the handler made from its store, unless
+	// one runs already or the manager may not watch gvr.
+	Watch(ctx context.Context, gvr schema.GroupVersionResource, selector string, handler func(cache.Store) cache.ResourceEventHandler) (bool, error)
 }
 
 // Poke has the watch read its scopes again (a policy changed).
@@ -120,22 +120,14 @@ func (w *Watcher) pokes() chan struct{} {
 var never = []schema.GroupResource{{Resource: "secrets"}, {Resource: "events"}, {Group: "events.k8s.io", Resource: "events"},
 	{Group: "coordination.k8s.io", Resource: "leases"}}
 
-var crdsGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-
 // Start watches until ctx ends. Discovery is read again when a CRD
 // changes (a new custom resource is watched once served), when a policy
 // changes (Poke), and every Rescan.
 func (w *Watcher) Start(ctx context.Context) error {
-	w.mu.Lock()
-	w.running = map[watchKey]bool{}
-	w.mu.Unlock()
 	every := w.Rescan
 	if every <= 0 {
 		every = time.Minute
 	}
-	crds := dynamicinformer.NewFilteredDynamicInformer(w.Dynamic, crdsGVR, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
-	_, _ = crds.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { w.Poke() }, UpdateFunc: func(any, any) { w.Poke() }})
-	go crds.RunWithContext(ctx)
 	for {
 		w.scan(ctx)
 		select {
@@ -151,8 +143,8 @@ func (w *Watcher) Start(ctx context.Context) error {
 // watched yet: the labelled objects of every resource, and what each
 // policy's scope selects of the resources it names.
 func (w *Watcher) scan(ctx context.Context) {
-	lists, err := w.Discovery.ServerPreferredResources()
-	if err != nil && len(lists) == 0 {
+	resources, err := w.Objects.Resources()
+	if err != nil {
 		w.Log.Warn("recycle bin: discovery for the outside-API watch", "err", err)
 		return
 	}
@@ -160,60 +152,48 @@ func (w *Watcher) scan(ctx context.Context) {
 	if w.Scopes != nil {
 		scopes = w.Scopes()
 	}
-	for _, list := range lists {
-		gv, err := schema.ParseGroupVersion(list.GroupVersion)
-		if err != nil {
+	for _, gvr := range resources {
+		if slices.Contains(never, gvr.GroupResource()) {
 			continue
 		}
-		for _, r := range list.APIResources {
-			gvr := gv.WithResource(r.Name)
-			if !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "watch") || slices.Contains(never, gvr.GroupResource()) {
-				continue
-			}
-			keys := []watchKey{{gvr, v1alpha1.LabelProtection}}
-			for _, sc := range scopes {
-				if (Scope{Resources: sc.Resources}).covers(gvr.GroupResource(), nil, nil) {
-					sel, err := metav1.LabelSelectorAsSelector(sc.ObjectSelector)
-					if err != nil {
-						continue
-					}
-					keys = append(keys, watchKey{gvr, sel.String()})
-				}
-			}
-			for _, k := range keys {
-				w.mu.Lock()
-				seen := w.running[k]
-				w.running[k] = true
-				w.mu.Unlock()
-				if seen || (w.MayWatch != nil && !w.MayWatch(ctx, gvr)) {
+		selectors := []string{v1alpha1.LabelProtection}
+		for _, sc := range scopes {
+			if (Scope{Resources: sc.Resources}).covers(gvr.GroupResource(), nil, nil) {
+				sel, err := metav1.LabelSelectorAsSelector(sc.ObjectSelector)
+				if err != nil {
 					continue
 				}
-				w.watch(ctx, k)
+				selectors = append(selectors, sel.String())
+			}
+		}
+		for _, sel := range selectors {
+			if _, err := w.Objects.Watch(ctx, gvr, sel, w.handler(ctx, gvr, sel)); err != nil {
+				w.Log.Warn("recycle bin: watching for the outside-API watch", "resource", gvr.String(), "selector", sel, "err", err)
 			}
 		}
 	}
 }
 
-func (w *Watcher) watch(ctx context.Context, k watchKey) {
-	gvr := k.gvr
-	inf := dynamicinformer.NewFilteredDynamicInformer(w.Dynamic, gvr, metav1.NamespaceAll, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.LabelSelector = k.selector }).Informer()
-	count := func() {
-		watched.WithLabelValues(gvr.GroupResource().String(), k.selector).Set(float64(len(inf.GetStore().ListKeys())))
+// handler counts the objects an informer of gvr and selector holds, and
+// keeps those that vanish.
+func (w *Watcher) handler(ctx context.Context, gvr schema.GroupVersionResource, selector string) func(cache.Store) cache.ResourceEventHandler {
+	return func(store cache.Store) cache.ResourceEventHandler {
+		count := func() {
+			watched.WithLabelValues(gvr.GroupResource().String(), selector).Set(float64(len(store.ListKeys())))
+		}
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { count() },
+			DeleteFunc: func(obj any) {
+				count()
+				if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = tomb.Obj
+				}
+				if u, ok := obj.(*unstructured.Unstructured); ok && w.kept(gvr, u) {
+					go w.keepVanished(ctx, gvr, u)
+				}
+			},
+		}
 	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { count() },
-		DeleteFunc: func(obj any) {
-			count()
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if u, ok := obj.(*unstructured.Unstructured); ok && w.kept(gvr, u) {
-				go w.keepVanished(ctx, gvr, u)
-			}
-		},
-	})
-	go inf.RunWithContext(ctx)
 }
 
 // kept says whether u is still something the bin keeps: labelled, or in
