@@ -135,7 +135,15 @@ type Informers struct {
 	// resource it may not watch name how to grant it there.
 	InstalledBy installation.Method
 
+	// ctx is Start's: the informers run until it ends.
 	ctx context.Context
+}
+
+// runContext is the context the informers run under, nil before Start.
+func (c *Informers) runContext() context.Context {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.ctx
 }
 
 type informerHandler struct {
@@ -266,7 +274,9 @@ func (c *Informers) metadataInformer(gvr schema.GroupVersionResource, label stri
 // Start runs the informers until ctx ends; it returns once the fixed ones
 // have synced, so that a replica judges nothing from an empty cache.
 func (c *Informers) Start(ctx context.Context) error {
+	c.mu.Lock()
 	c.ctx = ctx
+	c.mu.Unlock()
 	for _, h := range c.handlers {
 		if _, err := h.informer.AddEventHandler(h.handler); err != nil {
 			return err
@@ -391,7 +401,8 @@ func (c *Informers) startOnce(ctx context.Context, m map[schema.GroupVersionReso
 // views react.
 func (c *Informers) crdChanged(obj any) {
 	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
-	if !ok || c.ctx == nil {
+	ctx := c.runContext()
+	if !ok || ctx == nil {
 		return
 	}
 	gvr, ok := servedGVR(crd)
@@ -399,10 +410,10 @@ func (c *Informers) crdChanged(obj any) {
 		return
 	}
 	if crd.Spec.Scope == apiextensionsv1.NamespaceScoped {
-		c.watchLabelledOf(c.ctx, gvr)
+		c.watchLabelledOf(ctx, gvr)
 	}
 	if path, ok := scalePath(crd); ok {
-		c.watchScaleCR(c.ctx, gvr, path)
+		c.watchScaleCR(ctx, gvr, path)
 	}
 	for _, f := range c.onCRD {
 		f(crd)

@@ -107,10 +107,19 @@ func (l *LastStates) Watch(ctx context.Context, gvr schema.GroupVersionResource,
 		return false, nil
 	}
 	l.running[k] = inf
-	go inf.RunWithContext(ctx)
 	if selector == v1alpha1.LabelProtection {
+		// The views may adopt it: it then runs as long as they do, not
+		// only as long as the caller leads, so that a leader draining its
+		// webhook calls at shutdown still judges from a live cache.
+		run := ctx
+		if views := c.runContext(); views != nil {
+			run = views
+		}
+		go inf.RunWithContext(run)
 		go l.adopt(ctx, gvr, inf)
+		return true, nil
 	}
+	go inf.RunWithContext(ctx)
 	return true, nil
 }
 
