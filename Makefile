@@ -10,7 +10,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 all: build
 
 build: ## build bin/rampart (and bin/kubectl-rampart, the kubectl plugin)
-	$(GO) build -ldflags "-X github.com/rampart-io/rampart/internal/cli.Version=$(VERSION)" -o $(BIN)/rampart ./cmd/rampart
+	$(GO) build -ldflags "-X github.com/rampart-io/rampart/internal/operations/cli.Version=$(VERSION)" -o $(BIN)/rampart ./cmd/rampart
 	ln -sf rampart $(BIN)/kubectl-rampart
 
 assets: ## build every binary the clusters and tests run (only what is missing or outdated): the local control plane, the real nodes' kubelet and runc, helm and the monitoring CRDs into bin/k8s, the storage tests' S3 server into bin/s3

@@ -42,10 +42,10 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
-	"github.com/rampart-io/rampart/internal/cli"
-	"github.com/rampart-io/rampart/internal/gateway"
-	"github.com/rampart-io/rampart/internal/localcluster"
-	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
+	"github.com/rampart-io/rampart/internal/operations/cli"
+	"github.com/rampart-io/rampart/internal/operations/localcluster"
+	"github.com/rampart-io/rampart/internal/operations/localcluster/clustertest"
+	"github.com/rampart-io/rampart/internal/servers/gateway"
 )
 
 // chart is the chart's directory, relative to this package.
@@ -334,7 +334,7 @@ func TestChartNetworkPolicyOpensOnlyTheManagersPorts(t *testing.T) {
 }
 
 // TestChartGatewayRoleIsTheGatewaysRole keeps the chart's gateway rights
-// the same as those `rampart up` grants (internal/gateway/rbac.go).
+// the same as those `rampart up` grants (internal/servers/gateway/rbac.go).
 func TestChartGatewayRoleIsTheGatewaysRole(t *testing.T) {
 	role := convert[rbacv1.ClusterRole](t, find(t, render(t, everything...), "ClusterRole", gateway.RoleName))
 	if want := gateway.ClusterRole().Rules; !equality.Semantic.DeepEqual(role.Rules, want) {

@@ -35,11 +35,11 @@ import (
 	// Registers the admission metrics (denials, warnings, budgets, flow
 	// control, change windows) in controller-runtime's registry, as the
 	// manager binary does.
-	_ "github.com/rampart-io/rampart/internal/admission"
-	"github.com/rampart-io/rampart/internal/gateway"
-	"github.com/rampart-io/rampart/internal/nodeguard"
+	_ "github.com/rampart-io/rampart/internal/protection/admission"
+	"github.com/rampart-io/rampart/internal/servers/gateway"
+	"github.com/rampart-io/rampart/internal/servers/nodeguard"
 	// The recycle bin's metrics, registered by the manager package.
-	_ "github.com/rampart-io/rampart/internal/manager"
+	_ "github.com/rampart-io/rampart/internal/servers/manager"
 )
 
 const (
@@ -49,7 +49,7 @@ const (
 	// needs a cluster (see managerDescs).
 )
 
-var managerDirs = []string{"../internal/manager", "../internal/controller/quotawatch"}
+var managerDirs = []string{"../internal/servers/manager", "../internal/servers/manager/controller/quotawatch"}
 
 // targetLabels are added by Prometheus (job, instance) and the Prometheus
 // operator's ServiceMonitor (the rest) to every scraped series.
@@ -158,7 +158,7 @@ func exerciseWebhook() {
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/charts-test", strings.NewReader("{}")))
 }
 
-// managerDescs reads the prometheus.NewDesc calls of internal/manager: its
+// managerDescs reads the prometheus.NewDesc calls of internal/servers/manager: its
 // collectors (the DeletionFlowControl breaker gauges) are registered only in
 // manager.Run, which needs a cluster, and are unexported. The Go parser, not
 // a text search, finds the name and label literals; a call it cannot read

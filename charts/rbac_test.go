@@ -23,13 +23,13 @@ type grant struct {
 // TestManagerRoleGrantsOnlyWhatItNeeds: widen this list only with a reason.
 var managerGrants = []grant{
 	{[]string{""}, []string{"configmaps", "endpoints", "events", "limitranges", "namespaces", "persistentvolumeclaims", "pods", "podtemplates", "replicationcontrollers", "resourcequotas", "serviceaccounts", "services"}, []string{"list", "watch"}, nil,
-		"cluster view (internal/clusterview): labelled objects, pods, claims and workloads; every core resource but Secrets, by name, since a wildcard would take Secrets too"},
+		"cluster view (internal/protection/clusterview): labelled objects, pods, claims and workloads; every core resource but Secrets, by name, since a wildcard would take Secrets too"},
 	{[]string{"apps", "batch", "autoscaling", "policy", "networking.k8s.io", "discovery.k8s.io", "storage.k8s.io", "coordination.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io", "resource.k8s.io", "apiextensions.k8s.io"}, []string{"*"}, []string{"list", "watch"}, nil,
 		"cluster view: labelled objects of built-in groups (none holds Secrets), workloads, CRDs; custom resources only in the groups the chart's customResourceGroups names"},
 	{[]string{""}, []string{"nodes"}, []string{"list", "watch"}, nil, "budgets and flow controls read nodes' health: a pod on a NotReady node is already unavailable (the node lifecycle controller's deletes go through), many at once are a partition"},
 	{[]string{"*"}, []string{"*/scale"}, []string{"get"}, nil, "explicit replicas and budgets read any workload's scale"},
 	{[]string{""}, []string{"pods"}, []string{"get"}, nil, "the budget webhook reads a pod being evicted that the cluster view has not cached yet"},
-	{[]string{""}, []string{"pods"}, []string{"patch"}, nil, "labels the running pods of workloads that opt in rampart.io/explicit-deletion=true (internal/controller/explicitdeletion)"},
+	{[]string{""}, []string{"pods"}, []string{"patch"}, nil, "labels the running pods of workloads that opt in rampart.io/explicit-deletion=true (internal/servers/manager/controller/explicitdeletion)"},
 	{[]string{"apps"}, []string{"deployments", "statefulsets"}, []string{"get"}, nil, "generated budgets read their workload"},
 	{[]string{"", "events.k8s.io"}, []string{"events"}, []string{"create", "patch"}, nil, "denials and overrides are recorded as Events"},
 	{[]string{"admissionregistration.k8s.io"}, []string{"validatingwebhookconfigurations"}, []string{"get", "update", "patch"}, []string{"rampart-validating"}, "fills in its own webhook configuration, which the chart creates"},

@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 n=${1:-50}
 export RAMPART_ASSETS=${RAMPART_ASSETS:-$PWD/bin/k8s} RAMPART_BIN=${RAMPART_BIN:-$PWD/bin/rampart}
 log=$(mktemp -d)/in-force.log
-run() { go test -count=1 -v -timeout 60m "$@" ./internal/admission/ 2>&1 | grep -v '^I[0-9]' >>"$log" || { tail -30 "$log"; exit 1; }; }
+run() { go test -count=1 -v -timeout 60m "$@" ./internal/protection/admission/ 2>&1 | grep -v '^I[0-9]' >>"$log" || { tail -30 "$log"; exit 1; }; }
 if [ -n "${IN_FORCE_LOG:-}" ]; then
   log=$IN_FORCE_LOG # summarise a previous run only
 else

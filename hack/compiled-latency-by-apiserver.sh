@@ -31,7 +31,7 @@ fi
 for i in $(seq "$RUNS"); do
   for assets in "$PWD/bin/k8s" "$NEW"; do
     printf '%-28s' "$(basename "$assets"):"
-    RAMPART_ASSETS=$assets RAMPART_BIN=$PWD/bin/rampart go test -count=1 -run '^$' -bench DeleteLatencyByEngine -benchtime 1500x ./internal/admission/ 2>&1 |
+    RAMPART_ASSETS=$assets RAMPART_BIN=$PWD/bin/rampart go test -count=1 -run '^$' -bench DeleteLatencyByEngine -benchtime 1500x ./internal/protection/admission/ 2>&1 |
       grep -E '^Benchmark' | tr '\t' '\n' | grep -E '/norule-p50|norule-p50-ms' | sed -E 's/^ +//' | tr '\n' ' '
     echo
   done

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 n=${1:-500}
 make -s build assets >/dev/null
 out=$(RAMPART_ASSETS=$PWD/bin/k8s RAMPART_BIN=$PWD/bin/rampart RAMPART_S3_SERVER=$PWD/bin/s3/weed \
-  go test -run '^$' -bench 'DeleteThroughAPIServer' -benchtime "${n}x" -count 1 -v -timeout 30m ./internal/admission/ 2>&1) || { echo "$out"; exit 1; }
+  go test -run '^$' -bench 'DeleteThroughAPIServer' -benchtime "${n}x" -count 1 -v -timeout 30m ./internal/protection/admission/ 2>&1) || { echo "$out"; exit 1; }
 echo "$out" | grep -E '^(Benchmark|cpu)'
 echo "$out" | grep -E "handler mean" | sed "s/^ *latency_test.go:[0-9]*: //"
 echo "$out" | awk '

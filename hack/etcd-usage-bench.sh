@@ -20,7 +20,7 @@ mkdir -p "$WORK"
 [ -x bin/rampart ] || make build >/dev/null
 if [ ! -s "$SNAP" ]; then
   echo "writing a $MB MB snapshot to $SNAP"
-  ETCD_USAGE_BENCH_WRITE=$SNAP ETCD_USAGE_BENCH_MB=$MB go test -count=1 -run TestWriteBenchSnapshot ./internal/etcdtool/usage/ >/dev/null
+  ETCD_USAGE_BENCH_WRITE=$SNAP ETCD_USAGE_BENCH_MB=$MB go test -count=1 -run TestWriteBenchSnapshot ./internal/operations/etcdtool/usage/ >/dev/null
 fi
 ls -l "$SNAP"
 measure() { # name command...
@@ -44,4 +44,4 @@ for n in rampart auger; do
   s=$(tail -1 "$WORK/$n.time" | sed -E 's/.*: ([0-9.]+) s wall.*/\1/')
   awk -v n=$n -v s="$s" -v b="$SIZE" 'BEGIN{ if (s>0) printf "%s: %.0f MB/s\n", n, b/1048576/s }'
 done
-ETCD_USAGE_BENCH_FILE=$SNAP go test -count=1 -run XXX -bench EtcdUsage -benchtime=3x -benchmem ./internal/etcdtool/usage/ | grep Benchmark
+ETCD_USAGE_BENCH_FILE=$SNAP go test -count=1 -run XXX -bench EtcdUsage -benchtime=3x -benchmem ./internal/operations/etcdtool/usage/ | grep Benchmark

@@ -24,7 +24,7 @@ export RAMPART_EXACTNESS_ROUNDS=$rounds
 make build >/dev/null || exit 1
 log=$(mktemp -d)/exactness.log
 start=$(date +%s)
-go test -count=1 -v -timeout $((15 + rounds * 2))m -run '^TestLedgerExactUnderFaults$' ./internal/admission/ 2>&1 |
+go test -count=1 -v -timeout $((15 + rounds * 2))m -run '^TestLedgerExactUnderFaults$' ./internal/protection/admission/ 2>&1 |
   grep --line-buffered -v '^I[0-9]' >"$log"
 status=${PIPESTATUS[0]}
 took=$(($(date +%s) - start))

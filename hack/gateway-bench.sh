@@ -26,7 +26,7 @@ fi
 for c in "${@:-2 8}"; do
   for level in $c; do
     RAMPART_ASSETS=$RAMPART_ASSETS RAMPART_BIN=$PWD/bin/rampart GATEWAY_BENCH_CONCURRENCY=$level \
-      go test -count 1 -run '^$' -bench 'GatewayVsDirect' -benchtime 1x ./internal/gateway/ 2>&1 |
+      go test -count 1 -run '^$' -bench 'GatewayVsDirect' -benchtime 1x ./internal/servers/gateway/ 2>&1 |
       grep -E "^(concurrency|op|GET|LIST|traffic log|CPU per request|gateway process profile)" || { echo "benchmark failed at concurrency $level"; exit 1; }
   done
 done

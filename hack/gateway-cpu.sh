@@ -29,7 +29,7 @@ bins=("$@")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 if [ ${#bins[@]} -eq 0 ]; then
-  go test -c -o "$work/gateway.test" ./internal/gateway/
+  go test -c -o "$work/gateway.test" ./internal/servers/gateway/
   bins=("$work/gateway.test")
 fi
 ops=${GATEWAY_CPU_OPS:-40000}

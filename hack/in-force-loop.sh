@@ -30,7 +30,7 @@ git worktree add --detach "$tmp/before" "$before" >/dev/null 2>&1
 
 run() { # LABEL BINARY TEST
   RAMPART_ASSETS=$assets RAMPART_BIN=$2 INFORCE_ITERATIONS=$iterations INFORCE_REPORT=1 \
-    go test -count=1 -v -timeout 40m -run "^$3\$" ./internal/admission/ 2>&1 |
+    go test -count=1 -v -timeout 40m -run "^$3\$" ./internal/protection/admission/ 2>&1 |
     grep -E '^INFORCE|--- FAIL|inforce_test.go' | sed "s/^INFORCE /$1 /" || true
 }
 echo "iterations per protection: $iterations; before = $(git rev-parse --short "$before")"

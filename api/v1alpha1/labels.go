@@ -16,11 +16,11 @@ const (
 	AnnotationConfirmReplicas = "rampart.io/confirm-replicas"
 
 	// LabelExplicitDeletion ("true", on pods): only an explicit API delete may
-	// end this pod. The node guard (internal/nodeguard) reads it from the
+	// end this pod. The node guard (internal/servers/nodeguard) reads it from the
 	// API and refuses the kubelet's kills of pods carrying it. On a
 	// workload (Deployment, StatefulSet, DaemonSet, ReplicaSet) it asks the
 	// manager to put it on the workload's pods once they run
-	// (internal/controller/explicitdeletion).
+	// (internal/servers/manager/controller/explicitdeletion).
 	LabelExplicitDeletion = "rampart.io/explicit-deletion"
 
 	// AnnotationGeneratePUB ("true", on a workload) asks for a generated

@@ -6,7 +6,7 @@ package main
 import (
 	"os"
 
-	"github.com/rampart-io/rampart/internal/cli"
+	"github.com/rampart-io/rampart/internal/operations/cli"
 )
 
 func main() {

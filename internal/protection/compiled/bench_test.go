@@ -16,7 +16,7 @@ import (
 // kube-apiserver's own libraries), without the noise of a whole request:
 // the label rules as the manager applies them, against a bare policy that
 // denies with a fixed message (the floor of any ValidatingAdmissionPolicy
-// denial). BenchmarkDeleteLatencyByEngine in internal/admission measures
+// denial). BenchmarkDeleteLatencyByEngine in internal/protection/admission measures
 // the same through a real API server. Run:
 //
 //	go test -run '^$' -bench CompiledAdmission ./internal/protection/compiled/

@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/rampart-io/rampart/internal/localcluster"
-	"github.com/rampart-io/rampart/internal/localcluster/clustertest"
+	"github.com/rampart-io/rampart/internal/operations/localcluster"
+	"github.com/rampart-io/rampart/internal/operations/localcluster/clustertest"
 )
 
 const exportTestPolicies = `

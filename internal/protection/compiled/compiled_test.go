@@ -21,7 +21,7 @@ import (
 	ctrladmission "sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	rampartadmission "github.com/rampart-io/rampart/internal/admission"
+	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
 	"github.com/rampart-io/rampart/internal/protection/compiled/compiledtest"
 	"github.com/rampart-io/rampart/internal/protection/deletion"

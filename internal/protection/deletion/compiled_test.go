@@ -7,9 +7,9 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/plumbing/verdict"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
 	"github.com/rampart-io/rampart/internal/protection/compiled/compiledtest"
-	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // agreeCompiled checks that the compiled policies, evaluated with

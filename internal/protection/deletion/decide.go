@@ -3,7 +3,7 @@
 // ProtectionPolicy, and what "would cascade" means is a probe chosen by the
 // resource (namespace, CRD, workload, or any owner). The decision is a pure
 // function of the request and a read-only View of the cluster; the webhook
-// in internal/admission builds both and reports the Verdict.
+// in internal/protection/admission builds both and reports the Verdict.
 package deletion
 
 import (
@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/plumbing/verdict"
 	"github.com/rampart-io/rampart/internal/protection"
-	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // Request is what the decision needs to know about one DELETE.

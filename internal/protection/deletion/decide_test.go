@@ -14,7 +14,7 @@ import (
 )
 
 // fakeView answers from maps; the informer-backed view is tested against a
-// real cluster in internal/clusterview.
+// real cluster in internal/protection/clusterview.
 type fakeView struct {
 	pods, claims, workloads, protected map[string]int // by namespace
 	crs                                map[string]int // by CRD name

@@ -8,9 +8,9 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/plumbing/verdict"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
 	"github.com/rampart-io/rampart/internal/protection/compiled/compiledtest"
-	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // exemptUser is the requester of a row whose requester is exempt.

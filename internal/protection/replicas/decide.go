@@ -9,8 +9,8 @@ import (
 	"strconv"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/plumbing/verdict"
 	"github.com/rampart-io/rampart/internal/protection"
-	"github.com/rampart-io/rampart/internal/verdict"
 )
 
 // Request is one write that may change spec.replicas.

@@ -1,0 +1,160 @@
+package drill
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/operations/localcluster"
+)
+
+// keyPods are the pods a node-layer drill runs on a real node, followed
+// in containerd: what the kubelet really ended, whatever the API says.
+type keyPods struct {
+	t    Target
+	node string
+	pods []corev1.Pod
+}
+
+// keyPodLoss is the loss of a node-layer drill before it runs: 24 key
+// pods, or 4 at test scale (a real node starts its pods one sandbox at a
+// time on these 2 cores), counted in containerd.
+func keyPodLoss(t Target) Loss {
+	n := 24
+	if t.Scale > 1 {
+		n = 4
+	}
+	return Loss{Total: n, Unit: "key pods killed (containers gone in containerd)"}
+}
+
+// realNode is the local cluster's first real node, started if it has
+// none.
+func (t Target) realNode(ctx context.Context) (string, error) {
+	if len(t.Local.RealNodes()) == 0 {
+		if err := t.Local.AddRealNodes(ctx, 1); err != nil {
+			return "", err
+		}
+	}
+	return t.Local.RealNodes()[0], nil
+}
+
+// startKeyPods creates n pods NAME-NN in ns, labelled app=NAME (and
+// rampart.io/explicit-deletion=true on the protected side), on a real
+// node through nodeSelector, and waits until the API has them Running
+// and containerd runs a container of each.
+func (t Target) startKeyPods(ctx context.Context, node, ns, name string, n int, nodeSelector map[string]string) (keyPods, error) {
+	k := keyPods{t: t, node: node}
+	labels := map[string]string{"app": name}
+	if t.Protected {
+		labels[v1alpha1.LabelExplicitDeletion] = "true"
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%02d", name, i)
+	}
+	if err := parallel(ctx, names, func(ctx context.Context, name string) error {
+		_, err := t.Client.CoreV1().Pods(ns).Create(ctx, localcluster.RealNodePod(name, labels, nodeSelector), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return k, err
+	}
+	if err := t.waitRunning(ctx, ns, "app="+name, n); err != nil {
+		return k, err
+	}
+	pods, err := t.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+	if err != nil {
+		return k, err
+	}
+	k.pods = pods.Items
+	if alive, err := k.running(ctx); err != nil {
+		return k, err
+	} else if n := countTrue(alive); n != len(k.pods) {
+		return k, fmt.Errorf("%d of %d pods run in containerd before the incident", n, len(k.pods))
+	}
+	return k, nil
+}
+
+// running says, per pod, whether containerd runs a container of it.
+func (k keyPods) running(ctx context.Context) (map[types.UID]bool, error) {
+	byUID, err := k.t.Local.RunningContainers(ctx, k.node)
+	out := map[types.UID]bool{}
+	for _, p := range k.pods {
+		out[p.UID] = byUID[string(p.UID)] > 0
+	}
+	return out, err
+}
+
+// uids are the pods' UIDs.
+func (k keyPods) uids() []string {
+	var out []string
+	for _, p := range k.pods {
+		out = append(out, string(p.UID))
+	}
+	return out
+}
+
+// podOutcome is what became of the key pods after an incident.
+type podOutcome struct {
+	// lost pods have no container left in containerd.
+	lost int
+	// refused are the pods whose kill the node guard refused, by UID,
+	// with the message of one refusal each.
+	refused map[types.UID]string
+	// decided is when every pod was either killed or refused.
+	decided time.Duration
+}
+
+// outcome waits until each pod is decided, its containers gone or its
+// kill refused (refused reads the guard's reports), then, as the kubelet
+// retries refused kills on each sync, until the count of lost pods holds.
+func (k keyPods) outcome(ctx context.Context, since time.Time, refused func(context.Context) (map[types.UID]string, error)) (podOutcome, error) {
+	var o podOutcome
+	var alive map[types.UID]bool
+	err := poll(ctx, settle, func(ctx context.Context) (bool, error) {
+		var err error
+		if alive, err = k.running(ctx); err != nil {
+			return false, err
+		}
+		if o.refused, err = refused(ctx); err != nil {
+			return false, err
+		}
+		for _, p := range k.pods {
+			if alive[p.UID] && o.refused[p.UID] == "" {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return o, fmt.Errorf("the kubelet neither killed nor was refused every pod within %s: %d running, %d refused: %w", settle, countTrue(alive), len(o.refused), err)
+	}
+	o.decided = time.Since(since)
+	o.lost, err = steady(ctx, func(ctx context.Context) (int, error) {
+		alive, err := k.running(ctx)
+		return len(k.pods) - countTrue(alive), err
+	})
+	return o, err
+}
+
+// anyMessage is one of the refusals' messages, "" for none.
+func (o podOutcome) anyMessage() string {
+	for _, msg := range o.refused {
+		return msg
+	}
+	return ""
+}
+
+func countTrue[K comparable](m map[K]bool) int {
+	n := 0
+	for _, v := range m {
+		if v {
+			n++
+		}
+	}
+	return n
+}

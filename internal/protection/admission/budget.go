@@ -1,0 +1,492 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/plumbing/ledger"
+	"github.com/rampart-io/rampart/internal/plumbing/verdict"
+	"github.com/rampart-io/rampart/internal/protection"
+	"github.com/rampart-io/rampart/internal/protection/budget"
+)
+
+// Webhook paths of PodUnavailableBudgets.
+const (
+	// BudgetPath decides pod deletes, evictions, in-place updates and resizes.
+	BudgetPath = "/validate/budgets"
+)
+
+var budgetDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "rampart_budget_decisions_total",
+	Help: "Pod disruptions judged by PodUnavailableBudgets, by operation and outcome (admitted, denied, dryrun; unavailable: a pod already unavailable, admitted at no cost; ownergone: a delete of a pod whose controller is gone or being deleted, the garbage collector's).",
+}, []string{"operation", "outcome"})
+
+func init() { metrics.Registry.MustRegister(budgetDecisions) }
+
+// Budgets decides every disruption of a pod against every budget that
+// covers it. An admitted disruption is written into each budget's status
+// (the pod, with the time) with optimistic concurrency before it is
+// admitted, so that replicas never admit more than a budget allows between
+// them; the status controller returns it once the pod is seen unavailable
+// or after a timeout.
+type Budgets struct {
+	// Client reads and writes budgets directly: the latest status decides
+	// every denial and every write.
+	Client client.Client
+	// Cache, the manager's informer cache, is where a decision starts.
+	Cache client.Reader
+	Index *budget.Index
+	// Pods are cached pods, for evictions (their requests carry no pod).
+	Pods PodLabels
+	// Namespaces says which namespaces are being deleted: their pods go
+	// with them, whatever the budgets (a namespace is protected by its
+	// own rampart.io/protection label).
+	Namespaces interface{ NamespaceTerminating(string) bool }
+	Recorder   events.EventRecorder
+	// Clock is the time disruptions are recorded at; nil is the real clock.
+	Clock clock.PassiveClock
+	// Targets resolves the pod selector of a targetRef budget the index
+	// has not filed yet (its status.selector is not written yet); nil
+	// treats such a budget as covering every pod of its namespace.
+	Targets TargetSelector
+	// Nodes says which nodes are NotReady or unreachable: a pod there is
+	// already unavailable, and many of a budget's nodes at once are a
+	// partition. nil treats every node as Ready.
+	Nodes NodeHealth
+	// PartitionThreshold is the share of a budget's nodes NotReady at
+	// once that makes a partition (0: budget.DefaultPartitionThreshold).
+	PartitionThreshold float64
+	// Owners says whether a pod's controller is alive; nil judges the
+	// deletes of pods whose owner is gone like any other.
+	Owners OwnerView
+
+	once    sync.Once
+	written *ledger.Ledger[*v1alpha1.PodUnavailableBudget]
+}
+
+// NodeHealth says whether a node can run pods now.
+type NodeHealth interface {
+	// NodeUnavailable says why a node cannot run pods now ("NotReady",
+	// "unreachable"), "" for a Ready node or one not seen.
+	NodeUnavailable(name string) string
+	// NodeCount counts the cluster's nodes, and those NotReady.
+	NodeCount() budget.NodeCount
+}
+
+// OwnerView says from the cache whether an owner is alive (see
+// clusterview.Budgets.OwnerAlive).
+type OwnerView interface {
+	OwnerAlive(ns string, ref metav1.OwnerReference) (alive, known bool)
+}
+
+// TargetSelector resolves a budget's targetRef into its pod selector
+// (the workload's scale subresource).
+type TargetSelector interface {
+	TargetSelector(ctx context.Context, namespace string, t *v1alpha1.TargetReference) (string, error)
+}
+
+var _ admission.Handler = (*Budgets)(nil)
+
+// disrupted is what a decision reads of the disrupted pod.
+type disrupted struct {
+	labels map[string]string
+	// owner is the pod's controller, for deletes.
+	owner *metav1.OwnerReference
+	// node is the pod's node; ready its Ready condition (false without
+	// one: a pod not started yet). A pod known only by its labels is
+	// decided as a Ready one.
+	node  string
+	ready bool
+}
+
+func disruptedPod(p *corev1.Pod) disrupted {
+	return disrupted{labels: p.Labels, node: p.Spec.NodeName, ready: podReady(p)}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// disruption reads what a request does to which pod; ok is false for a
+// request that disrupts nothing (a label change, a pod already going).
+func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budget.Request, pod disrupted, ok bool, err error) {
+	r = budget.Request{Namespace: req.Namespace, Pod: req.Name}
+	decode := func(raw []byte) (*corev1.Pod, error) {
+		p := &corev1.Pod{}
+		return p, json.Unmarshal(raw, p)
+	}
+	switch {
+	case req.Operation == admissionv1.Delete && req.SubResource == "":
+		old, err := decode(req.OldObject.Raw)
+		if err != nil {
+			return r, pod, false, err
+		}
+		r.Pod, r.Op, r.Verb = old.Name, v1alpha1.DisruptDelete, "delete"
+		// The old object of a graceful delete already carries the deletion
+		// timestamp this very request sets: whether the pod was going
+		// before is the cache's to say.
+		cached, found := h.Index.Pod(req.Namespace, old.Name)
+		gone := (found && cached.Gone) || old.Status.Phase == corev1.PodSucceeded || old.Status.Phase == corev1.PodFailed
+		pod := disruptedPod(old)
+		pod.owner = metav1.GetControllerOf(old)
+		return r, pod, !gone, nil
+	case req.Operation == admissionv1.Create && req.SubResource == "eviction":
+		r.Op, r.Verb = v1alpha1.DisruptEvict, "evict"
+		// An eviction's dry run is in its body (kubectl drain
+		// --dry-run=server), not in the request's options.
+		var ev policyv1.Eviction
+		if err := json.Unmarshal(req.Object.Raw, &ev); err != nil {
+			return r, pod, false, err
+		}
+		r.DryRun = ev.DeleteOptions != nil && slices.Contains(ev.DeleteOptions.DryRun, metav1.DryRunAll)
+		if p, found := h.Index.Pod(req.Namespace, req.Name); found {
+			return r, disrupted{labels: p.Labels, node: p.Node, ready: p.Ready}, !p.Gone, nil
+		}
+		if h.Pods != nil {
+			if l, found := h.Pods.PodLabels(req.Namespace, req.Name); found {
+				return r, disrupted{labels: l, ready: true}, true, nil
+			}
+		}
+		// A pod created a moment ago may not be cached yet: ask the API
+		// server rather than let its eviction through undecided.
+		p := &corev1.Pod{}
+		if err := h.Client.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: req.Name}, p); err != nil {
+			if apierrors.IsNotFound(err) {
+				return r, pod, false, nil
+			}
+			return r, pod, false, fmt.Errorf("reading pod %s/%s: %w", req.Namespace, req.Name, err)
+		}
+		gone := p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+		return r, disruptedPod(p), !gone, nil
+	case req.Operation == admissionv1.Update && (req.SubResource == "" || req.SubResource == "resize"):
+		old, err := decode(req.OldObject.Raw)
+		if err != nil {
+			return r, pod, false, err
+		}
+		cur, err := decode(req.Object.Raw)
+		if err != nil {
+			return r, pod, false, err
+		}
+		if req.SubResource == "resize" {
+			r.Op, r.Verb = v1alpha1.DisruptResize, "resize"
+			return r, disruptedPod(old), budget.ResourcesDiffer(old, cur), nil
+		}
+		r.Op, r.Verb = v1alpha1.DisruptUpdate, "update"
+		return r, disruptedPod(old), budget.RestartsContainers(old, cur), nil
+	}
+	return r, pod, false, nil
+}
+
+// unavailable says why a pod is already unavailable, "" if it is not: not
+// Ready, or on a node that is NotReady or unreachable (whose pods the node
+// lifecycle controller has not marked yet).
+func (h *Budgets) unavailable(p disrupted) string {
+	if h.Nodes != nil && p.node != "" {
+		if why := h.Nodes.NodeUnavailable(p.node); why != "" {
+			return fmt.Sprintf("its node %s is %s", p.node, why)
+		}
+	}
+	if !p.ready {
+		return "it is not Ready"
+	}
+	return ""
+}
+
+// ownerGone says whether a pod's controller is gone or being deleted:
+// from the cache when it has the owner alive (the common case, and the
+// fast one), confirmed live otherwise (a cache behind a new ReplicaSet
+// must not free its healthy pods). Any doubt answers false.
+func (h *Budgets) ownerGone(ctx context.Context, ns string, ref metav1.OwnerReference) bool {
+	if h.Owners == nil {
+		return false
+	}
+	if alive, known := h.Owners.OwnerAlive(ns, ref); alive && known {
+		return false
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind+"List"))
+	if err := h.Client.List(ctx, list, client.InNamespace(ns), client.MatchingFields{"metadata.name": ref.Name}); err != nil {
+		return false
+	}
+	for _, o := range list.Items {
+		if o.UID == ref.UID && o.DeletionTimestamp == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// nodes counts the nodes a budget's pods run on, and those of them that
+// are NotReady or unreachable.
+func (h *Budgets) nodes(k budget.Key) budget.NodeCount {
+	var n budget.NodeCount
+	pods, _ := h.Index.Pods(k)
+	seen := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		if p.Node == "" || seen[p.Node] {
+			continue
+		}
+		seen[p.Node] = true
+		n.Total++
+		if h.Nodes != nil && h.Nodes.NodeUnavailable(p.Node) != "" {
+			n.NotReady++
+		}
+	}
+	return n
+}
+
+// Handle implements admission.Handler.
+func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.Response {
+	r, pod, disrupts, err := h.disruption(ctx, req)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if !disrupts || (r.Op == v1alpha1.DisruptDelete && h.Namespaces != nil && h.Namespaces.NamespaceTerminating(req.Namespace)) {
+		return admission.Allowed("")
+	}
+	keys, err := h.covering(ctx, req.Namespace, pod.labels)
+	if err != nil {
+		return admission.Errored(http.StatusServiceUnavailable, err)
+	}
+	if len(keys) == 0 {
+		return admission.Allowed("")
+	}
+	if r.Op == v1alpha1.DisruptDelete && pod.owner != nil && h.ownerGone(ctx, req.Namespace, *pod.owner) {
+		// The garbage collector removing what a deleted workload left:
+		// the workload's delete was the decision (judged by deletion
+		// protection), its pods go with it, as in a terminating
+		// namespace.
+		budgetDecisions.WithLabelValues(string(r.Op), "ownergone").Inc()
+		return admission.Allowed("")
+	}
+	now := clockOrReal(h.Clock).Now()
+	r.Unavailable = h.unavailable(pod)
+	var consumed []budget.Key
+	for _, k := range keys {
+		if r.Unavailable != "" {
+			r.Nodes = h.nodes(k)
+		}
+		v, took, err := h.consume(ctx, k, r, r.DryRun || dryRun(req), now)
+		if took {
+			consumed = append(consumed, k)
+		}
+		if err == nil && v.Allowed {
+			continue
+		}
+		// All budgets must agree: give back what this request took.
+		for _, c := range consumed {
+			h.giveBack(ctx, c, r.Pod, now)
+		}
+		if err != nil {
+			return admission.Errored(http.StatusServiceUnavailable, err)
+		}
+		budgetDecisions.WithLabelValues(string(r.Op), "denied").Inc()
+		o := protection.Object{Namespace: req.Namespace, Name: r.Pod}
+		o.Resource.Resource = "pods"
+		return respond(h.Recorder, req, about{Kind: corev1.SchemeGroupVersion.WithKind("Pod"), Object: o,
+			UID: types.UID(h.podUID(req)), Action: "Disruption", DryRun: r.DryRun}, v)
+	}
+	outcome := "admitted"
+	switch {
+	case r.DryRun || dryRun(req):
+		outcome = "dryrun"
+	case r.Unavailable != "" && len(consumed) == 0:
+		outcome = "unavailable" // an unavailable pod, at no cost
+	}
+	budgetDecisions.WithLabelValues(string(r.Op), outcome).Inc()
+	return admission.Allowed("")
+}
+
+// covering are the budgets that cover a pod with these labels: those the
+// index has filed, and those of the namespace it has not filed as they are
+// now — a budget created or changed a moment ago that this replica's
+// informer has not delivered, or a targetRef whose selector the status
+// controller has not written yet. A budget holds from the moment the API server accepts it,
+// not from the moment this replica hears of it, so the namespace's budgets
+// are listed live (metadata only) and any the index lacks is read and
+// matched here.
+func (h *Budgets) covering(ctx context.Context, ns string, podLabels map[string]string) ([]budget.Key, error) {
+	keys, filed := h.Index.CoveringFiled(ns, podLabels)
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("PodUnavailableBudgetList"))
+	if err := h.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("listing the PodUnavailableBudgets of namespace %s: %w", ns, err)
+	}
+	for _, m := range list.Items {
+		if gen, ok := filed[m.Name]; (ok && gen == m.Generation) || m.DeletionTimestamp != nil {
+			continue
+		}
+		// Not filed, or filed with a spec that has changed since: decide by
+		// the budget as it is now.
+		keys = slices.DeleteFunc(keys, func(k budget.Key) bool { return k.Name == m.Name })
+		b := &v1alpha1.PodUnavailableBudget{}
+		if err := h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: m.Name}, b); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("reading PodUnavailableBudget %s/%s: %w", ns, m.Name, err)
+		}
+		covers, err := h.unfiledCovers(ctx, b, podLabels)
+		if err != nil {
+			return nil, err
+		}
+		if covers {
+			keys = append(keys, budget.Key{Namespace: ns, Name: b.Name})
+		}
+	}
+	slices.SortFunc(keys, func(a, b budget.Key) int { return strings.Compare(a.Name, b.Name) })
+	return slices.Compact(keys), nil
+}
+
+// unfiledCovers says whether a budget the index has not filed covers a pod.
+func (h *Budgets) unfiledCovers(ctx context.Context, b *v1alpha1.PodUnavailableBudget, podLabels map[string]string) (bool, error) {
+	if t := b.Spec.TargetRef; t != nil && (b.Status.Selector == "" || b.Status.ObservedGeneration != b.Generation) {
+		if h.Targets == nil {
+			return true, nil
+		}
+		sel, err := h.Targets.TargetSelector(ctx, b.Namespace, b.Spec.TargetRef)
+		if apierrors.IsNotFound(err) {
+			return false, nil // no target: the budget covers nothing (see the status controller)
+		}
+		if err != nil {
+			return false, fmt.Errorf("PodUnavailableBudget %s/%s: %w", b.Namespace, b.Name, err)
+		}
+		b = b.DeepCopy()
+		b.Status.Selector = sel
+	}
+	covers, err := budget.CoversLabels(b, podLabels)
+	// A selector that does not parse covers nothing, as in the index (the
+	// status controller reports it).
+	return covers && err == nil, nil
+}
+
+// Scales reads workloads' scale subresources, for any kind that has one
+// (custom workloads included).
+type Scales struct {
+	Dynamic dynamic.Interface
+	Mapper  meta.RESTMapper
+}
+
+// Scale is a targetRef's pod selector and desired replicas.
+func (s Scales) Scale(ctx context.Context, ns string, t *v1alpha1.TargetReference) (string, int32, error) {
+	gv, err := schema.ParseGroupVersion(t.APIVersion)
+	if err != nil {
+		return "", 0, fmt.Errorf("targetRef.apiVersion: %w", err)
+	}
+	m, err := s.Mapper.RESTMapping(gv.WithKind(t.Kind).GroupKind(), gv.Version)
+	if err != nil {
+		return "", 0, fmt.Errorf("targetRef %s %s: %w", t.APIVersion, t.Kind, err)
+	}
+	u, err := s.Dynamic.Resource(m.Resource).Namespace(ns).Get(ctx, t.Name, metav1.GetOptions{}, "scale")
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", 0, err
+		}
+		return "", 0, fmt.Errorf("targetRef %s/%s: reading its scale subresource: %w", t.Kind, t.Name, err)
+	}
+	var sc autoscalingv1.Scale
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &sc); err != nil {
+		return "", 0, err
+	}
+	if sc.Status.Selector == "" {
+		return "", 0, fmt.Errorf("targetRef %s/%s has no pod selector in its scale subresource", t.Kind, t.Name)
+	}
+	return sc.Status.Selector, sc.Spec.Replicas, nil
+}
+
+// TargetSelector implements TargetSelector.
+func (s Scales) TargetSelector(ctx context.Context, ns string, t *v1alpha1.TargetReference) (string, error) {
+	sel, _, err := s.Scale(ctx, ns, t)
+	return sel, err
+}
+
+func (h *Budgets) podUID(req admission.Request) (uid string) {
+	var m metav1.PartialObjectMetadata
+	if json.Unmarshal(req.OldObject.Raw, &m) == nil {
+		return string(m.UID)
+	}
+	return ""
+}
+
+// ledger keeps admitted disruptions in the budgets' status.
+func (h *Budgets) ledger() *ledger.Ledger[*v1alpha1.PodUnavailableBudget] {
+	h.once.Do(func() {
+		h.written = &ledger.Ledger[*v1alpha1.PodUnavailableBudget]{Client: h.Client, Cache: h.Cache, Clock: h.Clock,
+			New: func() *v1alpha1.PodUnavailableBudget { return &v1alpha1.PodUnavailableBudget{} }}
+	})
+	return h.written
+}
+
+// consume decides the disruption against one budget and, if admitted and
+// not a dry run, records it in the budget's status. took says whether it
+// was recorded (and must be given back if another budget denies).
+func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, dry bool, now time.Time) (v verdict.Verdict, took bool, err error) {
+	out, err := h.ledger().Decide(ctx, ledger.Request{Object: client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, DryRun: dry},
+		func(b *v1alpha1.PodUnavailableBudget) (ledger.Decision, error) {
+			var consume bool
+			v, consume = budget.Decide(b, r, h.PartitionThreshold)
+			if consume {
+				budget.Consume(&b.Status, r.Pod, now)
+			}
+			return ledger.Decision{Verdict: v, Write: consume}, nil
+		})
+	switch {
+	case err != nil:
+		return v, false, fmt.Errorf("recording the disruption in PodUnavailableBudget %s: %w", k, err)
+	case out.Gone:
+		return verdict.Allow, false, nil // deleted since: it guards nothing
+	}
+	return v, out.Written, nil
+}
+
+// giveBack removes a disruption this request recorded, when another budget
+// denied it. If that fails, the status controller returns it after the
+// disruption timeout.
+func (h *Budgets) giveBack(ctx context.Context, k budget.Key, pod string, at time.Time) {
+	_ = h.ledger().Amend(ctx, client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, func(b *v1alpha1.PodUnavailableBudget) bool {
+		if t, ok := b.Status.Disruptions[pod]; !ok || !t.Time.Equal(metav1.NewTime(at).Rfc3339Copy().Time) {
+			return false
+		}
+		delete(b.Status.Disruptions, pod)
+		b.Status.UnavailableAllowed++
+		return true
+	})
+}
+
+// clockOrReal is c, or the real clock when c is nil.
+func clockOrReal(c clock.PassiveClock) clock.PassiveClock {
+	if c == nil {
+		return clock.RealClock{}
+	}
+	return c
+}

@@ -1,0 +1,127 @@
+package admission_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/rampart-io/rampart/internal/operations/localcluster"
+	"github.com/rampart-io/rampart/internal/operations/localcluster/clustertest"
+)
+
+// BenchmarkEvictionWithManyBudgets measures a dry-run eviction of one pod
+// through the real API server, in a namespace with n other budgets:
+// Rampart's PodUnavailableBudgets (10 and 10,000) and native
+// PodDisruptionBudgets (10 and 8,000, the count kubernetes#79697 reported).
+// Dry runs are judged in full and consume nothing, so every iteration
+// measures the same decision. Run:
+//
+//	go test -run '^$' -bench EvictionWithManyBudgets -benchtime 300x ./internal/protection/admission/
+func BenchmarkEvictionWithManyBudgets(b *testing.B) {
+	env := clustertest.Start(b, localcluster.Options{Nodes: 1})
+	for _, c := range []struct {
+		kind string
+		n    int
+	}{{"rampart", 10}, {"rampart", 10000}, {"native", 10}, {"native", 8000}} {
+		b.Run(fmt.Sprintf("%s-budgets=%d", c.kind, c.n), func(b *testing.B) {
+			ctx := context.Background()
+			ns := env.Namespace(b)
+			createPods(b, env, ns, "target", 2, map[string]string{"app": "target"}, nil)
+			env.WaitPodsRunning(b, ns, "app=target", 2, time.Minute)
+			others := make([]string, c.n-1)
+			for i := range others {
+				others[i] = fmt.Sprint("other-", i)
+			}
+			create := func(name, app string) error {
+				if c.kind == "native" {
+					pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name},
+						Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptrTo(intstr.FromInt32(1)),
+							Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}}}
+					_, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{})
+					return err
+				}
+				u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "rampart.io/v1alpha1", "kind": "PodUnavailableBudget",
+					"metadata": map[string]any{"name": name},
+					"spec":     map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": app}}, "minAvailable": int64(1)}}}
+				_, err := env.Dynamic.Resource(budgetsGVR).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
+				return err
+			}
+			if err := parallelDo(others, func(name string) error { return create(name, name) }); err != nil {
+				b.Fatal(err)
+			}
+			if err := create("target", "target"); err != nil {
+				b.Fatal(err)
+			}
+			// Wait until the target's budget allows the disruption (its pods
+			// have no controller: minAvailable, as PodDisruptionBudgets need).
+			if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+				if c.kind == "native" {
+					pdb, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "target", metav1.GetOptions{})
+					return err == nil && pdb.Status.DisruptionsAllowed == 1, nil
+				}
+				return getBudget(b, env, ns, "target").Status.UnavailableAllowed == 1, nil
+			}); err != nil {
+				b.Fatal("the target's budget never allowed a disruption")
+			}
+			evict := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "target-0", Namespace: ns},
+				DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}}
+			var lat []time.Duration
+			b.ResetTimer()
+			for b.Loop() {
+				start := time.Now()
+				if err := env.Client.CoreV1().Pods(ns).EvictV1(ctx, evict); err != nil {
+					b.Fatalf("dry-run eviction: %v", err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			reportPercentiles(b, lat)
+			// Leave the API server as it was for the next case.
+			_ = env.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+		})
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func parallelDo(names []string, f func(string) error) error {
+	work := make(chan string)
+	errs := make(chan error, 32)
+	for range 32 {
+		go func() {
+			var first error
+			for n := range work {
+				if err := f(n); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		}()
+	}
+	for _, n := range names {
+		work <- n
+	}
+	close(work)
+	var first error
+	for range 32 {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// reportPercentiles reports p50 and p99 of the measured latencies.
+func reportPercentiles(b *testing.B, lat []time.Duration) {
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-us")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")
+}

@@ -1,0 +1,265 @@
+package budget
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/plumbing/verdict"
+)
+
+// Compute is a budget's status from the pods it covers now. total is the
+// number of pods it should have (the workloads' replicas; see the
+// controller). A disruption admitted earlier stays pending, and its pod is
+// not counted available, until the pod is seen unavailable, replaced by a
+// newer pod of the same name, or timeout has passed: an admitted disruption
+// that never happened (another webhook denied the request, a conflict)
+// comes back after timeout at most.
+func Compute(b *v1alpha1.PodUnavailableBudget, pods []Pod, total int32, now time.Time, timeout time.Duration) (v1alpha1.PodUnavailableBudgetStatus, error) {
+	st := *b.Status.DeepCopy()
+	st.ObservedGeneration = b.Generation
+	st.TotalReplicas = total
+	desired, err := Desired(b.Spec, total)
+	if err != nil {
+		return st, err
+	}
+	st.DesiredAvailable = desired
+	byName := make(map[string]Pod, len(pods))
+	for _, p := range pods {
+		byName[p.Name] = p
+	}
+	pending := map[string]metav1.Time{}
+	for name, at := range b.Status.Disruptions {
+		p, present := byName[name]
+		switch {
+		case now.Sub(at.Time) > timeout:
+			// Never observed: give the budget back.
+		case present && (!p.Available() || p.Created.After(at.Time)):
+			// Observed: the pod is unavailable now, or a new pod took its name.
+		default:
+			pending[name] = at
+		}
+	}
+	var available int32
+	for _, p := range pods {
+		if _, disrupted := pending[p.Name]; p.Available() && !disrupted {
+			available++
+		}
+	}
+	st.CurrentAvailable = available
+	st.UnavailableAllowed = Allowed(desired, available)
+	st.Disruptions = pending
+	if len(pending) == 0 {
+		st.Disruptions = nil
+	}
+	return st, nil
+}
+
+// NextExpiry is when the oldest pending disruption times out, zero if none.
+func NextExpiry(st v1alpha1.PodUnavailableBudgetStatus, timeout time.Duration) time.Time {
+	var next time.Time
+	for _, at := range st.Disruptions {
+		if t := at.Add(timeout); next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	return next
+}
+
+// Protects says whether the budget decides this kind of disruption.
+func Protects(spec v1alpha1.PodUnavailableBudgetSpec, op v1alpha1.DisruptionOperation) bool {
+	ops := spec.ProtectOperations
+	if len(ops) == 0 {
+		ops = []v1alpha1.DisruptionOperation{v1alpha1.DisruptDelete, v1alpha1.DisruptEvict, v1alpha1.DisruptUpdate}
+	}
+	return slices.Contains(ops, op)
+}
+
+// Request is one disruption of one pod.
+type Request struct {
+	Namespace, Pod string
+	Op             v1alpha1.DisruptionOperation
+	// Verb is how the user sees it: "delete", "evict", "update", "resize".
+	Verb string
+	// DryRun requests are decided and never consume the budget.
+	DryRun bool
+	// Unavailable says why the pod is already unavailable ("it is not
+	// Ready", "its node n1 is NotReady"), "" for an available pod.
+	Unavailable string
+	// Nodes is what the adapter saw of the nodes this budget's pods run
+	// on, for telling a dead node from a partition.
+	Nodes NodeCount
+}
+
+// NodeCount counts the nodes a budget's pods run on.
+type NodeCount struct {
+	// Total nodes running the budget's pods, NotReady of them NotReady or
+	// unreachable.
+	Total, NotReady int
+}
+
+// DefaultPartitionThreshold is the share of a budget's nodes that, NotReady
+// at once, make a partition. It is kube-controller-manager's
+// --unhealthy-zone-threshold default: the share at which the node
+// lifecycle controller itself stops trusting what it sees of a zone and
+// slows or stops its evictions there.
+const DefaultPartitionThreshold = 0.55
+
+// Partitioned says whether the budget's nodes look partitioned rather than
+// one of them dead: at least two NotReady, and at least threshold of them
+// (the node lifecycle controller's own rule for a zone's partial
+// disruption, without its floor of three: a budget's pods often run on
+// three nodes or fewer, and two of three gone at once is no dead node).
+func (n NodeCount) Partitioned(threshold float64) bool {
+	if threshold <= 0 {
+		threshold = DefaultPartitionThreshold
+	}
+	return n.NotReady >= 2 && float64(n.NotReady) >= threshold*float64(n.Total)
+}
+
+// Decide decides one disruption against one budget's status (the latest
+// written). consume is set when the disruption must be recorded in the
+// budget's status (pod added to disruptions, one fewer allowed) before it
+// is admitted. A pod already unavailable costs nothing, as the budget's
+// unhealthyPodPolicy says (see Free), unless the budget's nodes look
+// partitioned (threshold, see NodeCount.Partitioned). A denial answers 429,
+// as the Eviction API does for a PodDisruptionBudget: kubectl drain and
+// controllers retry it.
+func Decide(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (v verdict.Verdict, consume bool) {
+	if !Protects(b.Spec, r.Op) {
+		return verdict.Allow, false
+	}
+	if _, disrupted := b.Status.Disruptions[r.Pod]; disrupted {
+		// The same disruption asked again (the API server retries), or a
+		// pod already counted as disrupted: no further loss.
+		return verdict.Allow, false
+	}
+	free, held := Free(b, r, threshold)
+	if free {
+		return verdict.Allow, false
+	}
+	computed := b.Status.ObservedGeneration == b.Generation && (b.Spec.TargetRef == nil || b.Status.Selector != "")
+	if !computed {
+		return deny(fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s is not computed yet; retry in a few seconds",
+			r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name)), false
+	}
+	st := b.Status
+	if st.UnavailableAllowed > 0 {
+		return verdict.Allow, true
+	}
+	if never, why := NeverAllows(b.Spec); never {
+		return deny(fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s allows no more disruptions, and none at any time (%s): "+
+			"a drain or a rollout of these pods never finishes%s. Loosen it (kubectl patch pub -n %s %s --type merge -p '{\"spec\":{\"maxUnavailable\":1,\"minAvailable\":null}}') "+
+			"or delete it (kubectl delete pub -n %s %s)",
+			r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name, why, held, b.Namespace, b.Name, b.Namespace, b.Name)), false
+	}
+	if blocks, why := BlocksAll(b.Spec, st); blocks {
+		held += "; its " + why + ", so none may go until there are more"
+	}
+	return deny(fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s allows no more disruptions "+
+		"(%d of %d pods available, %d must stay available, %d disruptions in progress)%s. "+
+		"Wait for pods to become Ready and retry (kubectl rampart pub status -n %s), or change the budget (kubectl edit pub -n %s %s)",
+		r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name, st.CurrentAvailable, st.TotalReplicas, st.DesiredAvailable,
+		len(st.Disruptions), held, b.Namespace, b.Namespace, b.Name)), false
+}
+
+// Free says whether disrupting an unavailable pod costs the budget nothing
+// (KEP-3017's answer for PodDisruptionBudgets, for every disruption kind:
+// a budget that counts broken pods as the reason to allow nothing wedges
+// the node lifecycle controller, drains and recovery). When it does not,
+// held says why, for the denial ("" when the pod is available).
+func Free(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (free bool, held string) {
+	if r.Unavailable == "" {
+		return false, ""
+	}
+	if r.Nodes.Partitioned(threshold) {
+		// Kruise#1469: a partition must not become a mass deletion. The
+		// pods may well be running behind it.
+		return false, fmt.Sprintf("; the pod is unavailable (%s), but %d of the %d nodes this budget's pods run on are NotReady at once: "+
+			"a partition or a network fault rather than a dead node, so the budget holds until they are Ready again",
+			r.Unavailable, r.Nodes.NotReady, r.Nodes.Total)
+	}
+	switch b.Spec.UnhealthyPodPolicy {
+	case v1alpha1.UnhealthyNever:
+		return false, fmt.Sprintf("; the pod is unavailable (%s) and the budget's unhealthyPodPolicy is Never", r.Unavailable)
+	case v1alpha1.UnhealthyIfHealthyBudget:
+		st := b.Status
+		if st.ObservedGeneration == b.Generation && st.CurrentAvailable >= st.DesiredAvailable {
+			return true, ""
+		}
+		return false, fmt.Sprintf("; the pod is unavailable (%s), and with unhealthyPodPolicy IfHealthyBudget such pods go only "+
+			"while the budget keeps its %d available", r.Unavailable, st.DesiredAvailable)
+	default: // AlwaysAllow, and budgets stored before the field existed
+		return true, ""
+	}
+}
+
+// Rule names budget denials in metrics and Events.
+const Rule = "PodUnavailableBudget"
+
+func deny(message string) verdict.Verdict {
+	return verdict.Verdict{Reason: Rule, Message: message, Refusal: verdict.Throttled}
+}
+
+// Consume records an admitted disruption in a status.
+func Consume(st *v1alpha1.PodUnavailableBudgetStatus, pod string, now time.Time) {
+	if st.Disruptions == nil {
+		st.Disruptions = map[string]metav1.Time{}
+	}
+	st.Disruptions[pod] = metav1.NewTime(now)
+	st.UnavailableAllowed = max(st.UnavailableAllowed-1, 0)
+}
+
+func past(verb string) string {
+	switch verb {
+	case "delete":
+		return "deleted"
+	case "evict":
+		return "evicted"
+	case "resize":
+		return "resized"
+	default:
+		return "updated in place"
+	}
+}
+
+// RestartsContainers says whether a pod update changes what its
+// containers run, so that the kubelet restarts them in place: image,
+// command, args, environment or resources of any container.
+func RestartsContainers(old, cur *corev1.Pod) bool {
+	return containersDiffer(old.Spec.Containers, cur.Spec.Containers) ||
+		containersDiffer(old.Spec.InitContainers, cur.Spec.InitContainers)
+}
+
+func containersDiffer(a, b []corev1.Container) bool {
+	if len(a) != len(b) {
+		return true
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x.Image != y.Image || !slices.Equal(x.Command, y.Command) || !slices.Equal(x.Args, y.Args) ||
+			!equality.Semantic.DeepEqual(x.Env, y.Env) || !equality.Semantic.DeepEqual(x.EnvFrom, y.EnvFrom) ||
+			!equality.Semantic.DeepEqual(x.Resources, y.Resources) {
+			return true
+		}
+	}
+	return false
+}
+
+// ResourcesDiffer says whether a resize changes any container's resources.
+func ResourcesDiffer(old, cur *corev1.Pod) bool {
+	if len(old.Spec.Containers) != len(cur.Spec.Containers) {
+		return true
+	}
+	for i := range old.Spec.Containers {
+		if !equality.Semantic.DeepEqual(old.Spec.Containers[i].Resources, cur.Spec.Containers[i].Resources) {
+			return true
+		}
+	}
+	return false
+}

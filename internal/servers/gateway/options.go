@@ -1,0 +1,136 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+
+	"github.com/rampart-io/rampart/internal/servers/gateway/identity"
+	"github.com/rampart-io/rampart/internal/servers/gateway/upstream"
+)
+
+// Options configure a gateway.
+type Options struct {
+	// Upstreams are the kube-apiservers' base URLs. Empty: the
+	// kubeconfig's server.
+	Upstreams []string
+	// CertFile and KeyFile are the gateway's serving certificate.
+	CertFile, KeyFile string
+	// ClientCAFile verifies client certificates (the cluster's client CA).
+	ClientCAFile string
+	// HealthInterval is how often each upstream's /readyz is asked.
+	HealthInterval time.Duration
+	// Upstream and Identity tune balancing and the authentication caches.
+	Upstream upstream.Options
+	Identity identity.Options
+	// AccessLogPercent samples requests no policy matches into the access
+	// log (a policy's own accessLogPercent applies to its requests).
+	AccessLogPercent int
+	// Log receives the access log and events; nil writes JSON to stderr.
+	Log *slog.Logger
+	// CountResources are counted per namespace for the LIST guard from
+	// the start (kubectl's names: "pods", "deployments.apps"); others
+	// from their first guarded LIST.
+	CountResources []string
+	// CountCustomResourceGroups are the custom-resource groups the LIST
+	// guard may count per namespace (CustomResourceRole grants them);
+	// other custom resources are priced by their cluster-wide count.
+	CountCustomResourceGroups []string
+	// CountIdleAfter stops counting a resource counted since a guarded
+	// request (not a CountResources one) when no guarded LIST or
+	// watch-list of it has come for this long. 0: 10 minutes.
+	CountIdleAfter time.Duration
+	// Name is this replica's name in status.breakers; empty: the host
+	// name.
+	Name string
+	// ShutdownWatchSpread is the time over which a stopping gateway ends
+	// its watches, in batches, each cleanly so that its client re-watches
+	// from where it was instead of relisting (see drain.go). 0 ends them
+	// all at once, still cleanly.
+	ShutdownWatchSpread time.Duration
+	// TrafficLog receives the traffic log, one JSON line per request
+	// (trafficlog.File for a rotated file, or os.Stderr); nil: none.
+	// The gateway closes it when Serve returns.
+	TrafficLog io.Writer
+	// TrafficLogSample is SampleAll (the default) or SamplePolicy.
+	TrafficLogSample string
+}
+
+// Validate says what is wrong with the options, every problem at once,
+// each naming its flag. New refuses options that do not validate.
+func (o Options) Validate() error {
+	var errs []error
+	for _, s := range o.Upstreams {
+		if _, err := upstreamURL(s); err != nil {
+			errs = append(errs, fmt.Errorf("--upstreams: %w", err))
+		}
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file go together: set both, or neither"))
+	}
+	if o.ClientCAFile != "" && o.CertFile == "" {
+		errs = append(errs, errors.New("a client CA needs a serving certificate: set --tls-cert-file and --tls-private-key-file"))
+	}
+	if o.AccessLogPercent < 0 || o.AccessLogPercent > 100 {
+		errs = append(errs, fmt.Errorf("--access-log-percent %d: give a percent, 0 to 100", o.AccessLogPercent))
+	}
+	if err := CheckCountGroups(o.CountCustomResourceGroups); err != nil {
+		errs = append(errs, fmt.Errorf("--count-custom-resource-groups: %w", err))
+	}
+	for _, name := range o.CountResources {
+		if gr := schema.ParseGroupResource(name); gr == (schema.GroupResource{Resource: "secrets"}) {
+			errs = append(errs, errors.New("--count-resources: the gateway never counts secrets per namespace (it may not read them); they are priced by their cluster-wide count"))
+		}
+	}
+	switch o.TrafficLogSample {
+	case "", SampleAll, SamplePolicy:
+	default:
+		errs = append(errs, fmt.Errorf("--traffic-log-sample %q: use %s or %s", o.TrafficLogSample, SampleAll, SamplePolicy))
+	}
+	return errors.Join(errs...)
+}
+
+// upstreamURL is an API server's base URL.
+func upstreamURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("upstream %q is not an https://HOST:PORT URL of a kube-apiserver", s)
+	}
+	return u, nil
+}
+
+// withDefaults fills what the options leave unset; the upstream is then
+// cfg's server.
+func (o Options) withDefaults(cfg *rest.Config) Options {
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if o.HealthInterval <= 0 {
+		o.HealthInterval = 2 * time.Second
+	}
+	if o.Upstream == (upstream.Options{}) {
+		o.Upstream = upstream.Defaults
+	}
+	if o.Identity.CacheSize == 0 {
+		noAnonymous := o.Identity.NoAnonymous
+		o.Identity = identity.Defaults
+		o.Identity.NoAnonymous = noAnonymous
+	}
+	if len(o.Upstreams) == 0 {
+		o.Upstreams = []string{cfg.Host}
+	}
+	if o.Name == "" {
+		o.Name, _ = os.Hostname()
+	}
+	if o.TrafficLogSample == "" {
+		o.TrafficLogSample = SampleAll
+	}
+	return o
+}

@@ -1,0 +1,102 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection/traffic"
+)
+
+// TrafficPolicies is the resource the gateway watches.
+var TrafficPolicies = schema.GroupVersionResource{Group: "rampart.io", Version: "v1alpha1", Resource: "trafficpolicies"}
+
+// policySyncTimeout bounds how long the gateway waits for the policies
+// before serving; without the CRD it serves with none and says so.
+const policySyncTimeout = 30 * time.Second
+
+// watchPolicies keeps g.policies equal to the TrafficPolicies in the
+// cluster: every change is applied to the next request, without restart.
+func (g *Gateway) watchPolicies(ctx context.Context, wg *sync.WaitGroup) error {
+	dyn, err := dynamic.NewForConfig(g.restCfg)
+	if err != nil {
+		return err
+	}
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 10*time.Minute)
+	informer := factory.ForResource(TrafficPolicies).Informer()
+	reload := func() {
+		var ps []traffic.Policy
+		for _, obj := range informer.GetStore().List() {
+			p, err := toPolicy(obj)
+			if err != nil {
+				g.log.Error("TrafficPolicy ignored", "err", err.Error())
+				continue
+			}
+			ps = append(ps, p)
+		}
+		traffic.Sort(ps)
+		g.policies.Store(&ps)
+		g.limiter.Forget(ps)
+		g.listWatch.Forget(ps)
+	}
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { reload() },
+		UpdateFunc: func(any, any) { reload() },
+		DeleteFunc: func(any) { reload() },
+	}); err != nil {
+		return err
+	}
+	wg.Go(func() { informer.Run(ctx.Done()) })
+	syncCtx, cancel := context.WithTimeout(ctx, policySyncTimeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), informer.HasSynced) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		g.log.Error("TrafficPolicies not loaded: serving without policies until they are. Is the CRD installed (rampart.io_trafficpolicies.yaml) and may the gateway list them (ClusterRole rampart-gateway)?")
+		wg.Go(func() {
+			if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+				g.breakers.resume(informer.GetStore().List(), time.Now())
+				reload()
+				g.synced.Store(true)
+			}
+		})
+		return nil
+	}
+	// Before any policy applies, so that no request meets a breaker
+	// that has not resumed.
+	g.breakers.resume(informer.GetStore().List(), time.Now())
+	reload()
+	g.synced.Store(true)
+	return nil
+}
+
+func toPolicy(obj any) (traffic.Policy, error) {
+	tp, err := decodePolicy(obj)
+	if err != nil {
+		return traffic.Policy{}, err
+	}
+	return traffic.Policy{Name: tp.Name, Generation: tp.Generation, Spec: tp.Spec}, nil
+}
+
+// decodePolicy is a TrafficPolicy of the informer's cache, status included.
+func decodePolicy(obj any) (*v1alpha1.TrafficPolicy, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("unexpected %T in the TrafficPolicy cache", obj)
+	}
+	var tp v1alpha1.TrafficPolicy
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &tp); err != nil {
+		return nil, fmt.Errorf("TrafficPolicy %s: %w", u.GetName(), err)
+	}
+	return &tp, nil
+}
