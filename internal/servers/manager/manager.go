@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -204,18 +205,12 @@ func (o Options) certHosts() []string {
 
 // Run runs the manager until ctx ends.
 func Run(ctx context.Context, cfg *rest.Config, o Options) error {
-	if o.Namespace == "" {
-		return errors.New("--namespace is required")
-	}
-	if o.WebhookURLHost == "" && o.WebhookService == "" {
-		return errors.New("set --webhook-url-host (local) or --webhook-service (in a cluster)")
+	if err := o.validate(); err != nil {
+		return err
 	}
 	// Stop serving only after a drain: see delayStop.
 	stopping := new(atomic.Bool)
 	ctx = delayStop(ctx, o.ShutdownDelay, stopping, o.Log)
-	if t := o.BudgetPartitionThreshold; t < 0 || t > 1 {
-		return fmt.Errorf("--budget-partition-threshold %v: want a share of the nodes from 0 to 1, such as 0.55", t)
-	}
 	scheme, err := Scheme()
 	if err != nil {
 		return err
@@ -246,69 +241,26 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := mgr.Add(views.Informers); err != nil {
 		return err
 	}
-	server := webhookRegistrar{mgr.GetWebhookServer(), onlyAPIServer}
 	// The manager's cached client serves reads only after start; the
 	// registration and the flow-control counts use a direct one.
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
 	}
-	servers, err := apiServers(cfg, o)
-	if err != nil {
-		return err
-	}
-	policies := cachedPolicies{reader: mgr.GetCache(), live: direct}
-	compiledOpts := compiled.Options{OwnNamespace: o.Namespace, ReplicasExempt: o.ReplicasExempt}
-	var compiledLabels string
-	if o.CompiledPolicies {
-		compiledLabels = registrar.Hash(compiled.LabelRules(compiledOpts))
-	}
 	bin, err := recycleBin(ctx, cfg, o)
 	if err != nil {
 		return err
 	}
 	if bin != nil {
+		// Keeping copies before the webhooks that capture them serve.
 		if err := mgr.Add(bin); err != nil {
 			return err
 		}
 	}
-	protections := rampartadmission.Protections()
-	reg := registrar.New(registrar.Config{
-		CompiledLabels: compiledLabels, CRDs: views.CRDs,
-		Client: direct, Reader: mgr.GetCache(), Protections: protections,
-		Barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace},
-		Base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true,
-			RecycleBin: bin != nil},
-		Log: o.Log.WithName("registration"),
-	})
-	scales, recorder, err := serveProtections(cfg, mgr, server, protections, rampartadmission.Deps{
-		Cache: mgr.GetCache(), Direct: direct, InForce: reg, Recorder: mgr.GetEventRecorder("rampart"), Mapper: mgr.GetRESTMapper(),
-		Policies: policies, Deletion: views.Deletion, ScaleTargets: views.ScaleTargets, Pods: views.Budgets,
-		BudgetIndex: views.Budgets.Index(), Nodes: views.Budgets, Owners: views.Budgets, BudgetPartitionThreshold: o.BudgetPartitionThreshold,
-		Namespaces: views.Namespaces, ReplicasExempt: o.ReplicasExempt,
-		Bin: bin.capturer(), ScaleKeys: views.ScaleTargets, BudgetsSynced: views.Budgets.HasSynced,
-	})
+	w := wired{cfg: cfg, o: o, mgr: mgr, views: views, direct: direct, bin: bin, caBundle: caBundle,
+		server: webhookRegistrar{mgr.GetWebhookServer(), onlyAPIServer}}
+	reg, err := w.protections(ctx)
 	if err != nil {
-		return err
-	}
-	if err := checks(mgr, views, server, reg.Done()); err != nil {
-		return err
-	}
-	owner, err := webhookOwner(ctx, direct, o.WebhookOwner)
-	if err != nil {
-		return err
-	}
-	reg.SetOwner(owner)
-	keeper := &registrar.Compiled{Client: direct, Cache: mgr.GetCache(), Servers: servers, Namespace: o.Namespace, Options: compiledOpts, CRDs: views.CRDs,
-		Enabled: o.CompiledPolicies, Registrar: reg, Owner: func() *metav1.OwnerReference { return owner }, Log: o.Log.WithName("compiled")}
-	// A CRD added, changed or removed recompiles its custom resources'
-	// replicas at once (and the label webhook's condition reading them).
-	views.OnCRDChange(keeper.Poke)
-	views.OnCRDChange(reg.Poke)
-	if err := watchProtections(ctx, mgr, reg, keeper, views, policies, protections, o.Log); err != nil {
-		return err
-	}
-	if err := controllers(ctx, mgr, o, reg, keeper, views, scales, recorder); err != nil {
 		return err
 	}
 	if rotator != nil {
@@ -317,25 +269,8 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return err
 		}
 	}
-	if err := mgr.Add(reg); err != nil {
+	if err := w.recycleBin(ctx); err != nil {
 		return err
-	}
-	if err := mgr.Add(keeper); err != nil {
-		return err
-	}
-	if m := bin.maintainer(direct, mgr.GetCache(), o); m != nil {
-		if err := mgr.Add(m); err != nil {
-			return err
-		}
-	}
-	outside, err := bin.watcher(ctx, mgr, views, recorder)
-	if err != nil {
-		return err
-	}
-	if outside != nil {
-		if err := mgr.Add(outside); err != nil {
-			return err
-		}
 	}
 	if err := mgr.AddReadyzCheck("shutdown", func(*http.Request) error {
 		if stopping.Load() {
@@ -346,6 +281,109 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// validate refuses options the manager cannot run with.
+func (o Options) validate() error {
+	if o.Namespace == "" {
+		return errors.New("--namespace is required")
+	}
+	if o.WebhookURLHost == "" && o.WebhookService == "" {
+		return errors.New("set --webhook-url-host (local) or --webhook-service (in a cluster)")
+	}
+	if t := o.BudgetPartitionThreshold; t < 0 || t > 1 {
+		return fmt.Errorf("--budget-partition-threshold %v: want a share of the nodes from 0 to 1, such as 0.55", t)
+	}
+	return nil
+}
+
+// wired is what the manager's parts are made from.
+type wired struct {
+	cfg      *rest.Config
+	o        Options
+	mgr      ctrl.Manager
+	views    *clusterview.Views
+	direct   client.Client
+	bin      *binRunnable
+	caBundle []byte
+	server   webhookRegistrar
+}
+
+// protections serves the protections, registers their webhooks, keeps
+// the compiled policies and runs the controllers; it returns the
+// registrar.
+func (w wired) protections(ctx context.Context) (*registrar.Registrar, error) {
+	mgr, views, o, direct := w.mgr, w.views, w.o, w.direct
+	servers, err := apiServers(w.cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	policies := cachedPolicies{reader: mgr.GetCache(), live: direct}
+	compiledOpts := compiled.Options{OwnNamespace: o.Namespace, ReplicasExempt: o.ReplicasExempt}
+	var compiledLabels string
+	if o.CompiledPolicies {
+		compiledLabels = registrar.Hash(compiled.LabelRules(compiledOpts))
+	}
+	protections := rampartadmission.Protections()
+	reg := registrar.New(registrar.Config{
+		CompiledLabels: compiledLabels, CRDs: views.CRDs,
+		Client: direct, Reader: mgr.GetCache(), Protections: protections,
+		Barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace},
+		Base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: w.caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true,
+			RecycleBin: w.bin != nil},
+		Log: o.Log.WithName("registration"),
+	})
+	scales, recorder, err := serveProtections(w.cfg, mgr, w.server, protections, rampartadmission.Deps{
+		Cache: mgr.GetCache(), Direct: direct, InForce: reg, Recorder: mgr.GetEventRecorder("rampart"), Mapper: mgr.GetRESTMapper(),
+		Policies: policies, Deletion: views.Deletion, ScaleTargets: views.ScaleTargets, Pods: views.Budgets,
+		BudgetIndex: views.Budgets.Index(), Nodes: views.Budgets, Owners: views.Budgets, BudgetPartitionThreshold: o.BudgetPartitionThreshold,
+		Namespaces: views.Namespaces, ReplicasExempt: o.ReplicasExempt,
+		Bin: w.bin.capturer(), ScaleKeys: views.ScaleTargets, BudgetsSynced: views.Budgets.HasSynced,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := checks(mgr, views, w.server, reg.Done()); err != nil {
+		return nil, err
+	}
+	owner, err := webhookOwner(ctx, direct, o.WebhookOwner)
+	if err != nil {
+		return nil, err
+	}
+	reg.SetOwner(owner)
+	keeper := &registrar.Compiled{Client: direct, Cache: mgr.GetCache(), Servers: servers, Namespace: o.Namespace, Options: compiledOpts, CRDs: views.CRDs,
+		Enabled: o.CompiledPolicies, Registrar: reg, Owner: func() *metav1.OwnerReference { return owner }, Log: o.Log.WithName("compiled")}
+	// A CRD added, changed or removed recompiles its custom resources'
+	// replicas at once (and the label webhook's condition reading them).
+	views.OnCRDChange(keeper.Poke)
+	views.OnCRDChange(reg.Poke)
+	if err := watchProtections(ctx, mgr, reg, keeper, views, policies, protections, o.Log); err != nil {
+		return nil, err
+	}
+	if err := controllers(ctx, mgr, o, reg, keeper, views, scales, recorder); err != nil {
+		return nil, err
+	}
+	for _, r := range []manager.Runnable{reg, keeper} {
+		if err := mgr.Add(r); err != nil {
+			return nil, err
+		}
+	}
+	return reg, nil
+}
+
+// recycleBin runs the recycle bin's maintainer and outside-API watcher,
+// when the bin is on.
+func (w wired) recycleBin(ctx context.Context) error {
+	if m := w.bin.maintainer(w.direct, w.mgr.GetCache(), w.o); m != nil {
+		if err := w.mgr.Add(m); err != nil {
+			return err
+		}
+	}
+	outside, err := w.bin.watcher(ctx, w.mgr, w.views, w.mgr.GetEventRecorder("rampart"))
+	if err != nil || outside == nil {
+		return err
+	}
+	return w.mgr.Add(outside)
 }
 
 // serveProtections serves every protection plugin's routes on the webhook
