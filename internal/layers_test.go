@@ -26,14 +26,21 @@ var layers = []struct {
 	{"decisions and operations libraries", []string{"internal/protection", "internal/operations/backup", "internal/operations/restore",
 		"internal/operations/etcdtool", "internal/operations/trafficprofile", "internal/operations/quota"}},
 	{"admission adapters, registrar, cluster views", []string{"internal/protection/admission", "internal/protection/registrar",
-		"internal/protection/clusterview"}},
+		"internal/protection/clusterview", "internal/protection/ready", "internal/protection/protections"}},
 	{"servers", []string{"internal/servers"}},
 	{"drills and the local cluster", []string{"internal/operations/drill", "internal/operations/localcluster"}},
 	{"command line", []string{"internal/operations/cli"}},
 }
 
+// adapters is the layer of a protection's admit package
+// (internal/protection/NAME/admit: its webhooks, handler and Ready).
+const adapters = 2
+
 // layerOf is pkg's layer (its index in layers), -1 outside internal/.
 func layerOf(pkg string) int {
+	if strings.HasPrefix(pkg, "internal/protection/") && strings.HasSuffix(pkg, "/admit") {
+		return adapters
+	}
 	best, bestLen := -1, 0
 	for i, l := range layers {
 		for _, p := range l.prefixes {

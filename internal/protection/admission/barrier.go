@@ -47,9 +47,9 @@ func NewToken() string {
 // rampart-probe-TOKEN in Rampart's own namespace: it reaches nothing else,
 // so an outage of Rampart blocks nothing through it.
 func probeWebhook(reg Registration, webhook func(string, string, ...admissionregistrationv1.RuleWithOperations) admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.ValidatingWebhook {
-	h := webhook(probeWebhookName, ProbePath, rule(admissionregistrationv1.Create, "", "configmaps"))
+	h := webhook(probeWebhookName, ProbePath, Rule(admissionregistrationv1.Create, "", "configmaps"))
 	h.Rules[0].Scope = ptr.To(admissionregistrationv1.NamespacedScope)
-	h.NamespaceSelector = inNamespaces([]string{reg.OwnNamespace})
+	h.NamespaceSelector = InNamespaces([]string{reg.OwnNamespace})
 	h.SideEffects = ptr.To(admissionregistrationv1.SideEffectClassNone)
 	h.MatchConditions = []admissionregistrationv1.MatchCondition{{
 		Name:       "token",

@@ -89,6 +89,12 @@ type Budgets struct {
 	written *ledger.Ledger[*v1alpha1.PodUnavailableBudget]
 }
 
+// PodLabels reads a cached pod's labels (for evictions, whose requests
+// carry no pod).
+type PodLabels interface {
+	PodLabels(namespace, name string) (map[string]string, bool)
+}
+
 // NodeHealth says whether a node can run pods now.
 type NodeHealth interface {
 	// NodeUnavailable says why a node cannot run pods now ("NotReady",
@@ -289,14 +295,14 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 		budgetDecisions.WithLabelValues(string(r.Op), "ownergone").Inc()
 		return admission.Allowed("")
 	}
-	now := clockOrReal(h.Clock).Now()
+	now := ClockOrReal(h.Clock).Now()
 	r.Unavailable = h.unavailable(pod)
 	var consumed []budget.Key
 	for _, k := range keys {
 		if r.Unavailable != "" {
 			r.Nodes = h.nodes(k)
 		}
-		v, took, err := h.consume(ctx, k, r, r.DryRun || dryRun(req), now)
+		v, took, err := h.consume(ctx, k, r, r.DryRun || DryRun(req), now)
 		if took {
 			consumed = append(consumed, k)
 		}
@@ -313,12 +319,12 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 		budgetDecisions.WithLabelValues(string(r.Op), "denied").Inc()
 		o := protection.Object{Namespace: req.Namespace, Name: r.Pod}
 		o.Resource.Resource = "pods"
-		return respond(h.Recorder, req, about{Kind: corev1.SchemeGroupVersion.WithKind("Pod"), Object: o,
+		return Respond(h.Recorder, req, About{Kind: corev1.SchemeGroupVersion.WithKind("Pod"), Object: o,
 			UID: types.UID(h.podUID(req)), Action: "Disruption", DryRun: r.DryRun}, v)
 	}
 	outcome := "admitted"
 	switch {
-	case r.DryRun || dryRun(req):
+	case r.DryRun || DryRun(req):
 		outcome = "dryrun"
 	case r.Unavailable != "" && len(consumed) == 0:
 		outcome = "unavailable" // an unavailable pod, at no cost
@@ -484,7 +490,7 @@ func (h *Budgets) giveBack(ctx context.Context, k budget.Key, pod string, at tim
 }
 
 // clockOrReal is c, or the real clock when c is nil.
-func clockOrReal(c clock.PassiveClock) clock.PassiveClock {
+func ClockOrReal(c clock.PassiveClock) clock.PassiveClock {
 	if c == nil {
 		return clock.RealClock{}
 	}

@@ -5,9 +5,9 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// budgetPlugin is the protection PodUnavailableBudgets give: disruptions
+// BudgetPlugin is the protection PodUnavailableBudgets give: disruptions
 // and evictions of every pod of a namespace holding budgets are judged.
-type budgetPlugin struct {
+type BudgetPlugin struct {
 	WantsDirect
 	WantsCache
 	WantsPods
@@ -19,10 +19,10 @@ type budgetPlugin struct {
 // BudgetNamespaceKeys is the key set of the namespaces holding budgets.
 const BudgetNamespaceKeys = "budgets"
 
-func (*budgetPlugin) Name() string { return "podunavailablebudget" }
+func (*BudgetPlugin) Name() string { return "podunavailablebudget" }
 
 // Keys are the namespaces holding budgets, from the budget index.
-func (p *budgetPlugin) Keys() KeySet {
+func (p *BudgetPlugin) Keys() KeySet {
 	if p.BudgetIndex == nil {
 		return KeySet{Name: BudgetNamespaceKeys}
 	}
@@ -30,12 +30,12 @@ func (p *budgetPlugin) Keys() KeySet {
 		Cached: func() []string { return p.BudgetIndex.Namespaces() }}
 }
 
-func (p *budgetPlugin) Routes() []Route {
+func (p *BudgetPlugin) Routes() []Route {
 	return []Route{{Path: BudgetPath, Handler: &Budgets{Client: p.Direct, Cache: p.Cache, Index: p.BudgetIndex, Pods: p.Pods,
 		Namespaces: p.Namespaces, Recorder: p.Recorder, Targets: p.Scales, Nodes: p.Nodes, PartitionThreshold: p.PartitionThreshold, Owners: p.Owners}}}
 }
 
-func (*budgetPlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*BudgetPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	namespaces := reg.Keys[BudgetNamespaceKeys]
 	if len(namespaces) == 0 {
 		return nil
@@ -44,12 +44,12 @@ func (*budgetPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	// handler reads them from the request, so nothing needs writing on the
 	// pod first. An Eviction carries no labels to select on.
 	pub := b.Webhook(BudgetsWebhookName, BudgetPath,
-		rule(admissionregistrationv1.Delete, "", "pods"), rule(admissionregistrationv1.Update, "", "pods"),
-		rule(admissionregistrationv1.Update, "", "pods/resize"))
-	pub.NamespaceSelector = inNamespaces(namespaces)
+		Rule(admissionregistrationv1.Delete, "", "pods"), Rule(admissionregistrationv1.Update, "", "pods"),
+		Rule(admissionregistrationv1.Update, "", "pods/resize"))
+	pub.NamespaceSelector = InNamespaces(namespaces)
 	pub.TimeoutSeconds = ptr.To(int32(10))
-	evict := b.Webhook(EvictionWebhookName, BudgetPath, rule(admissionregistrationv1.Create, "", "pods/eviction"))
-	evict.NamespaceSelector = inNamespaces(namespaces)
+	evict := b.Webhook(EvictionWebhookName, BudgetPath, Rule(admissionregistrationv1.Create, "", "pods/eviction"))
+	evict.NamespaceSelector = InNamespaces(namespaces)
 	evict.TimeoutSeconds = ptr.To(int32(10))
-	return own(Owner{}, pub, evict)
+	return Own(Owner{}, pub, evict)
 }

@@ -32,7 +32,7 @@ type BudgetAdmission struct {
 
 // Handle implements admission.Handler.
 func (h *BudgetAdmission) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create || req.Namespace == "" || dryRun(req) {
+	if req.Operation != admissionv1.Create || req.Namespace == "" || DryRun(req) {
 		return admission.Allowed("") // a dry run registers nothing
 	}
 	if err := h.InForce.Key(ctx, BudgetNamespaceKeys, req.Namespace); err != nil {

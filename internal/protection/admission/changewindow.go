@@ -94,7 +94,7 @@ func (h *Windows) compile(cw *v1alpha1.ChangeWindow) (*changewindow.Window, erro
 	if c, ok := h.compiled[cw.UID]; ok && c.generation == cw.Generation {
 		return c.window, nil
 	}
-	w, err := changewindow.Compile(cw.Spec, clockOrReal(h.Clock).Now())
+	w, err := changewindow.Compile(cw.Spec, ClockOrReal(h.Clock).Now())
 	if err != nil {
 		return nil, err
 	}
@@ -170,11 +170,11 @@ func (h *Windows) Handle(ctx context.Context, req admission.Request) admission.R
 	if err := ctx.Err(); err != nil {
 		return admission.Errored(http.StatusServiceUnavailable, err)
 	}
-	now := clockOrReal(h.Clock).Now()
+	now := ClockOrReal(h.Clock).Now()
 	v := changewindow.Decide(r, w, now)
 	kind := schema.GroupVersionKind(req.Kind)
 	if changewindow.Overridden(v) {
-		if !dryRun(req) && h.firstRecord(ns+"/"+name+"/"+string(subject.GetUID())+"/"+r.Override, now) {
+		if !DryRun(req) && h.firstRecord(ns+"/"+name+"/"+string(subject.GetUID())+"/"+r.Override, now) {
 			overrides.WithLabelValues(ns, name).Inc()
 			if h.Recorder != nil {
 				h.Recorder.Eventf(&corev1.ObjectReference{APIVersion: kind.GroupVersion().String(), Kind: kind.Kind,
@@ -184,7 +184,7 @@ func (h *Windows) Handle(ctx context.Context, req admission.Request) admission.R
 		}
 		return admission.Allowed("").WithWarnings("rampart: " + v.Message + " (recorded)")
 	}
-	return respond(h.Recorder, req, about{Kind: kind, Object: r.Object, UID: subject.GetUID(), Action: "Change"}, v)
+	return Respond(h.Recorder, req, About{Kind: kind, Object: r.Object, UID: subject.GetUID(), Action: "Change"}, v)
 }
 
 func coversOperation(cw *v1alpha1.ChangeWindow, op admissionv1.Operation) bool {

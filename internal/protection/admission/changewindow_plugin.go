@@ -12,9 +12,9 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 )
 
-// windowPlugin is the protection ChangeWindows give: a webhook per
+// WindowPlugin is the protection ChangeWindows give: a webhook per
 // window, scoped to its namespace, resources and selector.
-type windowPlugin struct {
+type WindowPlugin struct {
 	WantsCache
 	WantsDirect
 	WantsRecorder
@@ -28,12 +28,12 @@ const WindowKind = "ChangeWindow"
 // WindowOwner is the owner of a ChangeWindow's webhook.
 func WindowOwner(ns, name string) Owner { return Owner{Kind: WindowKind, Namespace: ns, Name: name} }
 
-func (*windowPlugin) Name() string { return "changewindow" }
+func (*WindowPlugin) Name() string { return "changewindow" }
 
 // Objects: a window's schedule is compiled before its webhook is
 // registered (cron expressions that do not parse or never fire, which the
 // CRD's CEL rules cannot see).
-func (*windowPlugin) Objects() ObjectKind {
+func (*WindowPlugin) Objects() ObjectKind {
 	k := NewObjectKind[v1alpha1.ChangeWindow, *v1alpha1.ChangeWindow, v1alpha1.ChangeWindowList](WindowKind, "changewindows", true)
 	k.Validate = func(o client.Object) error {
 		_, err := changewindow.Compile(o.(*v1alpha1.ChangeWindow).Spec, time.Now())
@@ -42,14 +42,14 @@ func (*windowPlugin) Objects() ObjectKind {
 	return k
 }
 
-func (p *windowPlugin) Routes() []Route {
+func (p *WindowPlugin) Routes() []Route {
 	return []Route{
 		{Path: WindowPrefix, Handler: &Windows{Reader: p.Cache, Live: p.Direct, Recorder: p.Recorder, Mapper: p.Mapper}, WithContext: WindowFromPath},
 		{Path: WindowSpecPath, Handler: Spec{InForce: p.InForce, Kinds: []ObjectKind{p.Objects()}}},
 	}
 }
 
-func (*windowPlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*WindowPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	var out []Webhook
 	for _, w := range ObjectsOf[*v1alpha1.ChangeWindow](reg, WindowKind) {
 		ops := w.Spec.Operations
@@ -58,7 +58,7 @@ func (*windowPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 		}
 		var rules []admissionregistrationv1.RuleWithOperations
 		for _, r := range w.Spec.Resources {
-			rl := rule("", "", "")
+			rl := Rule("", "", "")
 			rl.Operations = nil
 			for _, op := range ops {
 				rl.Operations = append(rl.Operations, admissionregistrationv1.OperationType(op))
@@ -68,9 +68,9 @@ func (*windowPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 			rules = append(rules, rl)
 		}
 		h := b.Webhook(w.Name+"."+w.Namespace+".window.rampart.io", WindowPrefix+w.Namespace+"/"+w.Name, rules...)
-		h.NamespaceSelector = inNamespaces([]string{w.Namespace})
-		h.ObjectSelector = orEverything(w.Spec.Selector)
-		out = append(out, own(WindowOwner(w.Namespace, w.Name), h)...)
+		h.NamespaceSelector = InNamespaces([]string{w.Namespace})
+		h.ObjectSelector = OrEverything(w.Spec.Selector)
+		out = append(out, Own(WindowOwner(w.Namespace, w.Name), h)...)
 	}
 	return out
 }

@@ -161,11 +161,11 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 			errors.New("rampart is still loading its view of the cluster; retry in a few seconds"))
 	}
 	v := deletion.Decide(r, h.View)
-	s := about{Kind: schema.GroupVersionKind(req.Kind), Object: r.Object, UID: r.UID, Action: "Delete", Warn: pol != nil && !policy.Enforced(pol)}
-	if h.Bin != nil && !dryRun(req) && (v.Allowed || s.Warn) {
+	s := About{Kind: schema.GroupVersionKind(req.Kind), Object: r.Object, UID: r.UID, Action: "Delete", Warn: pol != nil && !policy.Enforced(pol)}
+	if h.Bin != nil && !DryRun(req) && (v.Allowed || s.Warn) {
 		v = h.capture(ctx, req, r, v, s.Warn)
 	}
-	return respond(h.Recorder, req, s, v)
+	return Respond(h.Recorder, req, s, v)
 }
 
 // capture keeps a copy of the object the admitted delete ends, and
@@ -217,7 +217,7 @@ func deletedObject(req admission.Request) (*unstructured.Unstructured, *admissio
 // decision: the policy is gone, no longer selects the object (the API
 // server may still hold an older configuration), or exempts the requester.
 func findPolicy(ctx context.Context, policies Policies, req admission.Request, obj *unstructured.Unstructured) (*v1alpha1.ProtectionPolicy, *admission.Response) {
-	name, ok := policyName(ctx)
+	name, ok := NameFrom(ctx)
 	if !ok {
 		return nil, nil
 	}
@@ -267,4 +267,4 @@ func replicasAt(obj *unstructured.Unstructured, path string, def int64) int64 {
 	return n
 }
 
-func dryRun(req admission.Request) bool { return req.DryRun != nil && *req.DryRun }
+func DryRun(req admission.Request) bool { return req.DryRun != nil && *req.DryRun }

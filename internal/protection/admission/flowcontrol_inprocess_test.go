@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
 )
 
 // TestFlowControlHandlerInProcess covers the branches inside the flow
@@ -134,10 +134,10 @@ func TestFlowControlHandlerInProcess(t *testing.T) {
 				tt.spec(&dfc.Spec)
 			}
 			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(append([]client.Object{dfc}, pods...)...).WithStatusSubresource(dfc).Build()
-			h := &rampartadmission.FlowControl{Client: c, Clock: clocktesting.NewFakePassiveClock(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))}
+			h := &flowcontrol.FlowControl{Client: c, Clock: clocktesting.NewFakePassiveClock(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))}
 			ctx := context.Background()
 			if tt.flow != "" {
-				ctx = throughPolicy(rampartadmission.FlowControlPrefix, tt.flow)
+				ctx = throughPolicy(flowcontrol.Prefix, tt.flow)
 			}
 			for _, s := range tt.steps {
 				check(t, s.review.name, h.Handle(ctx, s.review.request(t)), s.want)

@@ -29,6 +29,8 @@ import (
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/budget"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
+	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
+	"github.com/rampart-io/rampart/internal/protection/protections"
 	"github.com/rampart-io/rampart/internal/protection/recyclebin"
 )
 
@@ -144,15 +146,15 @@ spec:
 	reg(rampartadmission.PolicyDeletionPrefix, del, rampartadmission.PolicyFromPath(rampartadmission.PolicyDeletionPrefix))
 	reg(rampartadmission.PolicyReplicasPrefix, rep, rampartadmission.PolicyFromPath(rampartadmission.PolicyReplicasPrefix))
 	reg(rampartadmission.WindowPrefix, &rampartadmission.Windows{Reader: c, Live: c}, rampartadmission.WindowFromPath)
-	reg(rampartadmission.WindowSpecPath, rampartadmission.Spec{InForce: fuzzInForce{}}, nil)
+	reg(rampartadmission.WindowSpecPath, rampartadmission.Spec{InForce: fuzzInForce{}, Kinds: protections.Kinds()}, nil)
 	reg(rampartadmission.ObjectsPath, rampartadmission.Objects{
-		"changewindows":         rampartadmission.Spec{InForce: fuzzInForce{}},
+		"changewindows":         rampartadmission.Spec{InForce: fuzzInForce{}, Kinds: protections.Kinds()},
 		"podunavailablebudgets": &rampartadmission.BudgetAdmission{InForce: fuzzInForce{}},
 		"deployments":           generated,
 		"statefulsets":          generated,
 	}, nil)
-	reg(rampartadmission.SpecPath, rampartadmission.Spec{InForce: fuzzInForce{}}, nil)
-	reg(rampartadmission.FlowControlPrefix, &rampartadmission.FlowControl{Client: c, Pods: view}, rampartadmission.FlowControlFromPath)
+	reg(rampartadmission.SpecPath, rampartadmission.Spec{InForce: fuzzInForce{}, Kinds: protections.Kinds()}, nil)
+	reg(flowcontrol.Prefix, &flowcontrol.FlowControl{Client: c, Pods: view}, rampartadmission.PolicyFromPath(flowcontrol.Prefix))
 	reg(rampartadmission.BudgetPath, &rampartadmission.Budgets{Client: c, Cache: c, Index: index, Pods: view, Namespaces: view}, nil)
 	reg(rampartadmission.ProbePath, rampartadmission.Probe{}, nil)
 	reg(rampartadmission.RecyclePrefix, &rampartadmission.Recycle{Reader: c, Bin: fuzzBin{}}, rampartadmission.PolicyFromPath(rampartadmission.RecyclePrefix))
@@ -180,7 +182,7 @@ var fuzzPaths = []string{
 	rampartadmission.WindowSpecPath,
 	rampartadmission.ObjectsPath,
 	rampartadmission.SpecPath,
-	rampartadmission.FlowControlPrefix + "fc",
+	flowcontrol.Prefix + "fc",
 	rampartadmission.BudgetPath,
 	rampartadmission.ProbePath,
 	rampartadmission.RecyclePrefix + "rc",
@@ -189,7 +191,7 @@ var fuzzPaths = []string{
 // TestFuzzReachesEveryRoute: a protection added to admission.Protections is
 // fuzzed too, or this fails.
 func TestFuzzReachesEveryRoute(t *testing.T) {
-	for _, r := range rampartadmission.Routes(rampartadmission.Initialize(rampartadmission.Protections(), rampartadmission.Deps{})) {
+	for _, r := range rampartadmission.Routes(rampartadmission.Initialize(protections.All(), rampartadmission.Deps{})) {
 		if !slices.ContainsFunc(fuzzPaths, func(p string) bool { return strings.HasPrefix(p, r.Path) }) {
 			t.Errorf("the manager serves %s, which FuzzAdmissionReview never calls: register its handler in the fuzz server and add the path to fuzzPaths", r.Path)
 		}

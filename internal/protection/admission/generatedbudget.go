@@ -47,7 +47,7 @@ type GeneratedBudgets struct {
 
 // Handle implements admission.Handler.
 func (h *GeneratedBudgets) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) || req.SubResource != "" || dryRun(req) {
+	if (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) || req.SubResource != "" || DryRun(req) {
 		return admission.Allowed("")
 	}
 	var (

@@ -75,16 +75,13 @@ func kindsRule(kinds []ObjectKind, namespaced bool, ops ...admissionregistration
 // and, for namespaced kinds, ObjectsPath.
 type Spec struct {
 	InForce InForce
-	// Kinds it judges; nil: every protection's.
+	// Kinds it judges.
 	Kinds []ObjectKind
 }
 
 // Handle implements admission.Handler.
 func (h Spec) Handle(ctx context.Context, req admission.Request) admission.Response {
 	kinds := h.Kinds
-	if kinds == nil {
-		kinds = Kinds(Protections())
-	}
 	i := slices.IndexFunc(kinds, func(k ObjectKind) bool { return k.Resource == req.Resource.Resource })
 	if i < 0 {
 		return admission.Allowed("")
@@ -99,7 +96,7 @@ func (h Spec) Handle(ctx context.Context, req admission.Request) admission.Respo
 			return admission.Denied(fmt.Sprintf("%s %s: %v", kind.Kind, obj.GetName(), err))
 		}
 	}
-	if h.InForce == nil || dryRun(req) || !specChanged(req) {
+	if h.InForce == nil || DryRun(req) || !specChanged(req) {
 		return admission.Allowed("")
 	}
 	what := kind.Kind + " " + obj.GetName()
@@ -132,7 +129,7 @@ func specChanged(req admission.Request) bool {
 // explicit-replicas label before a request that adds the label (a
 // creation with it, or an update that sets it) is admitted.
 func (h *Replicas) labelInForce(ctx context.Context, req admission.Request) *admission.Response {
-	if h.InForce == nil || dryRun(req) || req.SubResource != "" {
+	if h.InForce == nil || DryRun(req) || req.SubResource != "" {
 		return nil
 	}
 	gr := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
@@ -168,7 +165,7 @@ func (h *Replicas) gainsGuard(ctx context.Context, gr schema.GroupResource, old,
 	if labelGuard(cur.GetLabels()) != "" && labelGuard(old.GetLabels()) == "" {
 		return true
 	}
-	name, ok := policyName(ctx)
+	name, ok := NameFrom(ctx)
 	if !ok || h.Policies == nil {
 		return false
 	}

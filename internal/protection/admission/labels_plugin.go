@@ -13,9 +13,9 @@ import (
 	"github.com/rampart-io/rampart/internal/protection/compiled"
 )
 
-// labelsPlugin is the protection of objects labelled
+// LabelsPlugin is the protection of objects labelled
 // rampart.io/protection and rampart.io/explicit-replicas.
-type labelsPlugin struct{ guards }
+type LabelsPlugin struct{ guards }
 
 // guards is what the deletion and replicas handlers read, which both the
 // labels and the policies serve.
@@ -39,9 +39,9 @@ func (g *guards) replicas() *Replicas {
 		InForce: g.InForce, LiveLabels: g.LiveLabels, Mapper: g.Mapper}
 }
 
-func (*labelsPlugin) Name() string { return "labels" }
+func (*LabelsPlugin) Name() string { return "labels" }
 
-func (l *labelsPlugin) Routes() []Route {
+func (l *LabelsPlugin) Routes() []Route {
 	return []Route{{Path: DeletionPath, Handler: l.deletion()}, {Path: ReplicasPath, Handler: l.replicas()}}
 }
 
@@ -51,12 +51,12 @@ func labelled(key string, values ...string) *metav1.LabelSelector {
 	}}}
 }
 
-func (*labelsPlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*LabelsPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	// Any resource may carry the labels; the selectors let only labelled
 	// objects through.
-	del := b.Webhook("deletion.rampart.io", DeletionPath, rule(admissionregistrationv1.Delete, "*", "*"))
+	del := b.Webhook("deletion.rampart.io", DeletionPath, Rule(admissionregistrationv1.Delete, "*", "*"))
 	del.ObjectSelector = labelled(v1alpha1.LabelProtection, string(v1alpha1.ProtectionAlways), string(v1alpha1.ProtectionCascading))
-	upd := b.Webhook("replicas.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*"))
+	upd := b.Webhook("replicas.rampart.io", ReplicasPath, Rule(admissionregistrationv1.Update, "*", "*"))
 	upd.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
 	if reg.CompiledLabels {
 		// The API server enforces Always itself, and the replicas of
@@ -71,13 +71,13 @@ func (*labelsPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	// before the creation is admitted. Pods copied from a labelled
 	// template never reach Rampart: the API server's match condition
 	// leaves them out.
-	created := b.Webhook("created.replicas.rampart.io", ReplicasPath, rule(admissionregistrationv1.Create, "*", "*"))
+	created := b.Webhook("created.replicas.rampart.io", ReplicasPath, Rule(admissionregistrationv1.Create, "*", "*"))
 	created.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
 	upd.TimeoutSeconds, created.TimeoutSeconds = ptr.To(inForceTimeout), ptr.To(inForceTimeout)
 	created.MatchConditions = []admissionregistrationv1.MatchCondition{{
 		Name: "not-pods", Expression: `!(request.resource.group == "" && request.resource.resource == "pods")`,
 	}}
-	return own(Owner{}, del, upd, created)
+	return Own(Owner{}, del, upd, created)
 }
 
 // notConfirmedScaled leaves out the confirmed replica changes of custom

@@ -20,9 +20,9 @@ import (
 // conditions are evaluated here with the API server's own CEL libraries
 // (as a policy's, which they share): every other write still calls it.
 func TestLabelWebhookLeavesOnlyConfirmedCustomResourceWrites(t *testing.T) {
-	reg := Registration{CompiledLabels: true, OwnNamespace: "rampart-system", Scaled: []compiled.ScaledResource{compiledtest.Widgets}}
+	reg := Registration{Protections: builtin(), CompiledLabels: true, OwnNamespace: "rampart-system", Scaled: []compiled.ScaledResource{compiledtest.Widgets}}
 	var upd *admissionregistrationv1.ValidatingWebhook
-	for _, w := range (&labelsPlugin{}).Webhooks(reg, newBuilder(reg)) {
+	for _, w := range (&LabelsPlugin{}).Webhooks(reg, newBuilder(reg)) {
 		if w.Name == "replicas.rampart.io" {
 			upd = &w.ValidatingWebhook
 		}

@@ -7,20 +7,21 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 )
 
-// objectsPlugin admits Rampart's own objects: ChangeWindows (what CEL
+// ObjectsPlugin admits Rampart's own objects: ChangeWindows (what CEL
 // cannot check), new PodUnavailableBudgets once the budget webhooks reach
 // their namespace, workloads asking for a generated budget, and the
 // cluster-scoped kinds whose webhooks must be in force first (spec).
-type objectsPlugin struct {
+type ObjectsPlugin struct {
 	WantsDirect
 	WantsInForce
+	WantsKinds
 }
 
-func (*objectsPlugin) Name() string { return "objects" }
+func (*ObjectsPlugin) Name() string { return "objects" }
 
-func (p *objectsPlugin) Routes() []Route {
+func (p *ObjectsPlugin) Routes() []Route {
 	generated := &GeneratedBudgets{Client: p.Direct}
-	kinds := Kinds(Protections())
+	kinds := p.Kinds
 	spec := Spec{InForce: p.InForce, Kinds: kinds}
 	objects := Objects{
 		"podunavailablebudgets": &BudgetAdmission{InForce: p.InForce},
@@ -35,52 +36,52 @@ func (p *objectsPlugin) Routes() []Route {
 	return []Route{{Path: ObjectsPath, Handler: objects}, {Path: SpecPath, Handler: spec}}
 }
 
-func (*objectsPlugin) Webhooks(_ Registration, b Builder) []Webhook {
-	kinds := Kinds(Protections())
+func (*ObjectsPlugin) Webhooks(reg Registration, b Builder) []Webhook {
+	kinds := Kinds(reg.Protections)
 	spec := b.Webhook("objects.rampart.io", ObjectsPath, kindsRule(kinds, true, admissionregistrationv1.Create, admissionregistrationv1.Update), admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
 			Resources: []string{"podunavailablebudgets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 	})
 	spec.TimeoutSeconds = ptr.To(inForceTimeout)
-	return own(Owner{}, spec, specWebhook(b, kinds))
+	return Own(Owner{}, spec, specWebhook(b, kinds))
 }
 
-// generatedBudgetPlugin admits workloads annotated
+// GeneratedBudgetPlugin admits workloads annotated
 // rampart.io/generate-pub once their budget exists (served by Objects).
-type generatedBudgetPlugin struct{}
+type GeneratedBudgetPlugin struct{}
 
-func (*generatedBudgetPlugin) Name() string { return "generatedbudget" }
+func (*GeneratedBudgetPlugin) Name() string { return "generatedbudget" }
 
-func (*generatedBudgetPlugin) Routes() []Route { return nil }
+func (*GeneratedBudgetPlugin) Routes() []Route { return nil }
 
-func (*generatedBudgetPlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*GeneratedBudgetPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	if !reg.GeneratedBudgets {
 		return nil
 	}
 	// Only workloads asking for a generated budget pass the match
 	// condition: annotations cannot be selected on.
-	workloads := rule(admissionregistrationv1.Create, "apps", "deployments")
+	workloads := Rule(admissionregistrationv1.Create, "apps", "deployments")
 	workloads.Operations = append(workloads.Operations, admissionregistrationv1.Update)
 	workloads.Resources = append(workloads.Resources, "statefulsets")
 	workloads.Scope = ptr.To(admissionregistrationv1.NamespacedScope)
 	gen := b.Webhook(GeneratedBudgetsWebhookName, ObjectsPath, workloads)
 	gen.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "generate-pub", Expression: generatePUBCondition}}
 	gen.TimeoutSeconds = ptr.To(inForceTimeout)
-	return own(Owner{}, gen)
+	return Own(Owner{}, gen)
 }
 
-// probePlugin is the Barrier's probe: a fresh webhook per version of the
+// ProbePlugin is the Barrier's probe: a fresh webhook per version of the
 // configuration.
-type probePlugin struct{}
+type ProbePlugin struct{}
 
-func (*probePlugin) Name() string { return "probe" }
+func (*ProbePlugin) Name() string { return "probe" }
 
-func (*probePlugin) Routes() []Route { return []Route{{Path: ProbePath, Handler: Probe{}}} }
+func (*ProbePlugin) Routes() []Route { return []Route{{Path: ProbePath, Handler: Probe{}}} }
 
-func (*probePlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*ProbePlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	if reg.Token == "" {
 		return nil
 	}
-	return own(Owner{}, probeWebhook(reg, b.Webhook))
+	return Own(Owner{}, probeWebhook(reg, b.Webhook))
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -26,7 +27,8 @@ import (
 // every protection's Routes. What its handlers read it asks for by
 // embedding Wants types (wants.go); what its webhooks are made from it
 // declares with OwnsObjects or OwnsKeys (inputs.go). Adding a protection
-// is a package and one line in Protections.
+// is a package and one line in protections.All
+// (internal/protection/protections).
 type Protection interface {
 	// Name names the protection (logs, docs).
 	Name() string
@@ -36,18 +38,21 @@ type Protection interface {
 	Webhooks(Registration, Builder) []Webhook
 }
 
-// Protections are every protection, new, in the order of their webhooks
-// in the configuration.
-func Protections() []Protection {
-	return []Protection{
-		&labelsPlugin{}, &policyPlugin{}, &windowPlugin{}, &flowControlPlugin{}, &budgetPlugin{},
-		&objectsPlugin{}, &scalePlugin{}, &generatedBudgetPlugin{}, &probePlugin{}, &recyclePlugin{},
-	}
-}
-
 // Kinds are the kinds of object the protections are made from, in the
 // order of ps.
 func Kinds(ps []Protection) []ObjectKind { return declared(ps, OwnsObjects.Objects) }
+
+// OwnsReady is a protection whose objects report whether their webhooks
+// are in force: the manager runs the controller it makes (the generic one
+// of internal/protection/ready, over its kind).
+type OwnsReady interface {
+	Ready(c client.Client, reg func() Registration) Controller
+}
+
+// Controller is a controller the manager runs on its leader.
+type Controller interface {
+	SetupWithManager(ctrl.Manager) error
+}
 
 // KeySets are the key sets the protections are scoped with.
 func KeySets(ps []Protection) []KeySet { return declared(ps, OwnsKeys.Keys) }
@@ -85,7 +90,7 @@ type Webhook struct {
 }
 
 // own tags hooks with owner.
-func own(owner Owner, hooks ...admissionregistrationv1.ValidatingWebhook) []Webhook {
+func Own(owner Owner, hooks ...admissionregistrationv1.ValidatingWebhook) []Webhook {
 	out := make([]Webhook, len(hooks))
 	for i, h := range hooks {
 		out[i] = Webhook{Owner: owner, ValidatingWebhook: h}
@@ -152,6 +157,8 @@ type Deps struct {
 	// Bin keeps a copy of each protected object before its delete is
 	// admitted; nil when the recycle bin is off.
 	Bin Capturer
+	// Kinds are every protection's kinds (Initialize sets them).
+	Kinds []ObjectKind
 	// ScaleKeys and BudgetsSynced: see WantsScaleKeys, WantsBudgets.
 	ScaleKeys     ScaleKeys
 	BudgetsSynced func() bool
@@ -166,12 +173,12 @@ func Routes(ps []Protection) []Route {
 	return out
 }
 
-// Webhooks are every protection's webhooks for reg, in the order of
-// Protections, before they are spread over local replicas.
+// Webhooks are the webhooks of reg's protections, in their order, before
+// they are spread over local replicas.
 func Webhooks(reg Registration) []Webhook {
 	b := newBuilder(reg)
 	var out []Webhook
-	for _, p := range Protections() {
+	for _, p := range reg.Protections {
 		out = append(out, p.Webhooks(reg, b)...)
 	}
 	return out

@@ -48,15 +48,21 @@ type policyKey struct{}
 func PolicyFromPath(prefix string) func(context.Context, *http.Request) context.Context {
 	return func(ctx context.Context, r *http.Request) context.Context {
 		if name, ok := strings.CutPrefix(r.URL.Path, prefix); ok && name != "" {
-			return context.WithValue(ctx, policyKey{}, name)
+			return WithName(ctx, name)
 		}
 		return ctx
 	}
 }
 
-// policyName is the policy a request is judged for, if it came through a
-// policy's webhook.
-func policyName(ctx context.Context) (string, bool) {
+// WithName passes the object (a policy, a flow control) whose webhook a
+// request came through to its handler.
+func WithName(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, policyKey{}, name)
+}
+
+// NameFrom is the object a request is judged for, if it came through the
+// webhook of one (PolicyFromPath, WithName).
+func NameFrom(ctx context.Context) (string, bool) {
 	name, ok := ctx.Value(policyKey{}).(string)
 	return name, ok
 }

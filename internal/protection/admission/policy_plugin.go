@@ -10,9 +10,9 @@ import (
 	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
-// policyPlugin is the protection ProtectionPolicies give: a deletion and
+// PolicyPlugin is the protection ProtectionPolicies give: a deletion and
 // a replicas webhook per policy, scoped by its resources and selectors.
-type policyPlugin struct{ guards }
+type PolicyPlugin struct{ guards }
 
 // PolicyKind is the kind whose objects are ProtectionPolicies.
 const PolicyKind = "ProtectionPolicy"
@@ -20,32 +20,32 @@ const PolicyKind = "ProtectionPolicy"
 // PolicyOwner is the owner of a ProtectionPolicy's webhooks.
 func PolicyOwner(name string) Owner { return Owner{Kind: PolicyKind, Name: name} }
 
-func (*policyPlugin) Name() string { return "protectionpolicy" }
+func (*PolicyPlugin) Name() string { return "protectionpolicy" }
 
-func (*policyPlugin) Objects() ObjectKind {
+func (*PolicyPlugin) Objects() ObjectKind {
 	return NewObjectKind[v1alpha1.ProtectionPolicy, *v1alpha1.ProtectionPolicy, v1alpha1.ProtectionPolicyList](PolicyKind, "protectionpolicies", false)
 }
 
-func (p *policyPlugin) Routes() []Route {
+func (p *PolicyPlugin) Routes() []Route {
 	return []Route{
 		{Path: PolicyDeletionPrefix, Handler: p.deletion(), WithContext: PolicyFromPath(PolicyDeletionPrefix)},
 		{Path: PolicyReplicasPrefix, Handler: p.replicas(), WithContext: PolicyFromPath(PolicyReplicasPrefix)},
 	}
 }
 
-func (*policyPlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*PolicyPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	var out []Webhook
 	for _, pp := range ObjectsOf[*v1alpha1.ProtectionPolicy](reg, PolicyKind) {
 		p := *pp
-		out = append(out, policyWebhooks(p, p.Name, withNotOwn(p.Spec.NamespaceSelector, b.NotOwn), b)...)
+		out = append(out, policyWebhooks(p, p.Name, WithNotOwn(p.Spec.NamespaceSelector, b.NotOwn), b)...)
 		if ns := namespaceRelabelWebhook(p, b); ns != nil {
-			out = append(out, own(PolicyOwner(p.Name), *ns)...)
+			out = append(out, Own(PolicyOwner(p.Name), *ns)...)
 		}
 	}
 	for _, r := range reg.Relabelled {
 		// By name: the namespace is not Rampart's (the relabel webhook
 		// never reaches it) and its name label never changes.
-		out = append(out, policyWebhooks(r.Policy, r.Policy.Name+"."+r.Namespace+".relabelled", inNamespaces([]string{r.Namespace}), b)...)
+		out = append(out, policyWebhooks(r.Policy, r.Policy.Name+"."+r.Namespace+".relabelled", InNamespaces([]string{r.Namespace}), b)...)
 	}
 	return out
 }
@@ -56,7 +56,7 @@ func policyWebhooks(p v1alpha1.ProtectionPolicy, prefix string, nsSel *metav1.La
 	var out []Webhook
 	scoped := func(h admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.ValidatingWebhook {
 		h.NamespaceSelector = nsSel
-		h.ObjectSelector = orEverything(p.Spec.ObjectSelector)
+		h.ObjectSelector = OrEverything(p.Spec.ObjectSelector)
 		if !policy.Enforced(&p) {
 			// A policy that only warns must never block anything.
 			h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
@@ -64,7 +64,7 @@ func policyWebhooks(p v1alpha1.ProtectionPolicy, prefix string, nsSel *metav1.La
 		return h
 	}
 	if p.Spec.Protection != "" {
-		out = append(out, own(PolicyOwner(p.Name), scoped(b.Webhook(prefix+".deletion.policy.rampart.io", PolicyDeletionPrefix+p.Name,
+		out = append(out, Own(PolicyOwner(p.Name), scoped(b.Webhook(prefix+".deletion.policy.rampart.io", PolicyDeletionPrefix+p.Name,
 			policyRules(admissionregistrationv1.Delete, p)...)))...)
 	}
 	if policy.Guard(&p) != "" {
@@ -76,7 +76,7 @@ func policyWebhooks(p v1alpha1.ProtectionPolicy, prefix string, nsSel *metav1.La
 		}
 		h := scoped(b.Webhook(prefix+".replicas.policy.rampart.io", PolicyReplicasPrefix+p.Name, rules...))
 		h.TimeoutSeconds = ptr.To(inForceTimeout)
-		out = append(out, own(PolicyOwner(p.Name), h)...)
+		out = append(out, Own(PolicyOwner(p.Name), h)...)
 	}
 	return out
 }
@@ -99,7 +99,7 @@ func namespaceRelabelWebhook(p v1alpha1.ProtectionPolicy, b Builder) *admissionr
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"},
 			Resources: []string{"namespaces"}, Scope: ptr.To(admissionregistrationv1.ClusterScope)},
 	})
-	h.NamespaceSelector = withNotOwn(sel, b.NotOwn)
+	h.NamespaceSelector = WithNotOwn(sel, b.NotOwn)
 	h.MatchConditions = []admissionregistrationv1.MatchCondition{{
 		Name: "labels-changed",
 		Expression: `has(object.metadata.labels) != has(oldObject.metadata.labels) || ` +

@@ -41,8 +41,8 @@ var _ admission.Handler = (*Recycle)(nil)
 
 // Handle implements admission.Handler.
 func (h *Recycle) Handle(ctx context.Context, req admission.Request) admission.Response {
-	name, ok := policyName(ctx)
-	if req.Operation != admissionv1.Delete || dryRun(req) || h.Bin == nil || !ok {
+	name, ok := NameFrom(ctx)
+	if req.Operation != admissionv1.Delete || DryRun(req) || h.Bin == nil || !ok {
 		return admission.Allowed("")
 	}
 	gr := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
@@ -84,7 +84,7 @@ func (h *Recycle) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	v := recyclebin.CaptureRefused(o, fmt.Sprintf("RecyclePolicy %q", p.Name),
 		fmt.Sprintf("If the delete must go through without a copy, take the object out of the policy: kubectl edit recyclepolicy %s", p.Name), err)
-	return respond(h.Recorder, req, about{Kind: schema.GroupVersionKind(req.Kind), Object: o, UID: old.GetUID(), Action: "Delete"}, v)
+	return Respond(h.Recorder, req, About{Kind: schema.GroupVersionKind(req.Kind), Object: o, UID: old.GetUID(), Action: "Delete"}, v)
 }
 
 // recycleCovers re-checks what the API server matched: the configuration

@@ -56,8 +56,11 @@ func (e Endpoint) clientConfig(path string, caBundle []byte) admissionregistrati
 
 // Registration is what the webhook configurations are made from.
 type Registration struct {
-	Endpoint Endpoint
-	CABundle []byte
+	// Protections make the webhooks, in order
+	// (internal/protection/protections.All).
+	Protections []Protection
+	Endpoint    Endpoint
+	CABundle    []byte
 	// OwnNamespace is Rampart's namespace, never judged.
 	OwnNamespace string
 	// Objects are the objects that register webhooks of their own, by
@@ -163,7 +166,7 @@ func spread[W any, P interface {
 }
 
 // inNamespaces selects the named namespaces.
-func inNamespaces(names []string) *metav1.LabelSelector {
+func InNamespaces(names []string) *metav1.LabelSelector {
 	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: names,
 	}}}
@@ -229,7 +232,7 @@ func scaleTargetExpression(targets []string) string {
 func policyRules(op admissionregistrationv1.OperationType, p v1alpha1.ProtectionPolicy) []admissionregistrationv1.RuleWithOperations {
 	out := make([]admissionregistrationv1.RuleWithOperations, 0, len(p.Spec.Resources))
 	for _, r := range p.Spec.Resources {
-		rule := rule(op, "", "")
+		rule := Rule(op, "", "")
 		rule.APIGroups, rule.Resources = r.APIGroups, r.Resources
 		out = append(out, rule)
 	}
@@ -238,7 +241,7 @@ func policyRules(op admissionregistrationv1.OperationType, p v1alpha1.Protection
 
 // orEverything is the selector the API server stores for an absent one, so
 // that what is registered compares equal to what was asked for.
-func orEverything(sel *metav1.LabelSelector) *metav1.LabelSelector {
+func OrEverything(sel *metav1.LabelSelector) *metav1.LabelSelector {
 	if sel == nil {
 		return &metav1.LabelSelector{}
 	}
@@ -246,7 +249,7 @@ func orEverything(sel *metav1.LabelSelector) *metav1.LabelSelector {
 }
 
 // withNotOwn adds the exclusion of Rampart's namespace to a selector.
-func withNotOwn(sel, notOwn *metav1.LabelSelector) *metav1.LabelSelector {
+func WithNotOwn(sel, notOwn *metav1.LabelSelector) *metav1.LabelSelector {
 	out := notOwn.DeepCopy()
 	if sel != nil {
 		out.MatchLabels = sel.MatchLabels
@@ -255,7 +258,7 @@ func withNotOwn(sel, notOwn *metav1.LabelSelector) *metav1.LabelSelector {
 	return out
 }
 
-func rule(op admissionregistrationv1.OperationType, group, resource string) admissionregistrationv1.RuleWithOperations {
+func Rule(op admissionregistrationv1.OperationType, group, resource string) admissionregistrationv1.RuleWithOperations {
 	return admissionregistrationv1.RuleWithOperations{
 		Operations: []admissionregistrationv1.OperationType{op},
 		Rule: admissionregistrationv1.Rule{
@@ -279,4 +282,11 @@ func Register(ctx context.Context, c client.Client, reg Registration, validating
 		obj.SetOwnerReferences([]metav1.OwnerReference{*reg.Owner})
 	}
 	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("rampart-manager"), client.ForceOwnership)
+}
+
+// DeleteRule reaches the DELETEs of the resources r names.
+func DeleteRule(r v1alpha1.ResourceRule) admissionregistrationv1.RuleWithOperations {
+	rl := Rule(admissionregistrationv1.Delete, "", "")
+	rl.APIGroups, rl.Resources = r.APIGroups, r.Resources
+	return rl
 }

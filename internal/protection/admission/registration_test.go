@@ -13,7 +13,7 @@ import (
 )
 
 func TestValidatingConfigReachesOnlyProtectedObjects(t *testing.T) {
-	cfg := ValidatingConfig(Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 9443}, CABundle: []byte("ca"), OwnNamespace: "rampart-system"})
+	cfg := ValidatingConfig(Registration{Protections: builtin(), Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 9443}, CABundle: []byte("ca"), OwnNamespace: "rampart-system"})
 	wh := cfg.Webhooks[0]
 	sel, err := metav1.LabelSelectorAsSelector(wh.ObjectSelector)
 	if err != nil {
@@ -61,7 +61,7 @@ func TestValidatingConfigReachesOnlyProtectedObjects(t *testing.T) {
 }
 
 func TestValidatingConfigInClusterUsesTheService(t *testing.T) {
-	cfg := ValidatingConfig(Registration{Endpoint: Endpoint{Service: "rampart-webhook", Namespace: "rampart-system"}, CABundle: []byte("ca"), OwnNamespace: "rampart-system"})
+	cfg := ValidatingConfig(Registration{Protections: builtin(), Endpoint: Endpoint{Service: "rampart-webhook", Namespace: "rampart-system"}, CABundle: []byte("ca"), OwnNamespace: "rampart-system"})
 	cc := cfg.Webhooks[0].ClientConfig
 	if cc.URL != nil {
 		t.Fatalf("in-cluster registration uses URL %s, want a Service reference", *cc.URL)
@@ -74,7 +74,7 @@ func TestValidatingConfigInClusterUsesTheService(t *testing.T) {
 // Budgets: disruptions and evictions of pods are judged only in namespaces
 // holding budgets, every pod there whatever its labels.
 func TestBudgetWebhooksReachOnlyBudgetedPods(t *testing.T) {
-	reg := Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
+	reg := Registration{Protections: builtin(), Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
 	for _, h := range ValidatingConfig(reg).Webhooks {
 		if strings.HasSuffix(h.Name, "budgets.rampart.io") {
 			t.Fatalf("without budgets, webhook %s", h.Name)
@@ -107,7 +107,7 @@ func TestBudgetWebhooksReachOnlyBudgetedPods(t *testing.T) {
 }
 
 func TestScaleWebhookNamesItsTargets(t *testing.T) {
-	reg := Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}.
+	reg := Registration{Protections: builtin(), Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}.
 		WithKeys(ScaleTargetKeys, "apps/deployments/shop/web")
 	cfg := ValidatingConfig(reg)
 	last := len(cfg.Webhooks) - 1
@@ -129,7 +129,7 @@ func TestScaleWebhookNamesItsTargets(t *testing.T) {
 // The probe reaches only dry-run creations of its own ConfigMap name in
 // Rampart's namespace: it adds nothing an outage could block.
 func TestProbeReachesOnlyItsOwnDryRun(t *testing.T) {
-	reg := Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system", Token: "abc123"}
+	reg := Registration{Protections: builtin(), Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system", Token: "abc123"}
 	var probe *admissionregistrationv1.ValidatingWebhook
 	for i, h := range ValidatingConfig(reg).Webhooks {
 		if IsProbe(h.Name) {
@@ -149,7 +149,7 @@ func TestProbeReachesOnlyItsOwnDryRun(t *testing.T) {
 	if len(probe.MatchConditions) != 1 || probe.MatchConditions[0].Expression != `request.dryRun == true && request.name == "rampart-probe-abc123"` {
 		t.Errorf("probe match conditions %+v", probe.MatchConditions)
 	}
-	for _, h := range ValidatingConfig(Registration{Endpoint: reg.Endpoint, OwnNamespace: "rampart-system"}).Webhooks {
+	for _, h := range ValidatingConfig(Registration{Protections: builtin(), Endpoint: reg.Endpoint, OwnNamespace: "rampart-system"}).Webhooks {
 		if IsProbe(h.Name) {
 			t.Error("a probe without a token")
 		}
@@ -163,7 +163,7 @@ func TestScaleWideningCoversThePolicysResources(t *testing.T) {
 		Resources:         []v1alpha1.ResourceRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments", "statefulsets"}}},
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "critical"}},
 	}}
-	cfg := ValidatingConfig(Registration{Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system",
+	cfg := ValidatingConfig(Registration{Protections: builtin(), Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system",
 		ScaleWidening: []v1alpha1.ProtectionPolicy{p}})
 	for _, h := range cfg.Webhooks {
 		if h.Name != "p.scale.policy.rampart.io" {
@@ -179,4 +179,12 @@ func TestScaleWideningCoversThePolicysResources(t *testing.T) {
 		return
 	}
 	t.Fatal("no scale widening webhook")
+}
+
+// builtin are the protections of this package, in protections.All's
+// order (internal/protection/protections imports this package, so its
+// tests here cannot).
+func builtin() []Protection {
+	return []Protection{&LabelsPlugin{}, &PolicyPlugin{}, &WindowPlugin{}, &BudgetPlugin{}, &ObjectsPlugin{}, &ScalePlugin{},
+		&GeneratedBudgetPlugin{}, &ProbePlugin{}, &RecyclePlugin{}}
 }

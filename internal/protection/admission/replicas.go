@@ -178,7 +178,7 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 		r := base
 		r.Guard, r.Source, r.Exempt = s.guard, s.source, s.exempt
 		v := replicas.Decide(r)
-		resp := respond(h.Recorder, req, about{Kind: kind, Object: r.Object, UID: uid, Action: "Scale", Warn: !s.enforce}, v)
+		resp := Respond(h.Recorder, req, About{Kind: kind, Object: r.Object, UID: uid, Action: "Scale", Warn: !s.enforce}, v)
 		if !resp.Allowed {
 			return resp
 		}
@@ -193,8 +193,8 @@ func (h *Replicas) Handle(ctx context.Context, req admission.Request) admission.
 // until the API servers' caches and Rampart's view have the namespace's
 // new labels (and the scale webhook names its workloads).
 func (h *Replicas) namespaceInForce(ctx context.Context, req admission.Request) admission.Response {
-	name, ok := policyName(ctx)
-	if !ok || h.InForce == nil || h.Policies == nil || dryRun(req) || req.SubResource != "" || req.Operation != admissionv1.Update {
+	name, ok := NameFrom(ctx)
+	if !ok || h.InForce == nil || h.Policies == nil || DryRun(req) || req.SubResource != "" || req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
 	var old, cur metav1.PartialObjectMetadata

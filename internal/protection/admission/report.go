@@ -15,9 +15,9 @@ import (
 	"github.com/rampart-io/rampart/internal/protection"
 )
 
-// about is what a verdict answers: the object, as its Event names it,
+// About is what a verdict answers: the object, as its Event names it,
 // and how the request is answered.
-type about struct {
+type About struct {
 	Kind   schema.GroupVersionKind
 	Object protection.Object
 	UID    types.UID
@@ -41,7 +41,7 @@ type about struct {
 //     when it has one, counted in rampart_admission_denials_total by its
 //     reason, and, unless the request is a dry run, a Warning Event on the
 //     object naming the requester, the reason and the message.
-func respond(rec events.EventRecorder, req admission.Request, s about, v verdict.Verdict) admission.Response {
+func Respond(rec events.EventRecorder, req admission.Request, s About, v verdict.Verdict) admission.Response {
 	switch {
 	case v.Allowed:
 		return admission.Allowed("")
@@ -50,7 +50,7 @@ func respond(rec events.EventRecorder, req admission.Request, s about, v verdict
 		return admission.Allowed("").WithWarnings("rampart (Warn mode): " + v.Message)
 	}
 	denials.WithLabelValues(v.Reason, s.Object.Resource.String()).Inc()
-	if rec != nil && !dryRun(req) && !s.DryRun { // a dry run has no side effects, and an Event is one
+	if rec != nil && !DryRun(req) && !s.DryRun { // a dry run has no side effects, and an Event is one
 		ref := &corev1.ObjectReference{
 			APIVersion: s.Kind.GroupVersion().String(),
 			Kind:       s.Kind.Kind,

@@ -10,21 +10,21 @@ import (
 	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
-// scalePlugin guards the scale subresource of the workloads a label or a
+// ScalePlugin guards the scale subresource of the workloads a label or a
 // policy guards (served by the labels plugin's replicas handler). A Scale
 // carries no labels: the workloads are named in a match condition.
-type scalePlugin struct{ WantsScaleKeys }
+type ScalePlugin struct{ WantsScaleKeys }
 
 // ScaleTargetKeys is the key set of the workloads whose scale subresource
 // is guarded, as "group/resource/namespace/name".
 const ScaleTargetKeys = "scale"
 
-func (*scalePlugin) Name() string { return "scale" }
+func (*ScalePlugin) Name() string { return "scale" }
 
-func (*scalePlugin) Routes() []Route { return nil }
+func (*ScalePlugin) Routes() []Route { return nil }
 
 // Keys are the workloads the label or a policy of reg guards.
-func (p *scalePlugin) Keys() KeySet {
+func (p *ScalePlugin) Keys() KeySet {
 	if p.ScaleKeys == nil {
 		return KeySet{Name: ScaleTargetKeys}
 	}
@@ -43,26 +43,26 @@ func (p *scalePlugin) Keys() KeySet {
 		}}
 }
 
-func (*scalePlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*ScalePlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	targets := reg.Keys[ScaleTargetKeys]
 	var out []Webhook
 	for _, p := range reg.ScaleWidening {
-		out = append(out, scaleWidening(p, p.Name, withNotOwn(p.Spec.NamespaceSelector, b.NotOwn), b)...)
+		out = append(out, scaleWidening(p, p.Name, WithNotOwn(p.Spec.NamespaceSelector, b.NotOwn), b)...)
 	}
 	for _, r := range reg.Relabelled {
 		if policy.Guard(&r.Policy) != "" {
-			out = append(out, scaleWidening(r.Policy, r.Policy.Name+"."+r.Namespace+".relabelled", inNamespaces([]string{r.Namespace}), b)...)
+			out = append(out, scaleWidening(r.Policy, r.Policy.Name+"."+r.Namespace+".relabelled", InNamespaces([]string{r.Namespace}), b)...)
 		}
 	}
 	if len(targets) > 0 {
-		scale := b.Webhook("scale.rampart.io", ReplicasPath, rule(admissionregistrationv1.Update, "*", "*/scale"))
+		scale := b.Webhook("scale.rampart.io", ReplicasPath, Rule(admissionregistrationv1.Update, "*", "*/scale"))
 		if len(targets) <= maxScaleTargets {
 			scale.MatchConditions = []admissionregistrationv1.MatchCondition{{
 				Name:       "explicit-replicas-workload",
 				Expression: scaleTargetExpression(targets),
 			}}
 		}
-		out = append(out, own(Owner{}, scale)...)
+		out = append(out, Own(Owner{}, scale)...)
 	}
 	return out
 }
@@ -72,7 +72,7 @@ func (*scalePlugin) Webhooks(reg Registration, b Builder) []Webhook {
 func scaleWidening(p v1alpha1.ProtectionPolicy, prefix string, nsSel *metav1.LabelSelector, b Builder) []Webhook {
 	var rules []admissionregistrationv1.RuleWithOperations
 	for _, r := range p.Spec.Resources {
-		rl := rule(admissionregistrationv1.Update, "", "")
+		rl := Rule(admissionregistrationv1.Update, "", "")
 		rl.APIGroups, rl.Resources = r.APIGroups, nil
 		for _, res := range r.Resources {
 			rl.Resources = append(rl.Resources, res+"/scale")
@@ -84,5 +84,5 @@ func scaleWidening(p v1alpha1.ProtectionPolicy, prefix string, nsSel *metav1.Lab
 	if !policy.Enforced(&p) {
 		h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
 	}
-	return own(PolicyOwner(p.Name), h)
+	return Own(PolicyOwner(p.Name), h)
 }

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	"github.com/rampart-io/rampart/internal/protection/protections"
 )
 
 // specCalls records what the Spec handler puts in force.
@@ -67,7 +68,7 @@ func TestSpecHandlerInProcess(t *testing.T) {
 			want: outcome{code: http.StatusBadRequest}},
 	} {
 		calls := &specCalls{err: tt.err}
-		check(t, tt.name, rampartadmission.Spec{InForce: calls}.Handle(context.Background(), tt.review.request(t)), tt.want)
+		check(t, tt.name, rampartadmission.Spec{InForce: calls, Kinds: protections.Kinds()}.Handle(context.Background(), tt.review.request(t)), tt.want)
 		if len(calls.calls) != len(tt.calls) || (len(tt.calls) > 0 && calls.calls[0] != tt.calls[0]) {
 			t.Errorf("%s: put in force %v, want %v", tt.name, calls.calls, tt.calls)
 		}

@@ -83,6 +83,9 @@ type ScaleKeys interface {
 	Changes() <-chan struct{}
 }
 
+// WantsKinds knows every protection's kinds of object.
+type WantsKinds struct{ Kinds []ObjectKind }
+
 // WantsBin keeps a copy of each object before its delete is admitted.
 type WantsBin struct{ Bin Capturer }
 
@@ -104,6 +107,7 @@ func (w *WantsBudgets) giveBudgets(d Deps) {
 func (w *WantsReplicas) giveReplicas(d Deps) {
 	w.ReplicasExempt, w.LiveLabels = d.ReplicasExempt, d.LiveLabels
 }
+func (w *WantsKinds) giveKinds(d Deps)         { w.Kinds = d.Kinds }
 func (w *WantsBin) giveBin(d Deps)             { w.Bin = d.Bin }
 func (w *WantsScaleKeys) giveScaleKeys(d Deps) { w.ScaleKeys = d.ScaleKeys }
 
@@ -124,6 +128,7 @@ var initializers = []func(Protection, Deps){
 	func(p Protection, d Deps) { call(p, func(w interface{ giveBudgets(Deps) }) { w.giveBudgets(d) }) },
 	func(p Protection, d Deps) { call(p, func(w interface{ giveReplicas(Deps) }) { w.giveReplicas(d) }) },
 	func(p Protection, d Deps) { call(p, func(w interface{ giveBin(Deps) }) { w.giveBin(d) }) },
+	func(p Protection, d Deps) { call(p, func(w interface{ giveKinds(Deps) }) { w.giveKinds(d) }) },
 	func(p Protection, d Deps) { call(p, func(w interface{ giveScaleKeys(Deps) }) { w.giveScaleKeys(d) }) },
 }
 
@@ -136,6 +141,7 @@ func call[W any](p Protection, give func(W)) {
 
 // Initialize gives each protection what it asked for, and returns them.
 func Initialize(ps []Protection, d Deps) []Protection {
+	d.Kinds = Kinds(ps)
 	for _, p := range ps {
 		for _, init := range initializers {
 			init(p, d)

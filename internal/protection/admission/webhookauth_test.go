@@ -29,6 +29,7 @@ import (
 	"github.com/rampart-io/rampart/internal/operations/localcluster/clustertest"
 	"github.com/rampart-io/rampart/internal/plumbing/pki"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
 )
 
 // webhookCaller posts admission reviews straight to the manager's webhook
@@ -247,7 +248,7 @@ spec:
 			if err != nil {
 				t.Fatal(err)
 			}
-			code, resp, detail := post(caller, base+rampartadmission.FlowControlPrefix+fcName, deleteReview(t, cm, "configmaps", ns, name, "forger"))
+			code, resp, detail := post(caller, base+flowcontrol.Prefix+fcName, deleteReview(t, cm, "configmaps", ns, name, "forger"))
 			if code != c.want || resp != nil {
 				t.Errorf("%s: forged flow control review %d answered %d %s, want %d and no review", c.name, i, code, detail, c.want)
 			}
@@ -300,7 +301,7 @@ spec:
 		if err != nil {
 			t.Fatal(err)
 		}
-		code, resp, detail = post(caller, base+rampartadmission.FlowControlPrefix+fcName, deleteReview(t, cm, "configmaps", ns, cms[0], "control"))
+		code, resp, detail = post(caller, base+flowcontrol.Prefix+fcName, deleteReview(t, cm, "configmaps", ns, cms[0], "control"))
 		if code != http.StatusOK || resp == nil || !resp.Allowed {
 			t.Fatalf("flow control review with the API server's certificate: %d %s, want it admitted", code, detail)
 		}

@@ -146,7 +146,7 @@ func pendingMarks(base rampartadmission.Registration, p pending, sets []ramparta
 	if p.kind.keyed {
 		return []string{p.set + "/" + p.key}
 	}
-	one := rampartadmission.Registration{Endpoint: base.Endpoint, OwnNamespace: base.OwnNamespace}
+	one := rampartadmission.Registration{Endpoint: base.Endpoint, OwnNamespace: base.OwnNamespace, Protections: base.Protections}
 	p.kind.add(&one, p)
 	var out []string
 	for _, h := range rampartadmission.Webhooks(one) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	"github.com/rampart-io/rampart/internal/protection/protections"
 )
 
 func testPolicy(name string, gen int64) v1alpha1.ProtectionPolicy {
@@ -40,7 +41,7 @@ func hookNames(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) []st
 // marked, until the mark expires; then only what its caches hold.
 func TestMergeLiveKeepsWhatAnotherReplicaMarked(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	base := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
+	base := rampartadmission.Registration{Protections: protections.All(), Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
 	fresh := testPolicy("fresh", 1)
 	other := base.With(&fresh).WithKeys(rampartadmission.ScaleTargetKeys, "apps/deployments/shop/web")
 	live := rampartadmission.ValidatingConfig(other)
@@ -103,7 +104,7 @@ func TestPendingCoverageUntilTheCachesCatchUp(t *testing.T) {
 // Each kind of pending coverage is marked by what it brings: the webhooks
 // its object owns, or its key.
 func TestPendingMarksNameWhatEachKindBrings(t *testing.T) {
-	base := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
+	base := rampartadmission.Registration{Protections: protections.All(), Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
 	guarded := testPolicy("web", 1)
 	guarded.Spec.ExplicitReplicas = &v1alpha1.ExplicitReplicas{Guard: v1alpha1.GuardAll}
 	window := &v1alpha1.ChangeWindow{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "nightly"},
@@ -141,7 +142,7 @@ func TestScaleWideningOncePerPolicy(t *testing.T) {
 	p.Spec.ExplicitReplicas = &v1alpha1.ExplicitReplicas{Guard: v1alpha1.GuardAll}
 	p2 := p
 	p2.Generation = 2
-	reg := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
+	reg := rampartadmission.Registration{Protections: protections.All(), Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
 	until := time.Now().Add(time.Minute)
 	reg = withPending(reg, []pending{
 		{kind: pendingScaleWidening, obj: &p, until: until},
@@ -168,7 +169,7 @@ func (failingReader) List(context.Context, client.ObjectList, ...client.ListOpti
 // A registration the caches could not list is no registration: written, it
 // would drop the unlisted protections' webhooks for every replica.
 func TestNoRegistrationFromAFailedList(t *testing.T) {
-	r := &Registrar{reader: failingReader{}, protections: rampartadmission.Protections()}
+	r := &Registrar{reader: failingReader{}, protections: protections.All()}
 	if _, err := r.fromCaches(context.Background()); err == nil || !strings.Contains(err.Error(), "listing ProtectionPolicies: cache not ready") {
 		t.Fatalf("err = %v", err)
 	}

@@ -49,6 +49,7 @@ type Config struct {
 
 // New is a Registrar; add it to the manager (it runs on every replica).
 func New(c Config) *Registrar {
+	c.Base.Protections = c.Protections
 	if c.Barrier.Current == nil {
 		c.Barrier.Current = liveToken(c.Client)
 	}

@@ -36,6 +36,7 @@ import (
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/clusterview"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
+	"github.com/rampart-io/rampart/internal/protection/protections"
 	"github.com/rampart-io/rampart/internal/protection/registrar"
 )
 
@@ -324,7 +325,7 @@ func (w wired) protections(ctx context.Context) (*registrar.Registrar, error) {
 	if o.CompiledPolicies {
 		compiledLabels = registrar.Hash(compiled.LabelRules(compiledOpts))
 	}
-	protections := rampartadmission.Protections()
+	protections := protections.All()
 	reg := registrar.New(registrar.Config{
 		CompiledLabels: compiledLabels, CRDs: views.CRDs,
 		Client: direct, Reader: mgr.GetCache(), Protections: protections,
@@ -360,7 +361,7 @@ func (w wired) protections(ctx context.Context) (*registrar.Registrar, error) {
 	if err := watchProtections(ctx, mgr, reg, keeper, views, policies, protections, o.Log); err != nil {
 		return nil, err
 	}
-	if err := controllers(ctx, mgr, o, reg, keeper, views, scales, recorder); err != nil {
+	if err := controllers(ctx, mgr, o, reg, keeper, views, scales, recorder, protections); err != nil {
 		return nil, err
 	}
 	for _, r := range []manager.Runnable{reg, keeper} {

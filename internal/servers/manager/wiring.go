@@ -26,13 +26,13 @@ import (
 	"github.com/rampart-io/rampart/internal/plumbing/servingcert"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/clusterview"
+	"github.com/rampart-io/rampart/internal/protection/ready"
 	"github.com/rampart-io/rampart/internal/protection/registrar"
 	"github.com/rampart-io/rampart/internal/servers/manager/controller/budgetstatus"
 	"github.com/rampart-io/rampart/internal/servers/manager/controller/explicitdeletion"
 	"github.com/rampart-io/rampart/internal/servers/manager/controller/generatedbudgets"
 	"github.com/rampart-io/rampart/internal/servers/manager/controller/policystatus"
 	"github.com/rampart-io/rampart/internal/servers/manager/controller/quotawatch"
-	"github.com/rampart-io/rampart/internal/servers/manager/controller/ready"
 )
 
 // certificates makes the webhook's serving certificate when o asks for
@@ -172,11 +172,19 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Regi
 // controllers are the controllers the leader runs: the Ready condition of
 // every kind whose webhooks Rampart registers, the explicit-deletion
 // labels of opted-in workloads' pods, budget status and generated budgets.
-func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registrar.Registrar, keeper *registrar.Compiled, views *clusterview.Views, scales rampartadmission.Scales, recorder events.EventRecorder) error {
+func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registrar.Registrar, keeper *registrar.Compiled, views *clusterview.Views, scales rampartadmission.Scales,
+	recorder events.EventRecorder, protections []rampartadmission.Protection) error {
+	// The Ready condition of the kinds whose protection reports it.
+	for _, p := range protections {
+		if r, ok := p.(rampartadmission.OwnsReady); ok {
+			if err := r.Ready(mgr.GetClient(), reg.Registration).SetupWithManager(mgr); err != nil {
+				return err
+			}
+		}
+	}
 	for _, c := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		ready.New(mgr.GetClient(), reg.Registration, policystatus.Policies(keeper, views.OnCRDChange)),
 		ready.New(mgr.GetClient(), reg.Registration, ready.ChangeWindows),
-		ready.New(mgr.GetClient(), reg.Registration, ready.FlowControls),
 		ready.New(mgr.GetClient(), reg.Registration, ready.RecyclePolicies(o.InstalledBy)),
 		&explicitdeletion.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetClient(), View: views.Workloads, Namespaces: views.Namespaces},
 	} {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	"github.com/rampart-io/rampart/internal/protection/protections"
 )
 
 // A budget is Ready only once the budget and eviction webhooks reach its
@@ -27,7 +28,7 @@ func TestEvictionsJudgedOnlyWhereTheWebhooksReach(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	reg := rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1,
+	reg := rampartadmission.Registration{Protections: protections.All(), Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1,
 		Replicas: []string{"https://127.0.0.1:1", "https://127.0.0.1:2"}}, OwnNamespace: "rampart-system"}
 	r := &Reconciler{Client: fake.NewClientBuilder().WithScheme(s).Build()}
 	if r.evictionsJudged(ctx, "shop") {

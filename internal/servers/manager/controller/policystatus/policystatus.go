@@ -1,5 +1,5 @@
 // Package policystatus declares how a ProtectionPolicy is Ready (the
-// generic controller in internal/servers/manager/controller/ready writes it): True once
+// generic controller in internal/protection/ready writes it): True once
 // the registered webhook configuration holds the policy's webhooks as its
 // current spec makes them. Its message also says whether the policy's
 // static rules are compiled to ValidatingAdmissionPolicies and whether
@@ -23,7 +23,7 @@ import (
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/policy"
 	"github.com/rampart-io/rampart/internal/protection/registrar"
-	"github.com/rampart-io/rampart/internal/servers/manager/controller/ready"
+	"github.com/rampart-io/rampart/internal/protection/ready"
 )
 
 // Compiled says whether a policy's static rules are also compiled to
@@ -41,7 +41,7 @@ const compiledWait = 2 * time.Second
 // free the name one needs.
 const leftWait = 30 * time.Second
 
-// Policies is how ProtectionPolicies are Ready (internal/servers/manager/controller/ready
+// Policies is how ProtectionPolicies are Ready (internal/protection/ready
 // runs it). compiled, nil when static rules are not compiled, says how
 // far they are; onCRDChange, nil when CRDs are not followed, registers a
 // function called after any CRD is added, changed or deleted

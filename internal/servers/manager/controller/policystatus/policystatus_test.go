@@ -15,8 +15,8 @@ import (
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
 	"github.com/rampart-io/rampart/internal/protection/registrar"
-	"github.com/rampart-io/rampart/internal/servers/manager/controller/ready"
-	"github.com/rampart-io/rampart/internal/servers/manager/controller/ready/readytest"
+	"github.com/rampart-io/rampart/internal/protection/ready"
+	"github.com/rampart-io/rampart/internal/protection/ready/readytest"
 )
 
 func TestReadyFollowsTheRegisteredConfiguration(t *testing.T) {

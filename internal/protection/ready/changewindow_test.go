@@ -12,7 +12,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
-	"github.com/rampart-io/rampart/internal/servers/manager/controller/ready/readytest"
+	"github.com/rampart-io/rampart/internal/protection/ready/readytest"
 )
 
 // The status says whether the window is open and when it next changes,

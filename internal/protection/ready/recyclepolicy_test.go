@@ -13,7 +13,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/plumbing/installation"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
-	"github.com/rampart-io/rampart/internal/servers/manager/controller/ready/readytest"
+	"github.com/rampart-io/rampart/internal/protection/ready/readytest"
 )
 
 // A policy is Ready once its webhook is registered; with the recycle bin

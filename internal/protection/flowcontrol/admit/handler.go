@@ -1,4 +1,7 @@
-package admission
+// Package admit is the DeletionFlowControl protection as the API server
+// sees it: its webhooks (plugin.go), its handler (handler.go), its Ready
+// condition (ready.go). The decision itself is the parent package.
+package admit
 
 import (
 	"context"
@@ -6,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,12 +30,12 @@ import (
 	"github.com/rampart-io/rampart/internal/plumbing/ledger"
 	"github.com/rampart-io/rampart/internal/plumbing/verdict"
 	"github.com/rampart-io/rampart/internal/protection"
+	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/flowcontrol"
 )
 
-// FlowControlPrefix serves each DeletionFlowControl's webhook, followed by
-// its name.
-const FlowControlPrefix = "/validate/flowcontrol/"
+// Prefix serves each DeletionFlowControl's webhook, followed by its name.
+const Prefix = "/validate/flowcontrol/"
 
 var (
 	trips = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -48,12 +50,6 @@ var (
 
 func init() { metrics.Registry.MustRegister(trips, flowDecisions) }
 
-// PodLabels reads a cached pod's labels (for evictions, whose requests
-// carry no pod).
-type PodLabels interface {
-	PodLabels(namespace, name string) (map[string]string, bool)
-}
-
 // FlowControl counts and limits deletes for DeletionFlowControls. Every
 // admitted delete is written to the flow control's status with optimistic
 // concurrency before it is admitted (internal/plumbing/ledger): the count is exact
@@ -62,7 +58,7 @@ type FlowControl struct {
 	// Client reads and writes DeletionFlowControls directly (not from a
 	// cache: the count must be the latest).
 	Client   client.Client
-	Pods     PodLabels
+	Pods     rampartadmission.PodLabels
 	Recorder events.EventRecorder
 	// Clock is the time deletes are counted at; nil is the real clock.
 	Clock clock.PassiveClock
@@ -70,7 +66,7 @@ type FlowControl struct {
 	// node lifecycle controller's healing, not counted unless much of the
 	// cluster is NotReady at once (PartitionThreshold, as for budgets).
 	// nil counts every delete.
-	Nodes              NodeHealth
+	Nodes              rampartadmission.NodeHealth
 	PartitionThreshold float64
 
 	once    sync.Once
@@ -94,11 +90,11 @@ var _ admission.Handler = (*FlowControl)(nil)
 
 // Handle implements admission.Handler.
 func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admission.Response {
-	name, ok := policyName(ctx)
+	name, ok := rampartadmission.NameFrom(ctx)
 	if !ok {
 		return admission.Allowed("")
 	}
-	subj := about{Kind: schema.GroupVersionKind(req.Kind), Action: "Delete"}
+	subj := rampartadmission.About{Kind: schema.GroupVersionKind(req.Kind), Action: "Delete"}
 	subj.Object = protection.Object{Namespace: req.Namespace, Name: req.Name}
 	subj.Object.Resource.Group, subj.Object.Resource.Resource = req.Resource.Group, req.Resource.Resource
 	var (
@@ -108,7 +104,7 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 		// eviction, and the pod's name is no identity (a StatefulSet's pod
 		// comes back under the same name, and must be counted again).
 		id  string
-		dry = dryRun(req)
+		dry = rampartadmission.DryRun(req)
 	)
 	switch {
 	case req.Operation == admissionv1.Delete:
@@ -141,7 +137,7 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 	default:
 		return admission.Allowed("")
 	}
-	now := clockOrReal(h.Clock).Now()
+	now := rampartadmission.ClockOrReal(h.Clock).Now()
 	var (
 		v       verdict.Verdict
 		outcome string // "counted", "exempt", or "" for a delete the flow control does not count
@@ -183,7 +179,7 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 		flowDecisions.WithLabelValues(name, "exempt").Inc()
 		return admission.Allowed("")
 	case dry:
-		return respond(h.Recorder, req, subj, v) // decided, never counted
+		return rampartadmission.Respond(h.Recorder, req, subj, v) // decided, never counted
 	}
 	dfc := out.Object
 	if flowcontrol.Tripped(v) {
@@ -204,7 +200,7 @@ func (h *FlowControl) Handle(ctx context.Context, req admission.Request) admissi
 		return admission.Allowed("")
 	default:
 		flowDecisions.WithLabelValues(name, "denied").Inc()
-		return respond(h.Recorder, req, subj, v)
+		return rampartadmission.Respond(h.Recorder, req, subj, v)
 	}
 }
 
@@ -267,13 +263,4 @@ func exempt(dfc *v1alpha1.DeletionFlowControl, req admission.Request, objLabels 
 		return err == nil && !s.Empty() && s.Matches(labels.Set(objLabels))
 	}
 	return false
-}
-
-// FlowControlFromPath passes the flow control named after
-// FlowControlPrefix to Handle.
-func FlowControlFromPath(ctx context.Context, r *http.Request) context.Context {
-	if name, ok := strings.CutPrefix(r.URL.Path, FlowControlPrefix); ok && name != "" {
-		return context.WithValue(ctx, policyKey{}, name)
-	}
-	return ctx
 }

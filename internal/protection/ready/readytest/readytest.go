@@ -35,7 +35,10 @@ func Client(t testing.TB, objs ...client.Object) client.WithWatch {
 }
 
 // Registration is the endpoint part of a single manager's registration in
-// rampart-system, with no protection in it.
+// rampart-system, with no object in it, made by the protections of
+// internal/protection/admission (a protection of its own folder adds
+// itself to Protections).
 func Registration() rampartadmission.Registration {
-	return rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
+	return rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system",
+		Protections: []rampartadmission.Protection{&rampartadmission.PolicyPlugin{}, &rampartadmission.WindowPlugin{}, &rampartadmission.RecyclePlugin{}}}
 }

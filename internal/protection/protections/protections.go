@@ -1,0 +1,29 @@
+// Package protections names every protection, in the order of their
+// webhooks in Rampart's ValidatingWebhookConfiguration: the one line a
+// new protection adds outside its own folder (as kube-apiserver's ordered
+// list of admission plugins).
+package protections
+
+import (
+	"github.com/rampart-io/rampart/internal/protection/admission"
+	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
+)
+
+// All are every protection, new (Initialize gives each what it asks for).
+func All() []admission.Protection {
+	return []admission.Protection{
+		&admission.LabelsPlugin{},
+		&admission.PolicyPlugin{},
+		&admission.WindowPlugin{},
+		&flowcontrol.Plugin{},
+		&admission.BudgetPlugin{},
+		&admission.ObjectsPlugin{},
+		&admission.ScalePlugin{},
+		&admission.GeneratedBudgetPlugin{},
+		&admission.ProbePlugin{},
+		&admission.RecyclePlugin{},
+	}
+}
+
+// Kinds are every protection's kinds of object.
+func Kinds() []admission.ObjectKind { return admission.Kinds(All()) }
