@@ -22,8 +22,8 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/policy"
-	"github.com/rampart-io/rampart/internal/protection/registrar"
 	"github.com/rampart-io/rampart/internal/protection/ready"
+	"github.com/rampart-io/rampart/internal/protection/registrar"
 )
 
 // Compiled says whether a policy's static rules are also compiled to

@@ -14,9 +14,9 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
-	"github.com/rampart-io/rampart/internal/protection/registrar"
 	"github.com/rampart-io/rampart/internal/protection/ready"
 	"github.com/rampart-io/rampart/internal/protection/ready/readytest"
+	"github.com/rampart-io/rampart/internal/protection/registrar"
 )
 
 func TestReadyFollowsTheRegisteredConfiguration(t *testing.T) {
