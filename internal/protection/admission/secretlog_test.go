@@ -51,7 +51,7 @@ func TestNoSecretInTheLogs(t *testing.T) {
 	if code, resp, detail := post(caller, env.WebhookURL()+"/validate/deletion", deleteReview(t, live, "secrets", ns, "db", "mallory")); code == 0 || (resp != nil && resp.Allowed) {
 		t.Fatalf("direct review: HTTP %d %s", code, detail)
 	}
-	scan := filepath.Join("..", "..", "hack", "secret-scan.sh")
+	scan := filepath.Join("..", "..", "..", "hack", "secret-scan.sh")
 	// The scan finds what it looks for: the canary planted in a log.
 	planted := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(planted, "logs"), 0o700); err != nil {
