@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	changewindow "github.com/rampart-io/rampart/internal/protection/changewindow/admit"
 )
 
 // TestWindowsHandlerInProcess covers what the change-window adapter reads
@@ -80,12 +80,12 @@ func TestWindowsHandlerInProcess(t *testing.T) {
 		_ = v1alpha1.AddToScheme(s)
 		c := fake.NewClientBuilder().WithScheme(s).WithObjects(cw.DeepCopy()).Build()
 		rec := events.NewFakeRecorder(10)
-		h := &rampartadmission.Windows{Reader: c, Recorder: rec, Clock: clocktesting.NewFakePassiveClock(sunday)}
+		h := &changewindow.Windows{Reader: c, Recorder: rec, Clock: clocktesting.NewFakePassiveClock(sunday)}
 		window := tt.window
 		if window == "" {
 			window = "shop/weekdays"
 		}
-		ctx := rampartadmission.WindowFromPath(context.Background(), &http.Request{URL: &url.URL{Path: rampartadmission.WindowPrefix + window}})
+		ctx := changewindow.FromPath(context.Background(), &http.Request{URL: &url.URL{Path: changewindow.Prefix + window}})
 		check(t, tt.name, h.Handle(ctx, tt.review.request(t)), tt.want)
 		if got := recorded(rec); len(got) != tt.events {
 			t.Errorf("%s: %d Events %v, want %d", tt.name, len(got), got, tt.events)

@@ -28,6 +28,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/budget"
+	changewindow "github.com/rampart-io/rampart/internal/protection/changewindow/admit"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
 	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
 	"github.com/rampart-io/rampart/internal/protection/protections"
@@ -145,8 +146,8 @@ spec:
 	reg(rampartadmission.ReplicasPath, rep, nil)
 	reg(rampartadmission.PolicyDeletionPrefix, del, rampartadmission.PolicyFromPath(rampartadmission.PolicyDeletionPrefix))
 	reg(rampartadmission.PolicyReplicasPrefix, rep, rampartadmission.PolicyFromPath(rampartadmission.PolicyReplicasPrefix))
-	reg(rampartadmission.WindowPrefix, &rampartadmission.Windows{Reader: c, Live: c}, rampartadmission.WindowFromPath)
-	reg(rampartadmission.WindowSpecPath, rampartadmission.Spec{InForce: fuzzInForce{}, Kinds: protections.Kinds()}, nil)
+	reg(changewindow.Prefix, &changewindow.Windows{Reader: c, Live: c}, changewindow.FromPath)
+	reg(changewindow.SpecPath, rampartadmission.Spec{InForce: fuzzInForce{}, Kinds: protections.Kinds()}, nil)
 	reg(rampartadmission.ObjectsPath, rampartadmission.Objects{
 		"changewindows":         rampartadmission.Spec{InForce: fuzzInForce{}, Kinds: protections.Kinds()},
 		"podunavailablebudgets": &rampartadmission.BudgetAdmission{InForce: fuzzInForce{}},
@@ -178,8 +179,8 @@ var fuzzPaths = []string{
 	rampartadmission.ReplicasPath,
 	rampartadmission.PolicyDeletionPrefix + alwaysPolicy.Name,
 	rampartadmission.PolicyReplicasPrefix + alwaysPolicy.Name,
-	rampartadmission.WindowPrefix + "default/w",
-	rampartadmission.WindowSpecPath,
+	changewindow.Prefix + "default/w",
+	changewindow.SpecPath,
 	rampartadmission.ObjectsPath,
 	rampartadmission.SpecPath,
 	flowcontrol.Prefix + "fc",

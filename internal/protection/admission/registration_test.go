@@ -185,6 +185,6 @@ func TestScaleWideningCoversThePolicysResources(t *testing.T) {
 // order (internal/protection/protections imports this package, so its
 // tests here cannot).
 func builtin() []Protection {
-	return []Protection{&LabelsPlugin{}, &PolicyPlugin{}, &WindowPlugin{}, &BudgetPlugin{}, &ObjectsPlugin{}, &ScalePlugin{},
+	return []Protection{&LabelsPlugin{}, &PolicyPlugin{}, &BudgetPlugin{}, &ObjectsPlugin{}, &ScalePlugin{},
 		&GeneratedBudgetPlugin{}, &ProbePlugin{}, &RecyclePlugin{}}
 }

@@ -6,6 +6,7 @@ package protections
 
 import (
 	"github.com/rampart-io/rampart/internal/protection/admission"
+	changewindow "github.com/rampart-io/rampart/internal/protection/changewindow/admit"
 	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
 )
 
@@ -14,7 +15,7 @@ func All() []admission.Protection {
 	return []admission.Protection{
 		&admission.LabelsPlugin{},
 		&admission.PolicyPlugin{},
-		&admission.WindowPlugin{},
+		&changewindow.Plugin{},
 		&flowcontrol.Plugin{},
 		&admission.BudgetPlugin{},
 		&admission.ObjectsPlugin{},

@@ -1,4 +1,4 @@
-package ready
+package admit
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	"github.com/rampart-io/rampart/internal/protection/ready"
 	"github.com/rampart-io/rampart/internal/protection/ready/readytest"
 )
 
@@ -25,8 +26,8 @@ func TestStatusFollowsTheScheduleAndTheRegistration(t *testing.T) {
 		TimeZone:  "UTC",
 		Schedules: []v1alpha1.Schedule{{Days: []v1alpha1.Weekday{"Mon"}, Start: "02:00", End: "04:00"}}}}
 	c := readytest.Client(t, cw)
-	base := readytest.Registration()
-	r := New(c, func() rampartadmission.Registration { return base }, ChangeWindows)
+	base := registration()
+	r := ready.New(c, func() rampartadmission.Registration { return base }, readiness)
 	r.Now = func() time.Time { return now }
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "shop", Name: "nightly"}}
 	get := func() *v1alpha1.ChangeWindow {
@@ -72,7 +73,7 @@ func TestAnInvalidWindowSaysWhy(t *testing.T) {
 		TimeZone:  "Mars/Olympus",
 		Schedules: []v1alpha1.Schedule{{Days: []v1alpha1.Weekday{"Mon"}, Start: "02:00", End: "04:00"}}}}
 	c := readytest.Client(t, cw)
-	r := New(c, readytest.Registration, ChangeWindows)
+	r := ready.New(c, registration, readiness)
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "shop", Name: "mars"}}
 	get := func() *v1alpha1.ChangeWindow {
 		t.Helper()
@@ -93,4 +94,11 @@ func TestAnInvalidWindowSaysWhy(t *testing.T) {
 	if again := get(); again.ResourceVersion != first.ResourceVersion {
 		t.Errorf("status written again with nothing changed: resourceVersion %s, then %s", first.ResourceVersion, again.ResourceVersion)
 	}
+}
+
+// registration is readytest's, with this protection in it.
+func registration() rampartadmission.Registration {
+	reg := readytest.Registration()
+	reg.Protections = append(reg.Protections, &Plugin{})
+	return reg
 }

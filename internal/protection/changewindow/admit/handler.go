@@ -1,4 +1,7 @@
-package admission
+// Package admit is the ChangeWindow protection as the API server sees it:
+// its webhook (plugin.go), its handler (handler.go), its Ready condition
+// (ready.go). The decision itself is the parent package.
+package admit
 
 import (
 	"context"
@@ -24,16 +27,17 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/protection"
+	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/changewindow"
 )
 
-// WindowPrefix serves each ChangeWindow's webhook, followed by
+// Prefix serves each ChangeWindow's webhook, followed by
 // NAMESPACE/NAME.
-const WindowPrefix = "/validate/window/"
+const Prefix = "/validate/window/"
 
-// WindowSpecPath validates ChangeWindows themselves: what CEL cannot check
+// SpecPath validates ChangeWindows themselves: what CEL cannot check
 // (cron schedules that parse and ever fire).
-const WindowSpecPath = "/validate/changewindow"
+const SpecPath = "/validate/changewindow"
 
 // overrides counts emergency overrides of change windows.
 var overrides = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -94,7 +98,7 @@ func (h *Windows) compile(cw *v1alpha1.ChangeWindow) (*changewindow.Window, erro
 	if c, ok := h.compiled[cw.UID]; ok && c.generation == cw.Generation {
 		return c.window, nil
 	}
-	w, err := changewindow.Compile(cw.Spec, ClockOrReal(h.Clock).Now())
+	w, err := changewindow.Compile(cw.Spec, rampartadmission.ClockOrReal(h.Clock).Now())
 	if err != nil {
 		return nil, err
 	}
@@ -170,11 +174,11 @@ func (h *Windows) Handle(ctx context.Context, req admission.Request) admission.R
 	if err := ctx.Err(); err != nil {
 		return admission.Errored(http.StatusServiceUnavailable, err)
 	}
-	now := ClockOrReal(h.Clock).Now()
+	now := rampartadmission.ClockOrReal(h.Clock).Now()
 	v := changewindow.Decide(r, w, now)
 	kind := schema.GroupVersionKind(req.Kind)
 	if changewindow.Overridden(v) {
-		if !DryRun(req) && h.firstRecord(ns+"/"+name+"/"+string(subject.GetUID())+"/"+r.Override, now) {
+		if !rampartadmission.DryRun(req) && h.firstRecord(ns+"/"+name+"/"+string(subject.GetUID())+"/"+r.Override, now) {
 			overrides.WithLabelValues(ns, name).Inc()
 			if h.Recorder != nil {
 				h.Recorder.Eventf(&corev1.ObjectReference{APIVersion: kind.GroupVersion().String(), Kind: kind.Kind,
@@ -184,7 +188,7 @@ func (h *Windows) Handle(ctx context.Context, req admission.Request) admission.R
 		}
 		return admission.Allowed("").WithWarnings("rampart: " + v.Message + " (recorded)")
 	}
-	return Respond(h.Recorder, req, About{Kind: kind, Object: r.Object, UID: subject.GetUID(), Action: "Change"}, v)
+	return rampartadmission.Respond(h.Recorder, req, rampartadmission.About{Kind: kind, Object: r.Object, UID: subject.GetUID(), Action: "Change"}, v)
 }
 
 func coversOperation(cw *v1alpha1.ChangeWindow, op admissionv1.Operation) bool {
@@ -202,9 +206,9 @@ func coversOperation(cw *v1alpha1.ChangeWindow, op admissionv1.Operation) bool {
 
 type windowKey struct{}
 
-// WindowFromPath passes the NAMESPACE/NAME after WindowPrefix to Handle.
-func WindowFromPath(ctx context.Context, r *http.Request) context.Context {
-	if rest, ok := strings.CutPrefix(r.URL.Path, WindowPrefix); ok {
+// FromPath passes the NAMESPACE/NAME after Prefix to Handle.
+func FromPath(ctx context.Context, r *http.Request) context.Context {
+	if rest, ok := strings.CutPrefix(r.URL.Path, Prefix); ok {
 		return context.WithValue(ctx, windowKey{}, rest)
 	}
 	return ctx
