@@ -49,7 +49,7 @@ const (
 	// needs a cluster (see managerDescs).
 )
 
-var managerDirs = []string{"../internal/servers/manager", "../internal/servers/manager/controller/quotawatch"}
+var managerDirs = []string{"../internal/protection/flowcontrol/admit", "../internal/servers/manager/controller/quotawatch"}
 
 // targetLabels are added by Prometheus (job, instance) and the Prometheus
 // operator's ServiceMonitor (the rest) to every scraped series.
@@ -158,7 +158,8 @@ func exerciseWebhook() {
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/charts-test", strings.NewReader("{}")))
 }
 
-// managerDescs reads the prometheus.NewDesc calls of internal/servers/manager: its
+// managerDescs reads the prometheus.NewDesc calls of the collectors the
+// manager registers (a protection's OwnsCollectors, quotawatch's): those
 // collectors (the DeletionFlowControl breaker gauges) are registered only in
 // manager.Run, which needs a cluster, and are unexported. The Go parser, not
 // a text search, finds the name and label literals; a call it cannot read

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -47,6 +49,12 @@ func Kinds(ps []Protection) []ObjectKind { return declared(ps, OwnsObjects.Objec
 // of internal/protection/ready, over its kind).
 type OwnsReady interface {
 	Ready(c client.Client, reg func() Registration) Controller
+}
+
+// OwnsCollectors is a protection that exports metrics read from its
+// objects on each scrape: the manager registers its collectors.
+type OwnsCollectors interface {
+	Collectors(reader client.Reader) []prometheus.Collector
 }
 
 // Controller is a controller the manager runs on its leader.

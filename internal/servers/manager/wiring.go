@@ -142,8 +142,14 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Regi
 	}); err != nil {
 		return err
 	}
-	if err := metrics.Registry.Register(newBreakerGauge(mgr.GetCache())); err != nil {
-		return err
+	for _, p := range protections {
+		if c, ok := p.(rampartadmission.OwnsCollectors); ok {
+			for _, col := range c.Collectors(mgr.GetCache()) {
+				if err := metrics.Registry.Register(col); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	// Every object of a protection's kind re-registers when it comes,
 	// goes, or its spec changes.

@@ -1,4 +1,4 @@
-package manager
+package admit
 
 import (
 	"context"
@@ -58,4 +58,10 @@ func (g *breakerGauge) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(g.count, prometheus.GaugeValue, float64(c), f.Name, limits[i].String())
 		}
 	}
+}
+
+// Collectors export every flow control's breaker state and window counts,
+// read from reader (the manager's cache) on each scrape.
+func (*Plugin) Collectors(reader client.Reader) []prometheus.Collector {
+	return []prometheus.Collector{newBreakerGauge(reader)}
 }
