@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -102,6 +103,9 @@ type NodeHealth interface {
 	NodeUnavailable(name string) string
 	// NodeCount counts the cluster's nodes, and those NotReady.
 	NodeCount() budget.NodeCount
+	// Nodes are the cached nodes sel selects (their labels, spec's
+	// unschedulable and taints, and Ready condition; read-only).
+	Nodes(sel labels.Selector) []*corev1.Node
 }
 
 // OwnerView says from the cache whether an owner is alive (see

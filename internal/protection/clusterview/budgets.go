@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
@@ -238,6 +239,18 @@ func (v *Budgets) OwnerAlive(ns string, ref metav1.OwnerReference) (alive, known
 		return false, false
 	}
 	return m.GetUID() == ref.UID && m.GetDeletionTimestamp() == nil, true
+}
+
+// Nodes are the cached nodes sel selects, slimmed to what the decisions
+// read (labels, unschedulable, taints, the Ready condition); read-only.
+func (v *Budgets) Nodes(sel labels.Selector) []*corev1.Node {
+	var out []*corev1.Node
+	for _, obj := range v.informers.informer(nodes).GetIndexer().List() {
+		if n, ok := obj.(*corev1.Node); ok && sel.Matches(labels.Set(n.Labels)) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // NodeCount counts the cluster's nodes and those NotReady or unreachable

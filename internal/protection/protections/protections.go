@@ -8,6 +8,7 @@ import (
 	"github.com/rampart-io/rampart/internal/protection/admission"
 	changewindow "github.com/rampart-io/rampart/internal/protection/changewindow/admit"
 	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
+	nodebudget "github.com/rampart-io/rampart/internal/protection/nodebudget/admit"
 )
 
 // All are every protection, new (Initialize gives each what it asks for).
@@ -17,6 +18,7 @@ func All() []admission.Protection {
 		&admission.PolicyPlugin{},
 		&changewindow.Plugin{},
 		&flowcontrol.Plugin{},
+		&nodebudget.Plugin{},
 		&admission.BudgetPlugin{},
 		&admission.ObjectsPlugin{},
 		&admission.ScalePlugin{},
