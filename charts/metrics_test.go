@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -49,7 +50,25 @@ const (
 	// needs a cluster (see managerDescs).
 )
 
-var managerDirs = []string{"../internal/protection/flowcontrol/admit", "../internal/servers/manager/controller/quotawatch"}
+var managerDirs = append(collectorDirs("../internal/protection/*/admit"), "../internal/servers/manager/controller/quotawatch")
+
+// collectorDirs are the protections' folders that define collectors of
+// their own (OwnsCollectors): a new protection's are checked with no
+// line here.
+func collectorDirs(pattern string) []string {
+	dirs, _ := filepath.Glob(pattern)
+	var out []string
+	for _, d := range dirs {
+		files, _ := filepath.Glob(filepath.Join(d, "*.go"))
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil && !strings.HasSuffix(f, "_test.go") && strings.Contains(string(b), "prometheus.NewDesc(") {
+				out = append(out, d)
+				break
+			}
+		}
+	}
+	return out
+}
 
 // targetLabels are added by Prometheus (job, instance) and the Prometheus
 // operator's ServiceMonitor (the rest) to every scraped series.

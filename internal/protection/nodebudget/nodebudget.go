@@ -51,6 +51,10 @@ const (
 // server's retry, a drain's cordon then its taint — is not counted again.
 const InFlight = 2 * time.Minute
 
+// MaxRetryAfter is the longest wait a rate refusal asks the client to
+// sleep out by itself.
+const MaxRetryAfter = 30 * time.Second
+
 // maxRecent bounds status.recentDenied; maxDisruptions bounds
 // status.disruptions (the CRD's maxItems).
 const (
@@ -217,10 +221,17 @@ func Decide(spec v1alpha1.NodeDisruptionBudgetSpec, st *v1alpha1.NodeDisruptionB
 			r.Budget, floor, expected, avail, verb(r.Kind), r.Node, avail-1, r.Budget, max(avail-1, 0))}
 	case spec.Rate != nil && recent >= int(spec.Rate.Count):
 		wait := oldest.Add(window).Sub(now)
-		v = verdict.Verdict{Reason: RuleRate, Refusal: verdict.Throttled, RetryAfter: wait, Message: fmt.Sprintf(
+		v = verdict.Verdict{Reason: RuleRate, Refusal: verdict.Throttled, Message: fmt.Sprintf(
 			"NodeDisruptionBudget %s lets %d of its nodes leave service per %s, and %d did: %s node %s may go in %s. "+
 				"If this cannot wait, raise the rate: kubectl patch nodedisruptionbudget %s --type merge -p '{\"spec\":{\"rate\":{\"count\":%d,\"window\":%q}}}'",
 			r.Budget, spec.Rate.Count, spec.Rate.Window, recent, verb(r.Kind), r.Node, wait.Round(time.Second), r.Budget, spec.Rate.Count+1, spec.Rate.Window)}
+		// client-go (so kubectl cordon) sleeps out a 429's Retry-After by
+		// itself, up to ten times: a departure an hour away would hang the
+		// command for an hour. Only a short wait is left to the client;
+		// a long one is in the message.
+		if wait <= MaxRetryAfter {
+			v.RetryAfter = wait
+		}
 	default:
 		st.Disruptions = append([]v1alpha1.NodeDisruption{{Node: r.Node, Kind: r.Kind, User: r.User, Time: metav1.NewTime(now),
 			ResourceVersion: r.ResourceVersion}}, st.Disruptions...)
