@@ -15,9 +15,8 @@ import (
 // root is the repository, seen from this package's folder.
 const root = ".."
 
-// pages are the Markdown files whose links are checked: the README and
-// every page of docs/.
-func pages(t *testing.T) []string {
+// docsPages are the pages of docs/, seen from the repository.
+func docsPages(t *testing.T) []string {
 	t.Helper()
 	docs, err := filepath.Glob("*.md")
 	if err != nil {
@@ -26,11 +25,17 @@ func pages(t *testing.T) []string {
 	if len(docs) == 0 {
 		t.Fatal("no docs/*.md found")
 	}
-	files := []string{filepath.Join(root, "README.md")}
-	for _, d := range docs {
-		files = append(files, filepath.Join(root, "docs", d))
+	for i, d := range docs {
+		docs[i] = filepath.Join(root, "docs", d)
 	}
-	return files
+	return docs
+}
+
+// pages are the Markdown files whose links are checked: the README, the
+// chart's and every page of docs/.
+func pages(t *testing.T) []string {
+	t.Helper()
+	return append([]string{filepath.Join(root, "README.md"), filepath.Join(root, "charts/rampart/README.md")}, docsPages(t)...)
 }
 
 // page is a Markdown file read for its links and anchors.
@@ -246,7 +251,7 @@ func TestEveryDocsPageIsLinkedFromTheReadme(t *testing.T) {
 		path, _, _ := strings.Cut(l.target, "#")
 		linked[path] = true
 	}
-	for _, file := range pages(t)[1:] {
+	for _, file := range docsPages(t) {
 		if rel := "docs/" + filepath.Base(file); !linked[rel] {
 			t.Errorf("README.md does not link %s: add it to \"Where to read more\"", rel)
 		}
