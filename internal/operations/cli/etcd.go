@@ -362,7 +362,7 @@ func newEtcdSnapshotGetCommand() *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d bytes, revision %d, %d revisions kept, sha256 %s (store checksum ok, %s, bbolt check ok)\n",
 				to, info.Size, info.Revision, info.Revisions, info.SHA256, hash)
-			fmt.Fprintf(cmd.OutOrStdout(), "restore it with etcdutl snapshot restore %s --bump-revision 1000000000 --mark-compacted ..., kubelets stopped first (README: Restoring an etcd snapshot without the kubelet trap)\n", to)
+			fmt.Fprintf(cmd.OutOrStdout(), "restore it with etcdutl snapshot restore %s --bump-revision 1000000000 --mark-compacted ..., kubelets stopped first (docs/etcd.md: Restoring an etcd snapshot without the kubelet trap)\n", to)
 			return nil
 		},
 	}

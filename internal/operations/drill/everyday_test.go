@@ -75,7 +75,7 @@ func TestEverydayOperations(t *testing.T) {
 		why, known := knownRefusals[r.Operation]
 		switch {
 		case r.Verdict == drill.VerdictOK && known:
-			t.Logf("%s met its bound this time, with no refusal (they depend on timing; if it keeps meeting it, take it off knownRefusals and the README)", r.Operation)
+			t.Logf("%s met its bound this time, with no refusal (they depend on timing; if it keeps meeting it, take it off knownRefusals and docs/drills.md)", r.Operation)
 		case r.Verdict == drill.VerdictOK:
 		case r.Verdict == drill.VerdictRefused && known:
 			t.Logf("%s: %d refused under protection, known (%s): %s", r.Operation, r.Protected.Refused, why, strings.Join(r.Protected.Refusals, "; "))
@@ -88,7 +88,7 @@ func TestEverydayOperations(t *testing.T) {
 
 // knownRefusals are the operations known to see a few refusals under
 // protection though they finish within their bound, each with why; the
-// README ("Everyday operations, timed") says so and what the user does.
+// docs/drills.md ("Everyday operations, timed") says so and what the user does.
 // They are logged, not failed, as long as they finish in time.
 var knownRefusals = map[string]string{
 	"manager-rolling-restart": "each local manager replica serves a fixed share of the webhook calls by URL: while one restarts, its share fails closed",

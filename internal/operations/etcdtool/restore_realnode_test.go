@@ -25,7 +25,7 @@ import (
 	"github.com/rampart-io/rampart/internal/servers/nodeguard"
 )
 
-// TestRestoreWithARealKubelet follows all five of the README's restore
+// TestRestoreWithARealKubelet follows all five of docs/etcd.md's restore
 // steps on a cluster with one real node (kubelet, node guard, containerd).
 // Pod "before" runs when the snapshot is saved, pod "after" is made once
 // it is. What a user sees once the kubelet is back: "before" is Running
@@ -76,7 +76,7 @@ func TestRestoreWithARealKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Steps 2-4: API server and etcd stop, the restore exactly as the
-	// README writes it, etcd and the API server start again, and every
+	// docs/etcd.md writes it, etcd and the API server start again, and every
 	// controller restarts.
 	restoreEtcd(t, env, snap, "--bump-revision", "1000000000", "--mark-compacted")
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)

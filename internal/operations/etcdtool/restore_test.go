@@ -20,7 +20,7 @@ import (
 	"github.com/rampart-io/rampart/internal/operations/localcluster/clustertest"
 )
 
-// TestRestoreWithoutTheKubeletTrap follows the README's restore steps on a
+// TestRestoreWithoutTheKubeletTrap follows the restore steps of docs/etcd.md on a
 // cluster of its own: a snapshot saved by `rampart etcd snapshot save` is
 // restored with etcdutl, raising the revision and marking it compacted.
 // What a user sees: the object made after the snapshot is gone, the one
@@ -104,7 +104,7 @@ func TestRestoreWithoutTheKubeletTrap(t *testing.T) {
 	}
 }
 
-// restoreEtcd is the README's restore from the API server's stop (step 2)
+// restoreEtcd is docs/etcd.md's restore from the API server's stop (step 2)
 // to its start (step 4): the API server and etcd stop, etcdutl restores
 // snap into a new data directory with the extra flags, which takes the old
 // one's place, and etcd and the API server start on it.

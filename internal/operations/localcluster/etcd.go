@@ -32,7 +32,7 @@ func (c *Cluster) StartEtcd(ctx context.Context) error {
 // RestartControllers stops and starts again every client of the API
 // server that keeps a cache: kube-controller-manager, kube-scheduler,
 // kwok and the Rampart managers, each waited for until healthy. After an
-// etcd restore (README, "Restoring an etcd snapshot without the kubelet
+// etcd restore (docs/etcd.md, "Restoring an etcd snapshot without the kubelet
 // trap", step 4) none may keep acting on what it cached before.
 func (c *Cluster) RestartControllers(ctx context.Context) error {
 	restarts := []struct {

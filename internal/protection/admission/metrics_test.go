@@ -14,7 +14,7 @@ import (
 )
 
 // The local cluster serves the manager's metrics as the chart does and
-// the README says: over HTTPS, to callers the API server allows to get
+// docs/install-and-operations.md says: over HTTPS, to callers the API server allows to get
 // /metrics (rampart-metrics-reader), and to nobody else.
 func TestManagerMetricsAreServedOnlyToReaders(t *testing.T) {
 	env := clustertest.Get(t)

@@ -19,7 +19,7 @@ import (
 // TrafficPolicies match the client the gateway authenticated, not the
 // user it impersonates: a policy naming a user does not hold a client
 // that impersonates that user, and a client cannot escape its own policy
-// by impersonating someone else (as the README says).
+// by impersonating someone else (as docs/gateway.md says).
 func TestPoliciesMatchTheAuthenticatedClientNotTheImpersonatedUser(t *testing.T) {
 	env := clustertest.Get(t)
 	grant(t, env, "t-imp-support", "imp-support",

@@ -57,7 +57,7 @@ func webhookClientAuth(o Options, log logr.Logger) ([]func(*tls.Config), func(ht
 		}
 		log.Info("WARNING: --webhook-client-ca is not set: anyone who reaches the webhook port can send admission reviews " +
 			"that consume budgets and flow controls. Give the API server a client certificate for webhooks and pass its CA " +
-			"(see the README, \"Only the API server may call the webhooks\"), or restrict the port with a NetworkPolicy")
+			"(see docs/install-and-operations.md, \"Only the API server may call the webhooks\"), or restrict the port with a NetworkPolicy")
 		return tlsOpts, func(h http.Handler) http.Handler { return h }, nil
 	}
 	data, err := os.ReadFile(o.WebhookClientCA)

@@ -240,7 +240,7 @@ func (r *Reconciler) run(ctx context.Context, b *v1alpha1.Backup, d Decision, no
 				name, run.Size, run.Revision, run.SHA256, run.Duration)
 			lastObjects.DeleteLabelValues(key) // a snapshot is keys and revisions, not objects
 			r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, ReasonSucceeded, "Backup",
-				"%s in %s; to restore: rampart etcd snapshot get %s --store STORE (checked again), then etcdutl snapshot restore with --bump-revision and --mark-compacted, kubelets stopped (README: Restoring an etcd snapshot without the kubelet trap)",
+				"%s in %s; to restore: rampart etcd snapshot get %s --store STORE (checked again), then etcdutl snapshot restore with --bump-revision and --mark-compacted, kubelets stopped (docs/etcd.md: Restoring an etcd snapshot without the kubelet trap)",
 				succeeded.Message, r.Location, name)
 		} else {
 			succeeded.Message = fmt.Sprintf("backup %s: %d objects of %d resources, %d bytes, in %s", name, run.Objects, run.Resources, run.Size, run.Duration)
