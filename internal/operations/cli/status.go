@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection/nodebudget"
 )
 
 func newStatusCommand() *cobra.Command {
@@ -108,13 +110,7 @@ func printStatus(ctx context.Context, out io.Writer, cfg *rest.Config, maxDenial
 		if p.Spec.ExplicitReplicas != nil {
 			guard = string(p.Spec.ExplicitReplicas.Guard)
 		}
-		ready := "Unknown"
-		for _, c := range p.Status.Conditions {
-			if c.Type == "Ready" {
-				ready = string(c.Status)
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, strings.Join(res, ","), dash(string(p.Spec.Protection)), guard, p.Spec.Mode, ready)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, strings.Join(res, ","), dash(string(p.Spec.Protection)), guard, p.Spec.Mode, readyOf(p.Status.Conditions))
 	}
 	if len(policies.Items) == 0 {
 		fmt.Fprintln(tw, "(none)")
@@ -136,6 +132,29 @@ func printStatus(ctx context.Context, out io.Writer, cfg *rest.Config, maxDenial
 			timeOrDash(w.Status.NextOpen), timeOrDash(w.Status.NextClose), dash(w.Spec.TimeZone), strings.Join(w.Spec.Fields, ","))
 	}
 	if len(windows.Items) == 0 {
+		fmt.Fprintln(tw, "(none)")
+	}
+
+	fmt.Fprintln(tw, "\nNODE DISRUPTION BUDGETS")
+	fmt.Fprintln(tw, "NAME\tNODE SELECTOR\tWATER LEVEL\tLAST DENIED\tREADY")
+	var nodeBudgets v1alpha1.NodeDisruptionBudgetList
+	if err := cl.List(ctx, &nodeBudgets); err != nil {
+		fmt.Fprintf(tw, "(cannot list: %v)\n", err)
+	}
+	for _, b := range nodeBudgets.Items {
+		denied := "-"
+		if len(b.Status.RecentDenied) > 0 {
+			d := b.Status.RecentDenied[0]
+			denied = fmt.Sprintf("%s by %s at %s", d.Object, d.User, d.Time.UTC().Format(time.RFC3339))
+		}
+		sel := "(every node)"
+		if b.Spec.NodeSelector != nil {
+			sel = metav1.FormatLabelSelector(b.Spec.NodeSelector)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, sel,
+			dash(nodebudget.Describe(b.Spec, b.Status, time.Now())), denied, readyOf(b.Status.Conditions))
+	}
+	if len(nodeBudgets.Items) == 0 {
 		fmt.Fprintln(tw, "(none)")
 	}
 
@@ -197,6 +216,14 @@ func timeOrDash(t *metav1.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// readyOf is the status of a Ready condition, Unknown without one.
+func readyOf(conds []metav1.Condition) string {
+	if c := meta.FindStatusCondition(conds, "Ready"); c != nil {
+		return string(c.Status)
+	}
+	return "Unknown"
 }
 
 func dash(s string) string {

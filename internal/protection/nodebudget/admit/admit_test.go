@@ -3,6 +3,8 @@ package admit_test
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -205,6 +207,15 @@ func TestNodeBudgetRate(t *testing.T) {
 	if !strings.Contains(out, "lets 1 of its nodes leave service per 1h") ||
 		!strings.Contains(out, "node "+nodes[1]+" may go in 59m") || time.Since(start) > 20*time.Second {
 		t.Fatalf("second departure over the rate, after %s: %v\n%s", time.Since(start), err, out)
+	}
+	// rampart status shows where the budget stands and who was refused.
+	_, rampart, err := clustertest.Binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := exec.Command(rampart, "status", "--kubeconfig", env.Kubeconfig).CombinedOutput()
+	if err != nil || !regexp.MustCompile(`(?m)^rate\s+pool=rate\s+1 of 1 left in the last 1h\s+cordoning node/`+nodes[1]+` by `).Match(st) {
+		t.Errorf("rampart status: %v\n%s", err, st)
 	}
 	u, err := env.Dynamic.Resource(budgets).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
