@@ -33,6 +33,7 @@ import (
 	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
 	"github.com/rampart-io/rampart/internal/protection/protections"
 	"github.com/rampart-io/rampart/internal/protection/recyclebin"
+	recycle "github.com/rampart-io/rampart/internal/protection/recyclebin/admit"
 )
 
 // The fuzz targets here need no cluster: run them with -short so that
@@ -158,7 +159,7 @@ spec:
 	reg(flowcontrol.Prefix, &flowcontrol.FlowControl{Client: c, Pods: view}, rampartadmission.PolicyFromPath(flowcontrol.Prefix))
 	reg(rampartadmission.BudgetPath, &rampartadmission.Budgets{Client: c, Cache: c, Index: index, Pods: view, Namespaces: view}, nil)
 	reg(rampartadmission.ProbePath, rampartadmission.Probe{}, nil)
-	reg(rampartadmission.RecyclePrefix, &rampartadmission.Recycle{Reader: c, Bin: fuzzBin{}}, rampartadmission.PolicyFromPath(rampartadmission.RecyclePrefix))
+	reg(recycle.Prefix, &recycle.Recycle{Reader: c, Bin: fuzzBin{}}, rampartadmission.PolicyFromPath(recycle.Prefix))
 	return mux
 }
 
@@ -186,7 +187,7 @@ var fuzzPaths = []string{
 	flowcontrol.Prefix + "fc",
 	rampartadmission.BudgetPath,
 	rampartadmission.ProbePath,
-	rampartadmission.RecyclePrefix + "rc",
+	recycle.Prefix + "rc",
 }
 
 // TestFuzzReachesEveryRoute: a protection added to admission.Protections is

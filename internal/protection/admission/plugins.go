@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/plumbing/installation"
 	"github.com/rampart-io/rampart/internal/protection/budget"
 )
 
@@ -170,6 +171,8 @@ type Deps struct {
 	// ScaleKeys and BudgetsSynced: see WantsScaleKeys, WantsBudgets.
 	ScaleKeys     ScaleKeys
 	BudgetsSynced func() bool
+	// InstalledBy is how the manager was installed.
+	InstalledBy installation.Method
 }
 
 // Routes are the handlers of ps.

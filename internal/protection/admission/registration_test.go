@@ -186,5 +186,5 @@ func TestScaleWideningCoversThePolicysResources(t *testing.T) {
 // tests here cannot).
 func builtin() []Protection {
 	return []Protection{&LabelsPlugin{}, &PolicyPlugin{}, &BudgetPlugin{}, &ObjectsPlugin{}, &ScalePlugin{},
-		&GeneratedBudgetPlugin{}, &ProbePlugin{}, &RecyclePlugin{}}
+		&GeneratedBudgetPlugin{}, &ProbePlugin{}}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/rampart-io/rampart/internal/protection/admission"
 	changewindow "github.com/rampart-io/rampart/internal/protection/changewindow/admit"
 	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
+	recyclebin "github.com/rampart-io/rampart/internal/protection/recyclebin/admit"
 )
 
 // All are every protection, new (Initialize gives each what it asks for).
@@ -22,7 +23,7 @@ func All() []admission.Protection {
 		&admission.ScalePlugin{},
 		&admission.GeneratedBudgetPlugin{},
 		&admission.ProbePlugin{},
-		&admission.RecyclePlugin{},
+		&recyclebin.Plugin{},
 	}
 }
 

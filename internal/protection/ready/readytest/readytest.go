@@ -40,5 +40,5 @@ func Client(t testing.TB, objs ...client.Object) client.WithWatch {
 // itself to Protections).
 func Registration() rampartadmission.Registration {
 	return rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system",
-		Protections: []rampartadmission.Protection{&rampartadmission.PolicyPlugin{}, &rampartadmission.RecyclePlugin{}}}
+		Protections: []rampartadmission.Protection{&rampartadmission.PolicyPlugin{}}}
 }
