@@ -28,6 +28,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/budget"
+	budgets "github.com/rampart-io/rampart/internal/protection/budget/admit"
 	changewindow "github.com/rampart-io/rampart/internal/protection/changewindow/admit"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
 	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
@@ -136,7 +137,7 @@ spec:
 		LiveLabels: func(context.Context, schema.GroupVersionResource, string, string) (map[string]string, bool, error) {
 			return map[string]string{v1alpha1.LabelExplicitReplicas: "true"}, true, nil
 		}}
-	generated := &rampartadmission.GeneratedBudgets{Client: c}
+	generated := &budgets.GeneratedBudgets{Client: c}
 	mux := http.NewServeMux()
 	reg := func(path string, h admission.Handler, withCtx func(context.Context, *http.Request) context.Context) {
 		wh := &webhook.Admission{Handler: h, WithContextFunc: withCtx}
@@ -151,13 +152,13 @@ spec:
 	reg(changewindow.SpecPath, rampartadmission.Spec{InForce: fuzzInForce{}, Kinds: protections.Kinds()}, nil)
 	reg(rampartadmission.ObjectsPath, rampartadmission.Objects{
 		"changewindows":         rampartadmission.Spec{InForce: fuzzInForce{}, Kinds: protections.Kinds()},
-		"podunavailablebudgets": &rampartadmission.BudgetAdmission{InForce: fuzzInForce{}},
+		"podunavailablebudgets": &budgets.BudgetAdmission{InForce: fuzzInForce{}},
 		"deployments":           generated,
 		"statefulsets":          generated,
 	}, nil)
 	reg(rampartadmission.SpecPath, rampartadmission.Spec{InForce: fuzzInForce{}, Kinds: protections.Kinds()}, nil)
 	reg(flowcontrol.Prefix, &flowcontrol.FlowControl{Client: c, Pods: view}, rampartadmission.PolicyFromPath(flowcontrol.Prefix))
-	reg(rampartadmission.BudgetPath, &rampartadmission.Budgets{Client: c, Cache: c, Index: index, Pods: view, Namespaces: view}, nil)
+	reg(budgets.Path, &budgets.Budgets{Client: c, Cache: c, Index: index, Pods: view, Namespaces: view}, nil)
 	reg(rampartadmission.ProbePath, rampartadmission.Probe{}, nil)
 	reg(recycle.Prefix, &recycle.Recycle{Reader: c, Bin: fuzzBin{}}, rampartadmission.PolicyFromPath(recycle.Prefix))
 	return mux
@@ -185,7 +186,7 @@ var fuzzPaths = []string{
 	rampartadmission.ObjectsPath,
 	rampartadmission.SpecPath,
 	flowcontrol.Prefix + "fc",
-	rampartadmission.BudgetPath,
+	budgets.Path,
 	rampartadmission.ProbePath,
 	recycle.Prefix + "rc",
 }

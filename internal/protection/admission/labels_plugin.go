@@ -73,7 +73,7 @@ func (*LabelsPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	// leaves them out.
 	created := b.Webhook("created.replicas.rampart.io", ReplicasPath, Rule(admissionregistrationv1.Create, "*", "*"))
 	created.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
-	upd.TimeoutSeconds, created.TimeoutSeconds = ptr.To(inForceTimeout), ptr.To(inForceTimeout)
+	upd.TimeoutSeconds, created.TimeoutSeconds = ptr.To(InForceTimeout), ptr.To(InForceTimeout)
 	created.MatchConditions = []admissionregistrationv1.MatchCondition{{
 		Name: "not-pods", Expression: `!(request.resource.group == "" && request.resource.resource == "pods")`,
 	}}

@@ -166,8 +166,10 @@ type Deps struct {
 	// Bin keeps a copy of each protected object before its delete is
 	// admitted; nil when the recycle bin is off.
 	Bin Capturer
-	// Kinds are every protection's kinds (Initialize sets them).
-	Kinds []ObjectKind
+	// Kinds are every protection's kinds, and Protections every
+	// protection (Initialize sets them).
+	Kinds       []ObjectKind
+	Protections []Protection
 	// ScaleKeys and BudgetsSynced: see WantsScaleKeys, WantsBudgets.
 	ScaleKeys     ScaleKeys
 	BudgetsSynced func() bool

@@ -75,7 +75,7 @@ func policyWebhooks(p v1alpha1.ProtectionPolicy, prefix string, nsSel *metav1.La
 			rules[i].Operations = append(rules[i].Operations, admissionregistrationv1.Create)
 		}
 		h := scoped(b.Webhook(prefix+".replicas.policy.rampart.io", PolicyReplicasPrefix+p.Name, rules...))
-		h.TimeoutSeconds = ptr.To(inForceTimeout)
+		h.TimeoutSeconds = ptr.To(InForceTimeout)
 		out = append(out, Own(PolicyOwner(p.Name), h)...)
 	}
 	return out
@@ -105,7 +105,7 @@ func namespaceRelabelWebhook(p v1alpha1.ProtectionPolicy, b Builder) *admissionr
 		Expression: `has(object.metadata.labels) != has(oldObject.metadata.labels) || ` +
 			`(has(object.metadata.labels) && object.metadata.labels != oldObject.metadata.labels)`,
 	}}
-	h.TimeoutSeconds = ptr.To(inForceTimeout)
+	h.TimeoutSeconds = ptr.To(InForceTimeout)
 	if !policy.Enforced(&p) {
 		h.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
 	}

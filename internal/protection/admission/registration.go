@@ -67,7 +67,7 @@ type Registration struct {
 	// kind (ObjectKind.Kind), sorted by namespace and name.
 	Objects map[string][]client.Object
 	// Keys are the key sets the webhooks are scoped with, by name
-	// (KeySet.Name): ScaleTargetKeys, BudgetNamespaceKeys.
+	// (KeySet.Name): ScaleTargetKeys, the budgets' NamespaceKeys.
 	Keys map[string][]string
 	// RecycleBin is on (the manager keeps copies): RecyclePolicies then
 	// get webhooks of their own.
@@ -171,13 +171,6 @@ func InNamespaces(names []string) *metav1.LabelSelector {
 		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: names,
 	}}}
 }
-
-// EvictionWebhookName judges evictions in namespaces holding budgets.
-const EvictionWebhookName = "evictions.budgets.rampart.io"
-
-// BudgetsWebhookName judges disruptions of pods in namespaces holding
-// budgets.
-const BudgetsWebhookName = "budgets.rampart.io"
 
 // partition is true for the requests replica i of n serves, chosen by the
 // last character of the object's name (the random suffix of generated

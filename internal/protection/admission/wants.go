@@ -90,6 +90,10 @@ type WantsKinds struct{ Kinds []ObjectKind }
 // WantsBin keeps a copy of each object before its delete is admitted.
 type WantsBin struct{ Bin Capturer }
 
+// WantsProtections knows every protection, initialized (a protection
+// serving what others declare).
+type WantsProtections struct{ Protections []Protection }
+
 // WantsInstalledBy knows how the manager was installed (what a message
 // says to change a setting).
 type WantsInstalledBy struct{ InstalledBy installation.Method }
@@ -115,6 +119,7 @@ func (w *WantsReplicas) giveReplicas(d Deps) {
 func (w *WantsKinds) giveKinds(d Deps)             { w.Kinds = d.Kinds }
 func (w *WantsBin) giveBin(d Deps)                 { w.Bin = d.Bin }
 func (w *WantsScaleKeys) giveScaleKeys(d Deps)     { w.ScaleKeys = d.ScaleKeys }
+func (w *WantsProtections) giveProtections(d Deps) { w.Protections = d.Protections }
 func (w *WantsInstalledBy) giveInstalledBy(d Deps) { w.InstalledBy = d.InstalledBy }
 
 // initializers give each protection what it embeds.
@@ -139,6 +144,9 @@ var initializers = []func(Protection, Deps){
 	func(p Protection, d Deps) {
 		call(p, func(w interface{ giveInstalledBy(Deps) }) { w.giveInstalledBy(d) })
 	},
+	func(p Protection, d Deps) {
+		call(p, func(w interface{ giveProtections(Deps) }) { w.giveProtections(d) })
+	},
 }
 
 // call calls give with p if p wants what W gives.
@@ -150,7 +158,7 @@ func call[W any](p Protection, give func(W)) {
 
 // Initialize gives each protection what it asked for, and returns them.
 func Initialize(ps []Protection, d Deps) []Protection {
-	d.Kinds = Kinds(ps)
+	d.Kinds, d.Protections = Kinds(ps), ps
 	for _, p := range ps {
 		for _, init := range initializers {
 			init(p, d)

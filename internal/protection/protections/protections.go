@@ -6,6 +6,7 @@ package protections
 
 import (
 	"github.com/rampart-io/rampart/internal/protection/admission"
+	budget "github.com/rampart-io/rampart/internal/protection/budget/admit"
 	changewindow "github.com/rampart-io/rampart/internal/protection/changewindow/admit"
 	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
 	recyclebin "github.com/rampart-io/rampart/internal/protection/recyclebin/admit"
@@ -18,10 +19,10 @@ func All() []admission.Protection {
 		&admission.PolicyPlugin{},
 		&changewindow.Plugin{},
 		&flowcontrol.Plugin{},
-		&admission.BudgetPlugin{},
+		&budget.Plugin{},
 		&admission.ObjectsPlugin{},
 		&admission.ScalePlugin{},
-		&admission.GeneratedBudgetPlugin{},
+		&budget.GeneratedPlugin{},
 		&admission.ProbePlugin{},
 		&recyclebin.Plugin{},
 	}
