@@ -32,6 +32,7 @@ import (
 	changewindow "github.com/rampart-io/rampart/internal/protection/changewindow/admit"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
 	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
+	protectionpolicy "github.com/rampart-io/rampart/internal/protection/policy/admit"
 	"github.com/rampart-io/rampart/internal/protection/protections"
 	"github.com/rampart-io/rampart/internal/protection/recyclebin"
 	recycle "github.com/rampart-io/rampart/internal/protection/recyclebin/admit"
@@ -146,8 +147,8 @@ spec:
 	}
 	reg(rampartadmission.DeletionPath, del, nil)
 	reg(rampartadmission.ReplicasPath, rep, nil)
-	reg(rampartadmission.PolicyDeletionPrefix, del, rampartadmission.PolicyFromPath(rampartadmission.PolicyDeletionPrefix))
-	reg(rampartadmission.PolicyReplicasPrefix, rep, rampartadmission.PolicyFromPath(rampartadmission.PolicyReplicasPrefix))
+	reg(protectionpolicy.DeletionPrefix, del, rampartadmission.PolicyFromPath(protectionpolicy.DeletionPrefix))
+	reg(protectionpolicy.ReplicasPrefix, rep, rampartadmission.PolicyFromPath(protectionpolicy.ReplicasPrefix))
 	reg(changewindow.Prefix, &changewindow.Windows{Reader: c, Live: c}, changewindow.FromPath)
 	reg(changewindow.SpecPath, rampartadmission.Spec{InForce: fuzzInForce{}, Kinds: protections.Kinds()}, nil)
 	reg(rampartadmission.ObjectsPath, rampartadmission.Objects{
@@ -179,8 +180,8 @@ func (fuzzBin) Capture(_ context.Context, e recyclebin.Entry) (string, error) {
 var fuzzPaths = []string{
 	rampartadmission.DeletionPath,
 	rampartadmission.ReplicasPath,
-	rampartadmission.PolicyDeletionPrefix + alwaysPolicy.Name,
-	rampartadmission.PolicyReplicasPrefix + alwaysPolicy.Name,
+	protectionpolicy.DeletionPrefix + alwaysPolicy.Name,
+	protectionpolicy.ReplicasPrefix + alwaysPolicy.Name,
 	changewindow.Prefix + "default/w",
 	changewindow.SpecPath,
 	rampartadmission.ObjectsPath,
@@ -340,8 +341,8 @@ func FuzzAdmissionReview(f *testing.F) {
 			}
 			// The "always" policy protects every object: through its
 			// webhook no DELETE at all is allowed.
-			byPolicy := deleting && path == rampartadmission.PolicyDeletionPrefix+alwaysPolicy.Name
-			if !byPolicy && (!protected || (path != rampartadmission.DeletionPath && !strings.HasPrefix(path, rampartadmission.PolicyDeletionPrefix))) {
+			byPolicy := deleting && path == protectionpolicy.DeletionPrefix+alwaysPolicy.Name
+			if !byPolicy && (!protected || (path != rampartadmission.DeletionPath && !strings.HasPrefix(path, protectionpolicy.DeletionPrefix))) {
 				continue
 			}
 			var out admissionv1.AdmissionReview
@@ -388,7 +389,7 @@ func TestProtectedDeleteWithUnreadableLabelsIsRefused(t *testing.T) {
 		"no oldObject":              "",
 	} {
 		body := seedReview(admissionv1.Delete, deploy, deploys, "", "default", "web", "", old, "")
-		for _, path := range []string{rampartadmission.DeletionPath, rampartadmission.PolicyDeletionPrefix + alwaysPolicy.Name} {
+		for _, path := range []string{rampartadmission.DeletionPath, protectionpolicy.DeletionPrefix + alwaysPolicy.Name} {
 			rec := httptest.NewRecorder()
 			req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")

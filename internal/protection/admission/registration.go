@@ -221,17 +221,6 @@ func scaleTargetExpression(targets []string) string {
 		strings.Join(quoted, ", ") + "]"
 }
 
-// policyRules are the rules of a policy's webhook: its resources.
-func policyRules(op admissionregistrationv1.OperationType, p v1alpha1.ProtectionPolicy) []admissionregistrationv1.RuleWithOperations {
-	out := make([]admissionregistrationv1.RuleWithOperations, 0, len(p.Spec.Resources))
-	for _, r := range p.Spec.Resources {
-		rule := Rule(op, "", "")
-		rule.APIGroups, rule.Resources = r.APIGroups, r.Resources
-		out = append(out, rule)
-	}
-	return out
-}
-
 // orEverything is the selector the API server stores for an absent one, so
 // that what is registered compares equal to what was asked for.
 func OrEverything(sel *metav1.LabelSelector) *metav1.LabelSelector {

@@ -150,5 +150,5 @@ func TestScaleWideningCoversThePolicysResources(t *testing.T) {
 // order (internal/protection/protections imports this package, so its
 // tests here cannot).
 func builtin() []Protection {
-	return []Protection{&LabelsPlugin{}, &PolicyPlugin{}, &ObjectsPlugin{}, &ScalePlugin{}, &ProbePlugin{}}
+	return []Protection{&LabelsPlugin{}, &ObjectsPlugin{}, &ScalePlugin{}, &ProbePlugin{}}
 }

@@ -9,6 +9,7 @@ import (
 	budget "github.com/rampart-io/rampart/internal/protection/budget/admit"
 	changewindow "github.com/rampart-io/rampart/internal/protection/changewindow/admit"
 	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
+	policy "github.com/rampart-io/rampart/internal/protection/policy/admit"
 	recyclebin "github.com/rampart-io/rampart/internal/protection/recyclebin/admit"
 )
 
@@ -16,7 +17,7 @@ import (
 func All() []admission.Protection {
 	return []admission.Protection{
 		&admission.LabelsPlugin{},
-		&admission.PolicyPlugin{},
+		&policy.Plugin{},
 		&changewindow.Plugin{},
 		&flowcontrol.Plugin{},
 		&budget.Plugin{},
