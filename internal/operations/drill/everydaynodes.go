@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rampart-io/rampart/internal/operations/localcluster"
-	"github.com/rampart-io/rampart/internal/protection/admission"
+	pub "github.com/rampart-io/rampart/internal/protection/budget/admit"
 )
 
 // nodeMonitorGracePeriod is kube-controller-manager's default
@@ -334,7 +334,7 @@ var drainNode = Operation{
 		}
 		tm.Measured = map[string]float64{"pods_drained": float64(len(pods.Items)), "evictions_retried": float64(retried.Load())}
 		return tm, refusals.settle(ctx, &tm, nil, func(r rejection) bool {
-			return r.Hook == admission.EvictionWebhookName && r.Code == "429"
+			return r.Hook == pub.EvictionWebhookName && r.Code == "429"
 		})
 	},
 }

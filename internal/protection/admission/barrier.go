@@ -93,7 +93,7 @@ type Barrier struct {
 
 // DefaultBarrierTimeout is how long Wait waits for the API servers to load a
 // configuration: inside the 15 s that the API server gives a webhook that
-// waits on it (inForceTimeout).
+// waits on it (InForceTimeout).
 const DefaultBarrierTimeout = 12 * time.Second
 
 // ErrNotLoaded says an API server did not load the configuration in time.

@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/budget"
+	pub "github.com/rampart-io/rampart/internal/protection/budget/admit"
 )
 
 type terminating map[string]bool
@@ -141,7 +141,7 @@ func TestBudgetHandlerInProcess(t *testing.T) {
 		index := budget.NewIndex()
 		index.SetBudget(b)
 		rec := events.NewFakeRecorder(10)
-		h := &rampartadmission.Budgets{Client: c, Index: index, Namespaces: tt.ns, Recorder: rec,
+		h := &pub.Budgets{Client: c, Index: index, Namespaces: tt.ns, Recorder: rec,
 			Pods: podLabels{"shop/web-1": pod.Labels}}
 		check(t, tt.name, h.Handle(context.Background(), tt.review.request(t)), tt.want)
 		if got := recorded(rec); len(got) != tt.events {

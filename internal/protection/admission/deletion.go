@@ -76,8 +76,8 @@ type Capturer interface {
 // refusal that says why, not the API server's bare webhook timeout.
 const captureWithin = 4 * time.Second
 
-// capture stores e in bin within captureWithin.
-func capture(ctx context.Context, bin Capturer, e recyclebin.Entry) error {
+// Capture stores e in bin within captureWithin.
+func Capture(ctx context.Context, bin Capturer, e recyclebin.Entry) error {
 	ctx, cancel := context.WithTimeout(ctx, captureWithin)
 	defer cancel()
 	_, err := bin.Capture(ctx, e)
@@ -112,7 +112,7 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 	if req.Operation != admissionv1.Delete {
 		return admission.Allowed("")
 	}
-	old, bad := deletedObject(req)
+	old, bad := DeletedObject(req)
 	if bad != nil {
 		return *bad
 	}
@@ -172,7 +172,7 @@ func (h *Deletion) Handle(ctx context.Context, req admission.Request) admission.
 // refuses the delete when it cannot: a Warn-mode policy (warn) only
 // warns, of both refusals.
 func (h *Deletion) capture(ctx context.Context, req admission.Request, r deletion.Request, v verdict.Verdict, warn bool) verdict.Verdict {
-	err := capture(ctx, h.Bin, recyclebin.Entry{
+	err := Capture(ctx, h.Bin, recyclebin.Entry{
 		Resource:  schema.GroupVersionResource(req.Resource),
 		Kind:      req.Kind.Kind,
 		Namespace: r.Namespace,
@@ -195,10 +195,10 @@ func (h *Deletion) capture(ctx context.Context, req admission.Request, r deletio
 	return refused
 }
 
-// deletedObject is the object a DELETE ends: the API server sends it as
+// DeletedObject is the object a DELETE ends: the API server sends it as
 // oldObject. A review without one, or one that does not decode, is
 // answered with an error.
-func deletedObject(req admission.Request) (*unstructured.Unstructured, *admission.Response) {
+func DeletedObject(req admission.Request) (*unstructured.Unstructured, *admission.Response) {
 	if len(req.OldObject.Raw) == 0 {
 		bad := admission.Errored(http.StatusBadRequest, errors.New("DELETE admission request carries no oldObject"))
 		return nil, &bad

@@ -19,6 +19,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
+	protectionpolicy "github.com/rampart-io/rampart/internal/protection/policy/admit"
 	"github.com/rampart-io/rampart/internal/protection/recyclebin"
 )
 
@@ -120,14 +121,14 @@ func TestDeletionHandlerInProcess(t *testing.T) {
 		{name: "an orphaning delete of a scaled workload keeps its pods", review: review{op: admissionv1.Delete, gvr: deploymentsGVR, kind: deploymentKind, namespace: "shop", name: "web",
 			old: deploymentObj("web", 2, v1alpha1.ProtectionCascading), options: metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationOrphan)}},
 			want: outcome{allowed: true}},
-		{name: "through a policy: its level, not the label's", ctx: throughPolicy(rampartadmission.PolicyDeletionPrefix, "keep"),
+		{name: "through a policy: its level, not the label's", ctx: throughPolicy(protectionpolicy.DeletionPrefix, "keep"),
 			review: with(cascadingNS, func(r *review) { r.old = namespaceObj("empty", "") }), events: 1,
 			want: outcome{code: http.StatusForbidden, says: []string{`ProtectionPolicy "keep"`}}},
-		{name: "through a policy that exempts the requester", ctx: throughPolicy(rampartadmission.PolicyDeletionPrefix, "keep"),
+		{name: "through a policy that exempts the requester", ctx: throughPolicy(protectionpolicy.DeletionPrefix, "keep"),
 			review: with(cascadingNS, func(r *review) { r.user = "ops-bot" }), want: outcome{allowed: true}},
-		{name: "through a policy that is gone", ctx: throughPolicy(rampartadmission.PolicyDeletionPrefix, "gone"),
+		{name: "through a policy that is gone", ctx: throughPolicy(protectionpolicy.DeletionPrefix, "gone"),
 			review: cascadingNS, want: outcome{allowed: true}},
-		{name: "through a Warn-mode policy: admitted with the denial as a warning", ctx: throughPolicy(rampartadmission.PolicyDeletionPrefix, "warn"),
+		{name: "through a Warn-mode policy: admitted with the denial as a warning", ctx: throughPolicy(protectionpolicy.DeletionPrefix, "warn"),
 			review: with(cascadingNS, func(r *review) { r.old = namespaceObj("empty", "") }),
 			want:   outcome{allowed: true, says: []string{"Warn mode", `ProtectionPolicy "warn"`}}},
 	} {

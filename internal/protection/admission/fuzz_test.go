@@ -28,11 +28,14 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/budget"
+	budgets "github.com/rampart-io/rampart/internal/protection/budget/admit"
 	changewindow "github.com/rampart-io/rampart/internal/protection/changewindow/admit"
 	"github.com/rampart-io/rampart/internal/protection/deletion"
 	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
+	protectionpolicy "github.com/rampart-io/rampart/internal/protection/policy/admit"
 	"github.com/rampart-io/rampart/internal/protection/protections"
 	"github.com/rampart-io/rampart/internal/protection/recyclebin"
+	recycle "github.com/rampart-io/rampart/internal/protection/recyclebin/admit"
 )
 
 // The fuzz targets here need no cluster: run them with -short so that
@@ -135,7 +138,7 @@ spec:
 		LiveLabels: func(context.Context, schema.GroupVersionResource, string, string) (map[string]string, bool, error) {
 			return map[string]string{v1alpha1.LabelExplicitReplicas: "true"}, true, nil
 		}}
-	generated := &rampartadmission.GeneratedBudgets{Client: c}
+	generated := &budgets.GeneratedBudgets{Client: c}
 	mux := http.NewServeMux()
 	reg := func(path string, h admission.Handler, withCtx func(context.Context, *http.Request) context.Context) {
 		wh := &webhook.Admission{Handler: h, WithContextFunc: withCtx}
@@ -144,21 +147,21 @@ spec:
 	}
 	reg(rampartadmission.DeletionPath, del, nil)
 	reg(rampartadmission.ReplicasPath, rep, nil)
-	reg(rampartadmission.PolicyDeletionPrefix, del, rampartadmission.PolicyFromPath(rampartadmission.PolicyDeletionPrefix))
-	reg(rampartadmission.PolicyReplicasPrefix, rep, rampartadmission.PolicyFromPath(rampartadmission.PolicyReplicasPrefix))
+	reg(protectionpolicy.DeletionPrefix, del, rampartadmission.PolicyFromPath(protectionpolicy.DeletionPrefix))
+	reg(protectionpolicy.ReplicasPrefix, rep, rampartadmission.PolicyFromPath(protectionpolicy.ReplicasPrefix))
 	reg(changewindow.Prefix, &changewindow.Windows{Reader: c, Live: c}, changewindow.FromPath)
 	reg(changewindow.SpecPath, rampartadmission.Spec{InForce: fuzzInForce{}, Kinds: protections.Kinds()}, nil)
 	reg(rampartadmission.ObjectsPath, rampartadmission.Objects{
 		"changewindows":         rampartadmission.Spec{InForce: fuzzInForce{}, Kinds: protections.Kinds()},
-		"podunavailablebudgets": &rampartadmission.BudgetAdmission{InForce: fuzzInForce{}},
+		"podunavailablebudgets": &budgets.BudgetAdmission{InForce: fuzzInForce{}},
 		"deployments":           generated,
 		"statefulsets":          generated,
 	}, nil)
 	reg(rampartadmission.SpecPath, rampartadmission.Spec{InForce: fuzzInForce{}, Kinds: protections.Kinds()}, nil)
 	reg(flowcontrol.Prefix, &flowcontrol.FlowControl{Client: c, Pods: view}, rampartadmission.PolicyFromPath(flowcontrol.Prefix))
-	reg(rampartadmission.BudgetPath, &rampartadmission.Budgets{Client: c, Cache: c, Index: index, Pods: view, Namespaces: view}, nil)
+	reg(budgets.Path, &budgets.Budgets{Client: c, Cache: c, Index: index, Pods: view, Namespaces: view}, nil)
 	reg(rampartadmission.ProbePath, rampartadmission.Probe{}, nil)
-	reg(rampartadmission.RecyclePrefix, &rampartadmission.Recycle{Reader: c, Bin: fuzzBin{}}, rampartadmission.PolicyFromPath(rampartadmission.RecyclePrefix))
+	reg(recycle.Prefix, &recycle.Recycle{Reader: c, Bin: fuzzBin{}}, rampartadmission.PolicyFromPath(recycle.Prefix))
 	return mux
 }
 
@@ -177,16 +180,16 @@ func (fuzzBin) Capture(_ context.Context, e recyclebin.Entry) (string, error) {
 var fuzzPaths = []string{
 	rampartadmission.DeletionPath,
 	rampartadmission.ReplicasPath,
-	rampartadmission.PolicyDeletionPrefix + alwaysPolicy.Name,
-	rampartadmission.PolicyReplicasPrefix + alwaysPolicy.Name,
+	protectionpolicy.DeletionPrefix + alwaysPolicy.Name,
+	protectionpolicy.ReplicasPrefix + alwaysPolicy.Name,
 	changewindow.Prefix + "default/w",
 	changewindow.SpecPath,
 	rampartadmission.ObjectsPath,
 	rampartadmission.SpecPath,
 	flowcontrol.Prefix + "fc",
-	rampartadmission.BudgetPath,
+	budgets.Path,
 	rampartadmission.ProbePath,
-	rampartadmission.RecyclePrefix + "rc",
+	recycle.Prefix + "rc",
 }
 
 // TestFuzzReachesEveryRoute: a protection added to admission.Protections is
@@ -338,8 +341,8 @@ func FuzzAdmissionReview(f *testing.F) {
 			}
 			// The "always" policy protects every object: through its
 			// webhook no DELETE at all is allowed.
-			byPolicy := deleting && path == rampartadmission.PolicyDeletionPrefix+alwaysPolicy.Name
-			if !byPolicy && (!protected || (path != rampartadmission.DeletionPath && !strings.HasPrefix(path, rampartadmission.PolicyDeletionPrefix))) {
+			byPolicy := deleting && path == protectionpolicy.DeletionPrefix+alwaysPolicy.Name
+			if !byPolicy && (!protected || (path != rampartadmission.DeletionPath && !strings.HasPrefix(path, protectionpolicy.DeletionPrefix))) {
 				continue
 			}
 			var out admissionv1.AdmissionReview
@@ -386,7 +389,7 @@ func TestProtectedDeleteWithUnreadableLabelsIsRefused(t *testing.T) {
 		"no oldObject":              "",
 	} {
 		body := seedReview(admissionv1.Delete, deploy, deploys, "", "default", "web", "", old, "")
-		for _, path := range []string{rampartadmission.DeletionPath, rampartadmission.PolicyDeletionPrefix + alwaysPolicy.Name} {
+		for _, path := range []string{rampartadmission.DeletionPath, protectionpolicy.DeletionPrefix + alwaysPolicy.Name} {
 			rec := httptest.NewRecorder()
 			req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")

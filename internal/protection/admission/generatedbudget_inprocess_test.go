@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	pub "github.com/rampart-io/rampart/internal/protection/budget/admit"
 )
 
 // TestGeneratedBudgetHandlerInProcess: a workload annotated generate-pub
@@ -63,10 +63,10 @@ func TestGeneratedBudgetHandlerInProcess(t *testing.T) {
 			}
 			b := fake.NewClientBuilder().WithScheme(scheme)
 			if tt.existing {
-				b = b.WithObjects(rampartadmission.GeneratedBudget("shop", "Deployment", "web", nil, ptrTo(intstr.FromInt32(1))))
+				b = b.WithObjects(pub.GeneratedBudget("shop", "Deployment", "web", nil, ptrTo(intstr.FromInt32(1))))
 			}
 			c := b.Build()
-			check(t, tt.name, (&rampartadmission.GeneratedBudgets{Client: c}).Handle(context.Background(), tt.review.request(t)), tt.want)
+			check(t, tt.name, (&pub.GeneratedBudgets{Client: c}).Handle(context.Background(), tt.review.request(t)), tt.want)
 			got := &v1alpha1.PodUnavailableBudget{}
 			err := c.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: "web"}, got)
 			size := ""

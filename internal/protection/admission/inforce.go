@@ -33,9 +33,9 @@ type InForce interface {
 	Relabelled(ctx context.Context, p *v1alpha1.ProtectionPolicy, ns string) error
 }
 
-// inForceTimeout is the timeout of webhooks that may wait on a Barrier
+// InForceTimeout is the timeout of webhooks that may wait on a Barrier
 // (DefaultBarrierTimeout) before they answer.
-const inForceTimeout = int32(15)
+const InForceTimeout = int32(15)
 
 // SpecPath judges the creation and change of the cluster-scoped kinds
 // that register webhooks of their own (ProtectionPolicies,
@@ -49,7 +49,7 @@ const SpecPath = "/validate/spec"
 // enforced either).
 func specWebhook(b Builder, kinds []ObjectKind) admissionregistrationv1.ValidatingWebhook {
 	h := b.Webhook("spec.rampart.io", SpecPath, kindsRule(kinds, false, admissionregistrationv1.Create, admissionregistrationv1.Update))
-	h.TimeoutSeconds = ptr.To(inForceTimeout)
+	h.TimeoutSeconds = ptr.To(InForceTimeout)
 	return h
 }
 

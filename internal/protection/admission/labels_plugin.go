@@ -15,11 +15,11 @@ import (
 
 // LabelsPlugin is the protection of objects labelled
 // rampart.io/protection and rampart.io/explicit-replicas.
-type LabelsPlugin struct{ guards }
+type LabelsPlugin struct{ Guards }
 
-// guards is what the deletion and replicas handlers read, which both the
-// labels and the policies serve.
-type guards struct {
+// Guards is what the deletion and replicas handlers read, which both the
+// labels and the ProtectionPolicies serve.
+type Guards struct {
 	WantsDeletionView
 	WantsScaleTargets
 	WantsPolicies
@@ -30,11 +30,13 @@ type guards struct {
 	WantsBin
 }
 
-func (g *guards) deletion() *Deletion {
+// DeletionHandler is the deletion handler over what g was given.
+func (g *Guards) DeletionHandler() *Deletion {
 	return &Deletion{View: g.Deletion, Policies: g.Policies, Recorder: g.Recorder, Mapper: g.Mapper, Bin: g.Bin}
 }
 
-func (g *guards) replicas() *Replicas {
+// ReplicasHandler is the replicas handler over what g was given.
+func (g *Guards) ReplicasHandler() *Replicas {
 	return &Replicas{View: g.ScaleTargets, Policies: g.Policies, Exempt: g.ReplicasExempt, Recorder: g.Recorder,
 		InForce: g.InForce, LiveLabels: g.LiveLabels, Mapper: g.Mapper}
 }
@@ -42,7 +44,7 @@ func (g *guards) replicas() *Replicas {
 func (*LabelsPlugin) Name() string { return "labels" }
 
 func (l *LabelsPlugin) Routes() []Route {
-	return []Route{{Path: DeletionPath, Handler: l.deletion()}, {Path: ReplicasPath, Handler: l.replicas()}}
+	return []Route{{Path: DeletionPath, Handler: l.DeletionHandler()}, {Path: ReplicasPath, Handler: l.ReplicasHandler()}}
 }
 
 func labelled(key string, values ...string) *metav1.LabelSelector {
@@ -73,7 +75,7 @@ func (*LabelsPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	// leaves them out.
 	created := b.Webhook("created.replicas.rampart.io", ReplicasPath, Rule(admissionregistrationv1.Create, "*", "*"))
 	created.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
-	upd.TimeoutSeconds, created.TimeoutSeconds = ptr.To(inForceTimeout), ptr.To(inForceTimeout)
+	upd.TimeoutSeconds, created.TimeoutSeconds = ptr.To(InForceTimeout), ptr.To(InForceTimeout)
 	created.MatchConditions = []admissionregistrationv1.MatchCondition{{
 		Name: "not-pods", Expression: `!(request.resource.group == "" && request.resource.resource == "pods")`,
 	}}

@@ -1,32 +1,58 @@
 package admission
 
 import (
+	"context"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/rampart-io/rampart/api/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // ObjectsPlugin admits Rampart's own objects: ChangeWindows (what CEL
-// cannot check), new PodUnavailableBudgets once the budget webhooks reach
-// their namespace, workloads asking for a generated budget, and the
-// cluster-scoped kinds whose webhooks must be in force first (spec).
+// cannot check), the cluster-scoped kinds whose webhooks must be in force
+// first (spec), and what the protections that implement AdmitsObjects
+// admit (new PodUnavailableBudgets once the budget webhooks reach their
+// namespace, workloads asking for a generated budget).
 type ObjectsPlugin struct {
-	WantsDirect
 	WantsInForce
 	WantsKinds
+	WantsProtections
+}
+
+// AdmitsObjects is a protection that admits objects through the objects
+// webhook (ObjectsPath): the handler of each resource it admits, and the
+// rules it adds to that webhook (none when a webhook of its own sends the
+// requests there).
+type AdmitsObjects interface {
+	ObjectHandlers() map[string]admission.Handler
+	ObjectRules() []admissionregistrationv1.RuleWithOperations
 }
 
 func (*ObjectsPlugin) Name() string { return "objects" }
 
+// ObjectsPath admits Rampart's own objects, by resource: the namespaced
+// kinds' spec and what AdmitsObjects protections admit.
+const ObjectsPath = "/validate/objects"
+
+// Objects dispatches admission of Rampart's own objects by resource.
+type Objects map[string]admission.Handler
+
+// Handle implements admission.Handler.
+func (o Objects) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if h, ok := o[req.Resource.Resource]; ok {
+		return h.Handle(ctx, req)
+	}
+	return admission.Allowed("")
+}
+
 func (p *ObjectsPlugin) Routes() []Route {
-	generated := &GeneratedBudgets{Client: p.Direct}
 	kinds := p.Kinds
 	spec := Spec{InForce: p.InForce, Kinds: kinds}
-	objects := Objects{
-		"podunavailablebudgets": &BudgetAdmission{InForce: p.InForce},
-		"deployments":           generated,
-		"statefulsets":          generated,
+	objects := Objects{}
+	for _, a := range declared(p.Protections, AdmitsObjects.ObjectHandlers) {
+		for resource, h := range a {
+			objects[resource] = h
+		}
 	}
 	for _, k := range kinds {
 		if k.Namespaced {
@@ -38,37 +64,13 @@ func (p *ObjectsPlugin) Routes() []Route {
 
 func (*ObjectsPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	kinds := Kinds(reg.Protections)
-	spec := b.Webhook("objects.rampart.io", ObjectsPath, kindsRule(kinds, true, admissionregistrationv1.Create, admissionregistrationv1.Update), admissionregistrationv1.RuleWithOperations{
-		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
-			Resources: []string{"podunavailablebudgets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-	})
-	spec.TimeoutSeconds = ptr.To(inForceTimeout)
-	return Own(Owner{}, spec, specWebhook(b, kinds))
-}
-
-// GeneratedBudgetPlugin admits workloads annotated
-// rampart.io/generate-pub once their budget exists (served by Objects).
-type GeneratedBudgetPlugin struct{}
-
-func (*GeneratedBudgetPlugin) Name() string { return "generatedbudget" }
-
-func (*GeneratedBudgetPlugin) Routes() []Route { return nil }
-
-func (*GeneratedBudgetPlugin) Webhooks(reg Registration, b Builder) []Webhook {
-	if !reg.GeneratedBudgets {
-		return nil
+	rules := []admissionregistrationv1.RuleWithOperations{kindsRule(kinds, true, admissionregistrationv1.Create, admissionregistrationv1.Update)}
+	for _, r := range declared(reg.Protections, AdmitsObjects.ObjectRules) {
+		rules = append(rules, r...)
 	}
-	// Only workloads asking for a generated budget pass the match
-	// condition: annotations cannot be selected on.
-	workloads := Rule(admissionregistrationv1.Create, "apps", "deployments")
-	workloads.Operations = append(workloads.Operations, admissionregistrationv1.Update)
-	workloads.Resources = append(workloads.Resources, "statefulsets")
-	workloads.Scope = ptr.To(admissionregistrationv1.NamespacedScope)
-	gen := b.Webhook(GeneratedBudgetsWebhookName, ObjectsPath, workloads)
-	gen.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "generate-pub", Expression: generatePUBCondition}}
-	gen.TimeoutSeconds = ptr.To(inForceTimeout)
-	return Own(Owner{}, gen)
+	spec := b.Webhook("objects.rampart.io", ObjectsPath, rules...)
+	spec.TimeoutSeconds = ptr.To(InForceTimeout)
+	return Own(Owner{}, spec, specWebhook(b, kinds))
 }
 
 // ProbePlugin is the Barrier's probe: a fresh webhook per version of the

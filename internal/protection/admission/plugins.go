@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/plumbing/installation"
 	"github.com/rampart-io/rampart/internal/protection/budget"
 )
 
@@ -165,11 +166,15 @@ type Deps struct {
 	// Bin keeps a copy of each protected object before its delete is
 	// admitted; nil when the recycle bin is off.
 	Bin Capturer
-	// Kinds are every protection's kinds (Initialize sets them).
-	Kinds []ObjectKind
+	// Kinds are every protection's kinds, and Protections every
+	// protection (Initialize sets them).
+	Kinds       []ObjectKind
+	Protections []Protection
 	// ScaleKeys and BudgetsSynced: see WantsScaleKeys, WantsBudgets.
 	ScaleKeys     ScaleKeys
 	BudgetsSynced func() bool
+	// InstalledBy is how the manager was installed.
+	InstalledBy installation.Method
 }
 
 // Routes are the handlers of ps.

@@ -8,12 +8,12 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 )
 
-// Each ProtectionPolicy gets webhooks of its own, scoped by its resources
-// and selectors, served under these prefixes followed by the policy name.
-const (
-	PolicyDeletionPrefix = "/validate/policy/deletion/"
-	PolicyReplicasPrefix = "/validate/policy/replicas/"
-)
+// PolicyKind is the kind whose objects are ProtectionPolicies: the scale
+// protection widens for them (Registration.ScaleWidening, Relabelled).
+const PolicyKind = "ProtectionPolicy"
+
+// PolicyOwner is the owner of a ProtectionPolicy's webhooks.
+func PolicyOwner(name string) Owner { return Owner{Kind: PolicyKind, Name: name} }
 
 // Policies reads ProtectionPolicies, from the manager's cache.
 type Policies interface {

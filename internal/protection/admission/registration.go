@@ -67,7 +67,7 @@ type Registration struct {
 	// kind (ObjectKind.Kind), sorted by namespace and name.
 	Objects map[string][]client.Object
 	// Keys are the key sets the webhooks are scoped with, by name
-	// (KeySet.Name): ScaleTargetKeys, BudgetNamespaceKeys.
+	// (KeySet.Name): ScaleTargetKeys, the budgets' NamespaceKeys.
 	Keys map[string][]string
 	// RecycleBin is on (the manager keeps copies): RecyclePolicies then
 	// get webhooks of their own.
@@ -172,13 +172,6 @@ func InNamespaces(names []string) *metav1.LabelSelector {
 	}}}
 }
 
-// EvictionWebhookName judges evictions in namespaces holding budgets.
-const EvictionWebhookName = "evictions.budgets.rampart.io"
-
-// BudgetsWebhookName judges disruptions of pods in namespaces holding
-// budgets.
-const BudgetsWebhookName = "budgets.rampart.io"
-
 // partition is true for the requests replica i of n serves, chosen by the
 // last character of the object's name (the random suffix of generated
 // names such as pods'): CEL offers match conditions no request UID and no
@@ -226,17 +219,6 @@ func scaleTargetExpression(targets []string) string {
 	}
 	return "[request.resource.group, request.resource.resource, request.namespace, request.name].join('/') in [" +
 		strings.Join(quoted, ", ") + "]"
-}
-
-// policyRules are the rules of a policy's webhook: its resources.
-func policyRules(op admissionregistrationv1.OperationType, p v1alpha1.ProtectionPolicy) []admissionregistrationv1.RuleWithOperations {
-	out := make([]admissionregistrationv1.RuleWithOperations, 0, len(p.Spec.Resources))
-	for _, r := range p.Spec.Resources {
-		rule := Rule(op, "", "")
-		rule.APIGroups, rule.Resources = r.APIGroups, r.Resources
-		out = append(out, rule)
-	}
-	return out
 }
 
 // orEverything is the selector the API server stores for an absent one, so

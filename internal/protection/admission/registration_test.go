@@ -71,41 +71,6 @@ func TestValidatingConfigInClusterUsesTheService(t *testing.T) {
 	}
 }
 
-// Budgets: disruptions and evictions of pods are judged only in namespaces
-// holding budgets, every pod there whatever its labels.
-func TestBudgetWebhooksReachOnlyBudgetedPods(t *testing.T) {
-	reg := Registration{Protections: builtin(), Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
-	for _, h := range ValidatingConfig(reg).Webhooks {
-		if strings.HasSuffix(h.Name, "budgets.rampart.io") {
-			t.Fatalf("without budgets, webhook %s", h.Name)
-		}
-	}
-	reg = reg.WithKeys(BudgetNamespaceKeys, "shop")
-	cfg := ValidatingConfig(reg)
-	var pub, evict *admissionregistrationv1.ValidatingWebhook
-	for i := range cfg.Webhooks {
-		switch cfg.Webhooks[i].Name {
-		case "budgets.rampart.io":
-			pub = &cfg.Webhooks[i]
-		case "evictions.budgets.rampart.io":
-			evict = &cfg.Webhooks[i]
-		}
-	}
-	if pub == nil || evict == nil {
-		t.Fatalf("webhooks %v", cfg.Webhooks)
-	}
-	sel, _ := metav1.LabelSelectorAsSelector(pub.ObjectSelector)
-	if !sel.Matches(labels.Set{"app": "web"}) || !sel.Matches(labels.Set{}) {
-		t.Errorf("budget webhook object selector %v", sel)
-	}
-	for _, h := range []*admissionregistrationv1.ValidatingWebhook{pub, evict} {
-		nsSel, _ := metav1.LabelSelectorAsSelector(h.NamespaceSelector)
-		if nsSel.Matches(labels.Set{"kubernetes.io/metadata.name": "other"}) || !nsSel.Matches(labels.Set{"kubernetes.io/metadata.name": "shop"}) {
-			t.Errorf("%s namespace selector %v", h.Name, nsSel)
-		}
-	}
-}
-
 func TestScaleWebhookNamesItsTargets(t *testing.T) {
 	reg := Registration{Protections: builtin(), Endpoint: Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}.
 		WithKeys(ScaleTargetKeys, "apps/deployments/shop/web")
@@ -185,6 +150,5 @@ func TestScaleWideningCoversThePolicysResources(t *testing.T) {
 // order (internal/protection/protections imports this package, so its
 // tests here cannot).
 func builtin() []Protection {
-	return []Protection{&LabelsPlugin{}, &PolicyPlugin{}, &BudgetPlugin{}, &ObjectsPlugin{}, &ScalePlugin{},
-		&GeneratedBudgetPlugin{}, &ProbePlugin{}, &RecyclePlugin{}}
+	return []Protection{&LabelsPlugin{}, &ObjectsPlugin{}, &ScalePlugin{}, &ProbePlugin{}}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	protectionpolicy "github.com/rampart-io/rampart/internal/protection/policy/admit"
 )
 
 // scaleView holds workloads' and namespaces' labels, as the scale targets
@@ -106,12 +107,12 @@ func TestReplicasHandlerInProcess(t *testing.T) {
 		{name: "a kind without replicas is not judged", review: review{op: admissionv1.Update, gvr: namespacesGVR, kind: namespaceKind, name: "shop",
 			old: namespaceObj("shop", ""), obj: namespaceObj("shop", "")}, want: outcome{allowed: true}},
 		// The policy whose webhook the write came through.
-		{name: "policy: its guard, not the label's", ctx: throughPolicy(rampartadmission.PolicyReplicasPrefix, "critical"),
+		{name: "policy: its guard, not the label's", ctx: throughPolicy(protectionpolicy.ReplicasPrefix, "critical"),
 			review: update("prod", deploymentWith(2, nil, nil), deploymentWith(0, nil, nil)),
 			want:   outcome{code: http.StatusForbidden, says: []string{`ProtectionPolicy "critical"`, "ToZero"}}},
-		{name: "policy: a change its guard does not cover", ctx: throughPolicy(rampartadmission.PolicyReplicasPrefix, "critical"),
+		{name: "policy: a change its guard does not cover", ctx: throughPolicy(protectionpolicy.ReplicasPrefix, "critical"),
 			review: update("prod", deploymentWith(2, nil, nil), deploymentWith(1, explicit, nil)), want: outcome{allowed: true}},
-		{name: "policy: gone", ctx: throughPolicy(rampartadmission.PolicyReplicasPrefix, "gone"),
+		{name: "policy: gone", ctx: throughPolicy(protectionpolicy.ReplicasPrefix, "gone"),
 			review: update("prod", deploymentWith(2, explicit, nil), deploymentWith(0, explicit, nil)), want: outcome{allowed: true}},
 		// The scale subresource: labels and namespace labels from the view.
 		{name: "scale: labelled in the view", review: scale("shop", 2, 3),
@@ -212,7 +213,7 @@ func TestNamespaceRelabelIntoAPolicyWaitsForItsWebhooks(t *testing.T) {
 	} {
 		calls := &inForceCalls{err: tt.err}
 		h := &rampartadmission.Replicas{View: scaleView{}, Policies: ps, Recorder: events.NewFakeRecorder(10), InForce: calls}
-		check(t, tt.name, h.Handle(throughPolicy(rampartadmission.PolicyReplicasPrefix, tt.policy), tt.review.request(t)), tt.want)
+		check(t, tt.name, h.Handle(throughPolicy(protectionpolicy.ReplicasPrefix, tt.policy), tt.review.request(t)), tt.want)
 		if len(calls.policies) != tt.calls {
 			t.Errorf("%s: put in force %v, want %d calls", tt.name, calls.policies, tt.calls)
 		}

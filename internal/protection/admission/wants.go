@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/plumbing/installation"
 	"github.com/rampart-io/rampart/internal/protection/budget"
 )
 
@@ -89,6 +90,14 @@ type WantsKinds struct{ Kinds []ObjectKind }
 // WantsBin keeps a copy of each object before its delete is admitted.
 type WantsBin struct{ Bin Capturer }
 
+// WantsProtections knows every protection, initialized (a protection
+// serving what others declare).
+type WantsProtections struct{ Protections []Protection }
+
+// WantsInstalledBy knows how the manager was installed (what a message
+// says to change a setting).
+type WantsInstalledBy struct{ InstalledBy installation.Method }
+
 func (w *WantsCache) giveCache(d Deps)               { w.Cache = d.Cache }
 func (w *WantsDirect) giveDirect(d Deps)             { w.Direct = d.Direct }
 func (w *WantsInForce) giveInForce(d Deps)           { w.InForce = d.InForce }
@@ -107,9 +116,11 @@ func (w *WantsBudgets) giveBudgets(d Deps) {
 func (w *WantsReplicas) giveReplicas(d Deps) {
 	w.ReplicasExempt, w.LiveLabels = d.ReplicasExempt, d.LiveLabels
 }
-func (w *WantsKinds) giveKinds(d Deps)         { w.Kinds = d.Kinds }
-func (w *WantsBin) giveBin(d Deps)             { w.Bin = d.Bin }
-func (w *WantsScaleKeys) giveScaleKeys(d Deps) { w.ScaleKeys = d.ScaleKeys }
+func (w *WantsKinds) giveKinds(d Deps)             { w.Kinds = d.Kinds }
+func (w *WantsBin) giveBin(d Deps)                 { w.Bin = d.Bin }
+func (w *WantsScaleKeys) giveScaleKeys(d Deps)     { w.ScaleKeys = d.ScaleKeys }
+func (w *WantsProtections) giveProtections(d Deps) { w.Protections = d.Protections }
+func (w *WantsInstalledBy) giveInstalledBy(d Deps) { w.InstalledBy = d.InstalledBy }
 
 // initializers give each protection what it embeds.
 var initializers = []func(Protection, Deps){
@@ -130,6 +141,12 @@ var initializers = []func(Protection, Deps){
 	func(p Protection, d Deps) { call(p, func(w interface{ giveBin(Deps) }) { w.giveBin(d) }) },
 	func(p Protection, d Deps) { call(p, func(w interface{ giveKinds(Deps) }) { w.giveKinds(d) }) },
 	func(p Protection, d Deps) { call(p, func(w interface{ giveScaleKeys(Deps) }) { w.giveScaleKeys(d) }) },
+	func(p Protection, d Deps) {
+		call(p, func(w interface{ giveInstalledBy(Deps) }) { w.giveInstalledBy(d) })
+	},
+	func(p Protection, d Deps) {
+		call(p, func(w interface{ giveProtections(Deps) }) { w.giveProtections(d) })
+	},
 }
 
 // call calls give with p if p wants what W gives.
@@ -141,7 +158,7 @@ func call[W any](p Protection, give func(W)) {
 
 // Initialize gives each protection what it asked for, and returns them.
 func Initialize(ps []Protection, d Deps) []Protection {
-	d.Kinds = Kinds(ps)
+	d.Kinds, d.Protections = Kinds(ps), ps
 	for _, p := range ps {
 		for _, init := range initializers {
 			init(p, d)

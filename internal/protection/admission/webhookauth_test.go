@@ -28,7 +28,7 @@ import (
 	"github.com/rampart-io/rampart/internal/operations/localcluster"
 	"github.com/rampart-io/rampart/internal/operations/localcluster/clustertest"
 	"github.com/rampart-io/rampart/internal/plumbing/pki"
-	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	pub "github.com/rampart-io/rampart/internal/protection/budget/admit"
 	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
 )
 
@@ -235,7 +235,7 @@ spec:
 	} {
 		caller := webhookCaller(t, env, c.cert)
 		for i := range 2 {
-			code, resp, detail := post(caller, base+rampartadmission.BudgetPath, deleteReview(t, pod, "pods", ns, "web-0", "forger"))
+			code, resp, detail := post(caller, base+pub.Path, deleteReview(t, pod, "pods", ns, "web-0", "forger"))
 			if code != c.want || resp != nil {
 				t.Errorf("%s: forged budget review %d answered %d %s, want %d and no review", c.name, i, code, detail, c.want)
 			}
@@ -272,7 +272,7 @@ spec:
 			c.CipherSuites = []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA,
 				tls.TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA}
 		})
-		code, _, detail := post(caller, base+rampartadmission.BudgetPath, deleteReview(t, pod, "pods", ns, "web-0", "forger"))
+		code, _, detail := post(caller, base+pub.Path, deleteReview(t, pod, "pods", ns, "web-0", "forger"))
 		if code != 0 {
 			t.Errorf("a CBC-SHA1-only client got an answer: %d %s", code, detail)
 		}
@@ -290,7 +290,7 @@ spec:
 	})
 	t.Run("the same reviews with the API server's certificate are judged", func(t *testing.T) {
 		caller := webhookCaller(t, env, apiServerWebhookCert(t, env))
-		code, resp, detail := post(caller, base+rampartadmission.BudgetPath, deleteReview(t, pod, "pods", ns, "web-0", "control"))
+		code, resp, detail := post(caller, base+pub.Path, deleteReview(t, pod, "pods", ns, "web-0", "control"))
 		if code != http.StatusOK || resp == nil || !resp.Allowed {
 			t.Fatalf("budget review with the API server's certificate: %d %s, want it admitted", code, detail)
 		}

@@ -6,25 +6,28 @@ package protections
 
 import (
 	"github.com/rampart-io/rampart/internal/protection/admission"
+	budget "github.com/rampart-io/rampart/internal/protection/budget/admit"
 	changewindow "github.com/rampart-io/rampart/internal/protection/changewindow/admit"
 	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
 	nodebudget "github.com/rampart-io/rampart/internal/protection/nodebudget/admit"
+	policy "github.com/rampart-io/rampart/internal/protection/policy/admit"
+	recyclebin "github.com/rampart-io/rampart/internal/protection/recyclebin/admit"
 )
 
 // All are every protection, new (Initialize gives each what it asks for).
 func All() []admission.Protection {
 	return []admission.Protection{
 		&admission.LabelsPlugin{},
-		&admission.PolicyPlugin{},
+		&policy.Plugin{},
 		&changewindow.Plugin{},
 		&flowcontrol.Plugin{},
 		&nodebudget.Plugin{},
-		&admission.BudgetPlugin{},
+		&budget.Plugin{},
 		&admission.ObjectsPlugin{},
 		&admission.ScalePlugin{},
-		&admission.GeneratedBudgetPlugin{},
+		&budget.GeneratedPlugin{},
 		&admission.ProbePlugin{},
-		&admission.RecyclePlugin{},
+		&recyclebin.Plugin{},
 	}
 }
 

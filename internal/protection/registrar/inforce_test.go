@@ -16,6 +16,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	pub "github.com/rampart-io/rampart/internal/protection/budget/admit"
 	"github.com/rampart-io/rampart/internal/protection/protections"
 )
 
@@ -54,7 +55,7 @@ func TestMergeLiveKeepsWhatAnotherReplicaMarked(t *testing.T) {
 	}
 
 	marks(now.Add(10 * time.Second))
-	sets := []string{rampartadmission.ScaleTargetKeys, rampartadmission.BudgetNamespaceKeys}
+	sets := []string{rampartadmission.ScaleTargetKeys, pub.NamespaceKeys}
 	want, kept := mergeLive(base, sets, nil, live, now)
 	if !slices.Contains(hookNames(want), "fresh.deletion.policy.rampart.io") || !slices.Contains(hookNames(want), "scale.rampart.io") {
 		t.Errorf("a marked policy webhook and scale target were dropped: %v", hookNames(want))
@@ -121,7 +122,7 @@ func TestPendingMarksNameWhatEachKindBrings(t *testing.T) {
 		want []string
 	}{
 		{pending{kind: pendingKey, set: rampartadmission.ScaleTargetKeys, key: "apps/deployments/shop/web"}, []string{"scale/apps/deployments/shop/web"}},
-		{pending{kind: pendingKey, set: rampartadmission.BudgetNamespaceKeys, key: "shop"}, []string{"budgets/shop"}},
+		{pending{kind: pendingKey, set: pub.NamespaceKeys, key: "shop"}, []string{"budgets/shop"}},
 		{pending{kind: pendingObject, obj: window}, []string{"webhook/nightly.shop.window.rampart.io"}},
 		{pending{kind: pendingObject, obj: &guarded}, []string{"scale/apps/deployments/shop/web",
 			"webhook/web.deletion.policy.rampart.io", "webhook/web.replicas.policy.rampart.io"}},

@@ -339,7 +339,7 @@ func (w wired) protections(ctx context.Context) (*registrar.Registrar, error) {
 		Policies: policies, Deletion: views.Deletion, ScaleTargets: views.ScaleTargets, Pods: views.Budgets,
 		BudgetIndex: views.Budgets.Index(), Nodes: views.Budgets, Owners: views.Budgets, BudgetPartitionThreshold: o.BudgetPartitionThreshold,
 		Namespaces: views.Namespaces, ReplicasExempt: o.ReplicasExempt,
-		Bin: w.bin.capturer(), ScaleKeys: views.ScaleTargets, BudgetsSynced: views.Budgets.HasSynced,
+		Bin: w.bin.capturer(), ScaleKeys: views.ScaleTargets, BudgetsSynced: views.Budgets.HasSynced, InstalledBy: o.InstalledBy,
 	})
 	if err != nil {
 		return nil, err

@@ -190,7 +190,6 @@ func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registra
 	}
 	for _, c := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		ready.New(mgr.GetClient(), reg.Registration, policystatus.Policies(keeper, views.OnCRDChange)),
-		ready.New(mgr.GetClient(), reg.Registration, ready.RecyclePolicies(o.InstalledBy)),
 		&explicitdeletion.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetClient(), View: views.Workloads, Namespaces: views.Namespaces},
 	} {
 		if err := c.SetupWithManager(mgr); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	policy "github.com/rampart-io/rampart/internal/protection/policy/admit"
 )
 
 // Client is a fake client holding objs; Rampart's own objects have their
@@ -35,10 +36,11 @@ func Client(t testing.TB, objs ...client.Object) client.WithWatch {
 }
 
 // Registration is the endpoint part of a single manager's registration in
-// rampart-system, with no object in it, made by the protections of
-// internal/protection/admission (a protection of its own folder adds
-// itself to Protections).
+// rampart-system, with no object in it, made by the ProtectionPolicies'
+// protection (the one whose Ready controller lives with the manager's
+// other controllers, policystatus; a protection that reports Ready from
+// its own folder adds itself to Protections).
 func Registration() rampartadmission.Registration {
 	return rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system",
-		Protections: []rampartadmission.Protection{&rampartadmission.PolicyPlugin{}, &rampartadmission.RecyclePlugin{}}}
+		Protections: []rampartadmission.Protection{&policy.Plugin{}}}
 }

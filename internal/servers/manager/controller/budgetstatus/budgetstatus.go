@@ -30,6 +30,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/budget"
+	pub "github.com/rampart-io/rampart/internal/protection/budget/admit"
 	"github.com/rampart-io/rampart/internal/protection/clusterview"
 )
 
@@ -253,7 +254,7 @@ func (r *Reconciler) evictionsJudged(ctx context.Context, ns string) bool {
 	found := map[string]bool{}
 	for _, w := range cfg.Webhooks {
 		base := rampartadmission.BaseName(w.Name)
-		if base != rampartadmission.EvictionWebhookName && base != rampartadmission.BudgetsWebhookName {
+		if base != pub.EvictionWebhookName && base != pub.WebhookName {
 			continue
 		}
 		sel, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)

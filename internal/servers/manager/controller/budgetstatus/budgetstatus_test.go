@@ -17,6 +17,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	pub "github.com/rampart-io/rampart/internal/protection/budget/admit"
 	"github.com/rampart-io/rampart/internal/protection/protections"
 )
 
@@ -34,12 +35,12 @@ func TestEvictionsJudgedOnlyWhereTheWebhooksReach(t *testing.T) {
 	if r.evictionsJudged(ctx, "shop") {
 		t.Error("judged with no configuration")
 	}
-	reg = reg.WithKeys(rampartadmission.BudgetNamespaceKeys, "other")
+	reg = reg.WithKeys(pub.NamespaceKeys, "other")
 	r.Client = fake.NewClientBuilder().WithScheme(s).WithObjects(rampartadmission.ValidatingConfig(reg)).Build()
 	if r.evictionsJudged(ctx, "shop") {
 		t.Error("judged while the webhooks reach only another namespace")
 	}
-	reg = reg.WithKeys(rampartadmission.BudgetNamespaceKeys, "other", "shop")
+	reg = reg.WithKeys(pub.NamespaceKeys, "other", "shop")
 	r.Client = fake.NewClientBuilder().WithScheme(s).WithObjects(rampartadmission.ValidatingConfig(reg)).Build()
 	if !r.evictionsJudged(ctx, "shop") {
 		t.Error("not judged once the webhooks reach the namespace")

@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/budget"
+	pub "github.com/rampart-io/rampart/internal/protection/budget/admit"
 )
 
 // +kubebuilder:rbac:groups=rampart.io,resources=podunavailablebudgets,verbs=create;update;patch;delete
@@ -52,7 +52,7 @@ func kindOf(w client.Object) string { return fmt.Sprintf("%T", w)[len("*v1."):] 
 // yet, to that workload.
 func unownedGeneratedFor(kind string) handler.MapFunc {
 	return func(_ context.Context, o client.Object) []reconcile.Request {
-		k, name, _ := strings.Cut(o.GetAnnotations()[rampartadmission.AnnotationGeneratedFor], "/")
+		k, name, _ := strings.Cut(o.GetAnnotations()[pub.AnnotationGeneratedFor], "/")
 		if k != kind || metav1.GetControllerOf(o) != nil {
 			return nil
 		}
@@ -72,7 +72,7 @@ const orphanGrace = time.Minute
 // adoptable is a budget generated for kind/name before the workload had a
 // UID: no owner yet.
 func adoptable(b *v1alpha1.PodUnavailableBudget, kind, name string) bool {
-	return metav1.GetControllerOf(b) == nil && b.Annotations[rampartadmission.AnnotationGeneratedFor] == kind+"/"+name
+	return metav1.GetControllerOf(b) == nil && b.Annotations[pub.AnnotationGeneratedFor] == kind+"/"+name
 }
 
 // deleteOrphan deletes a budget generated for a workload whose creation

@@ -8,14 +8,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	pub "github.com/rampart-io/rampart/internal/protection/budget/admit"
 )
 
 // A budget generated at a workload's creation, before the workload had a
 // UID, is found again from its annotation, by kind, until it is owned.
 func TestUnownedGeneratedBudgetsMapToTheirWorkload(t *testing.T) {
 	b := &v1alpha1.PodUnavailableBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web",
-		Annotations: map[string]string{rampartadmission.AnnotationGeneratedFor: "Deployment/web"}}}
+		Annotations: map[string]string{pub.AnnotationGeneratedFor: "Deployment/web"}}}
 	if kindOf(&appsv1.Deployment{}) != "Deployment" || kindOf(&appsv1.StatefulSet{}) != "StatefulSet" {
 		t.Fatal("kindOf")
 	}

@@ -1,4 +1,4 @@
-package admission
+package admit
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/budget"
 )
 
@@ -26,8 +28,8 @@ import (
 // workload never comes.
 const AnnotationGeneratedFor = "rampart.io/generated-for"
 
-// GeneratedBudgetsWebhookName admits workloads asking for a generated budget.
-const GeneratedBudgetsWebhookName = "generated.budgets.rampart.io"
+// GeneratedWebhookName admits workloads asking for a generated budget.
+const GeneratedWebhookName = "generated.budgets.rampart.io"
 
 // generatePUBCondition is the match condition that lets only workloads
 // asking for a generated budget reach the webhook (annotations cannot be
@@ -47,7 +49,7 @@ type GeneratedBudgets struct {
 
 // Handle implements admission.Handler.
 func (h *GeneratedBudgets) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) || req.SubResource != "" || DryRun(req) {
+	if (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) || req.SubResource != "" || rampartadmission.DryRun(req) {
 		return admission.Allowed("")
 	}
 	var (
@@ -119,4 +121,39 @@ func GeneratedBudget(ns, kind, name string, maxUnavailable, minAvailable *intstr
 			MaxUnavailable: maxUnavailable, MinAvailable: minAvailable,
 		},
 	}
+}
+
+// GeneratedPlugin admits workloads annotated rampart.io/generate-pub once
+// their budget exists (served by the objects webhook).
+type GeneratedPlugin struct {
+	rampartadmission.WantsDirect
+}
+
+func (*GeneratedPlugin) Name() string { return "generatedbudget" }
+
+func (*GeneratedPlugin) Routes() []rampartadmission.Route { return nil }
+
+// ObjectHandlers: the workloads its webhook sends to the objects webhook.
+func (p *GeneratedPlugin) ObjectHandlers() map[string]admission.Handler {
+	generated := &GeneratedBudgets{Client: p.Direct}
+	return map[string]admission.Handler{"deployments": generated, "statefulsets": generated}
+}
+
+// ObjectRules are none: its own webhook sends the workloads there.
+func (*GeneratedPlugin) ObjectRules() []admissionregistrationv1.RuleWithOperations { return nil }
+
+func (*GeneratedPlugin) Webhooks(reg rampartadmission.Registration, b rampartadmission.Builder) []rampartadmission.Webhook {
+	if !reg.GeneratedBudgets {
+		return nil
+	}
+	// Only workloads asking for a generated budget pass the match
+	// condition: annotations cannot be selected on.
+	workloads := rampartadmission.Rule(admissionregistrationv1.Create, "apps", "deployments")
+	workloads.Operations = append(workloads.Operations, admissionregistrationv1.Update)
+	workloads.Resources = append(workloads.Resources, "statefulsets")
+	workloads.Scope = ptr.To(admissionregistrationv1.NamespacedScope)
+	gen := b.Webhook(GeneratedWebhookName, rampartadmission.ObjectsPath, workloads)
+	gen.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "generate-pub", Expression: generatePUBCondition}}
+	gen.TimeoutSeconds = ptr.To(rampartadmission.InForceTimeout)
+	return rampartadmission.Own(rampartadmission.Owner{}, gen)
 }

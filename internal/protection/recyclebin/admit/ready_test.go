@@ -1,4 +1,4 @@
-package ready
+package admit
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/plumbing/installation"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	"github.com/rampart-io/rampart/internal/protection/ready"
 	"github.com/rampart-io/rampart/internal/protection/ready/readytest"
 )
 
@@ -21,12 +22,12 @@ import (
 func TestReadySaysWhetherDeletesAreKept(t *testing.T) {
 	p := &v1alpha1.RecyclePolicy{ObjectMeta: metav1.ObjectMeta{Name: "configs", Generation: 1}, Spec: v1alpha1.RecyclePolicySpec{
 		Resources: []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}}}}
-	base := readytest.Registration()
+	base := registration()
 	base.RecycleBin = true
 	empty := rampartadmission.ValidatingConfig(base)
 	c := readytest.Client(t, p, empty)
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "configs"}}
-	ready := func(r *Reconciler[v1alpha1.RecyclePolicy, *v1alpha1.RecyclePolicy]) *metav1.Condition {
+	condition := func(r *ready.Reconciler[v1alpha1.RecyclePolicy, *v1alpha1.RecyclePolicy]) *metav1.Condition {
 		t.Helper()
 		if _, err := r.Reconcile(context.Background(), req); err != nil {
 			t.Fatal(err)
@@ -44,13 +45,13 @@ func TestReadySaysWhetherDeletesAreKept(t *testing.T) {
 		installation.Helm:   "set the chart's manager.recycleBin.enabled",
 		installation.Up:     "start the cluster with rampart up",
 	} {
-		if got := ready(New(c, func() rampartadmission.Registration { return off }, RecyclePolicies(installed))); got == nil ||
+		if got := condition(ready.New(c, func() rampartadmission.Registration { return off }, readiness(installed))); got == nil ||
 			got.Status != metav1.ConditionFalse || got.Reason != RecycleBinOff || !strings.Contains(got.Message, says) {
 			t.Errorf("with the recycle bin off, installed by %q: %+v, want a message saying %q", installed, got, says)
 		}
 	}
-	r := New(c, func() rampartadmission.Registration { return base }, RecyclePolicies(installation.ByHand))
-	if got := ready(r); got == nil || got.Status != metav1.ConditionFalse {
+	r := ready.New(c, func() rampartadmission.Registration { return base }, readiness(installation.ByHand))
+	if got := condition(r); got == nil || got.Status != metav1.ConditionFalse {
 		t.Errorf("before its webhook is registered: %+v", got)
 	}
 	reg := base
@@ -60,8 +61,15 @@ func TestReadySaysWhetherDeletesAreKept(t *testing.T) {
 	if err := c.Update(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	if got := ready(r); got == nil || got.Status != metav1.ConditionTrue || got.Reason != "Keeping" ||
+	if got := condition(r); got == nil || got.Status != metav1.ConditionTrue || got.Reason != "Keeping" ||
 		got.Message != "webhook configs.recycle.rampart.io registered: each delete it selects is refused unless a copy is stored first" {
 		t.Errorf("with its webhook registered: %+v", got)
 	}
+}
+
+// registration is readytest's, with this protection in it.
+func registration() rampartadmission.Registration {
+	reg := readytest.Registration()
+	reg.Protections = append(reg.Protections, &Plugin{})
+	return reg
 }

@@ -1,4 +1,7 @@
-package admission
+// Package admit is the RecyclePolicy protection as the API server sees
+// it: its webhooks (plugin.go), its handler (handler.go), its Ready
+// condition (ready.go). What it keeps and how is the parent package.
+package admit
 
 import (
 	"context"
@@ -15,13 +18,14 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/protection"
+	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/policy"
 	"github.com/rampart-io/rampart/internal/protection/recyclebin"
 )
 
-// RecyclePrefix is where a RecyclePolicy's webhook is served, followed by
+// Prefix is where a RecyclePolicy's webhook is served, followed by
 // the policy's name.
-const RecyclePrefix = "/validate/recycle/"
+const Prefix = "/validate/recycle/"
 
 // Recycle keeps a copy of each object a RecyclePolicy selects before its
 // delete is admitted, and refuses the delete when the copy cannot be
@@ -32,7 +36,7 @@ type Recycle struct {
 	// is, which may be before the cache holds it.
 	Reader, Live client.Reader
 	// Bin keeps the copies; nil (the recycle bin off) keeps none.
-	Bin      Capturer
+	Bin      rampartadmission.Capturer
 	Recorder events.EventRecorder
 	Mapper   meta.RESTMapper
 }
@@ -41,15 +45,15 @@ var _ admission.Handler = (*Recycle)(nil)
 
 // Handle implements admission.Handler.
 func (h *Recycle) Handle(ctx context.Context, req admission.Request) admission.Response {
-	name, ok := NameFrom(ctx)
-	if req.Operation != admissionv1.Delete || DryRun(req) || h.Bin == nil || !ok {
+	name, ok := rampartadmission.NameFrom(ctx)
+	if req.Operation != admissionv1.Delete || rampartadmission.DryRun(req) || h.Bin == nil || !ok {
 		return admission.Allowed("")
 	}
 	gr := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
 	if gr == (schema.GroupResource{Resource: "events"}) {
 		return admission.Allowed("")
 	}
-	old, bad := deletedObject(req)
+	old, bad := rampartadmission.DeletedObject(req)
 	if bad != nil {
 		return *bad
 	}
@@ -65,11 +69,11 @@ func (h *Recycle) Handle(ctx context.Context, req admission.Request) admission.R
 	if err != nil {
 		return admission.Errored(http.StatusServiceUnavailable, err)
 	}
-	if !recycleCovers(p, gr, old.GetLabels()) {
+	if !covers(p, gr, old.GetLabels()) {
 		return admission.Allowed("")
 	}
 	o := protection.Object{Resource: gr, Namespace: old.GetNamespace(), Name: old.GetName(), Singular: protection.Singular(h.Mapper, gr)}
-	err = capture(ctx, h.Bin, recyclebin.Entry{
+	err = rampartadmission.Capture(ctx, h.Bin, recyclebin.Entry{
 		Resource:  schema.GroupVersionResource(req.Resource),
 		Kind:      req.Kind.Kind,
 		Namespace: o.Namespace,
@@ -84,11 +88,11 @@ func (h *Recycle) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	v := recyclebin.CaptureRefused(o, fmt.Sprintf("RecyclePolicy %q", p.Name),
 		fmt.Sprintf("If the delete must go through without a copy, take the object out of the policy: kubectl edit recyclepolicy %s", p.Name), err)
-	return Respond(h.Recorder, req, About{Kind: schema.GroupVersionKind(req.Kind), Object: o, UID: old.GetUID(), Action: "Delete"}, v)
+	return rampartadmission.Respond(h.Recorder, req, rampartadmission.About{Kind: schema.GroupVersionKind(req.Kind), Object: o, UID: old.GetUID(), Action: "Delete"}, v)
 }
 
-// recycleCovers re-checks what the API server matched: the configuration
+// covers re-checks what the API server matched: the configuration
 // it holds may be older than the policy.
-func recycleCovers(p *v1alpha1.RecyclePolicy, gr schema.GroupResource, objLabels map[string]string) bool {
+func covers(p *v1alpha1.RecyclePolicy, gr schema.GroupResource, objLabels map[string]string) bool {
 	return policy.InScope(p.Spec.Resources, nil, p.Spec.ObjectSelector, gr, nil, objLabels)
 }

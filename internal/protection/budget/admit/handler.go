@@ -1,4 +1,8 @@
-package admission
+// Package admit is the PodUnavailableBudget protection as the API server
+// sees it: its webhooks (plugin.go), its handler (handler.go), the
+// admission of new budgets (admission.go) and of workloads asking for a
+// generated one (generated.go). The decision itself is the parent package.
+package admit
 
 import (
 	"context"
@@ -12,17 +16,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
-	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,13 +32,14 @@ import (
 	"github.com/rampart-io/rampart/internal/plumbing/ledger"
 	"github.com/rampart-io/rampart/internal/plumbing/verdict"
 	"github.com/rampart-io/rampart/internal/protection"
+	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/budget"
 )
 
 // Webhook paths of PodUnavailableBudgets.
 const (
-	// BudgetPath decides pod deletes, evictions, in-place updates and resizes.
-	BudgetPath = "/validate/budgets"
+	// Path decides pod deletes, evictions, in-place updates and resizes.
+	Path = "/validate/budgets"
 )
 
 var budgetDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -63,7 +63,7 @@ type Budgets struct {
 	Cache client.Reader
 	Index *budget.Index
 	// Pods are cached pods, for evictions (their requests carry no pod).
-	Pods PodLabels
+	Pods rampartadmission.PodLabels
 	// Namespaces says which namespaces are being deleted: their pods go
 	// with them, whatever the budgets (a namespace is protected by its
 	// own rampart.io/protection label).
@@ -78,40 +78,16 @@ type Budgets struct {
 	// Nodes says which nodes are NotReady or unreachable: a pod there is
 	// already unavailable, and many of a budget's nodes at once are a
 	// partition. nil treats every node as Ready.
-	Nodes NodeHealth
+	Nodes rampartadmission.NodeHealth
 	// PartitionThreshold is the share of a budget's nodes NotReady at
 	// once that makes a partition (0: budget.DefaultPartitionThreshold).
 	PartitionThreshold float64
 	// Owners says whether a pod's controller is alive; nil judges the
 	// deletes of pods whose owner is gone like any other.
-	Owners OwnerView
+	Owners rampartadmission.OwnerView
 
 	once    sync.Once
 	written *ledger.Ledger[*v1alpha1.PodUnavailableBudget]
-}
-
-// PodLabels reads a cached pod's labels (for evictions, whose requests
-// carry no pod).
-type PodLabels interface {
-	PodLabels(namespace, name string) (map[string]string, bool)
-}
-
-// NodeHealth says whether a node can run pods now.
-type NodeHealth interface {
-	// NodeUnavailable says why a node cannot run pods now ("NotReady",
-	// "unreachable"), "" for a Ready node or one not seen.
-	NodeUnavailable(name string) string
-	// NodeCount counts the cluster's nodes, and those NotReady.
-	NodeCount() budget.NodeCount
-	// Nodes are the cached nodes sel selects (their labels, spec's
-	// unschedulable and taints, and Ready condition; read-only).
-	Nodes(sel labels.Selector) []*corev1.Node
-}
-
-// OwnerView says from the cache whether an owner is alive (see
-// clusterview.Budgets.OwnerAlive).
-type OwnerView interface {
-	OwnerAlive(ns string, ref metav1.OwnerReference) (alive, known bool)
 }
 
 // TargetSelector resolves a budget's targetRef into its pod selector
@@ -299,14 +275,14 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 		budgetDecisions.WithLabelValues(string(r.Op), "ownergone").Inc()
 		return admission.Allowed("")
 	}
-	now := ClockOrReal(h.Clock).Now()
+	now := rampartadmission.ClockOrReal(h.Clock).Now()
 	r.Unavailable = h.unavailable(pod)
 	var consumed []budget.Key
 	for _, k := range keys {
 		if r.Unavailable != "" {
 			r.Nodes = h.nodes(k)
 		}
-		v, took, err := h.consume(ctx, k, r, r.DryRun || DryRun(req), now)
+		v, took, err := h.consume(ctx, k, r, r.DryRun || rampartadmission.DryRun(req), now)
 		if took {
 			consumed = append(consumed, k)
 		}
@@ -323,12 +299,12 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 		budgetDecisions.WithLabelValues(string(r.Op), "denied").Inc()
 		o := protection.Object{Namespace: req.Namespace, Name: r.Pod}
 		o.Resource.Resource = "pods"
-		return Respond(h.Recorder, req, About{Kind: corev1.SchemeGroupVersion.WithKind("Pod"), Object: o,
+		return rampartadmission.Respond(h.Recorder, req, rampartadmission.About{Kind: corev1.SchemeGroupVersion.WithKind("Pod"), Object: o,
 			UID: types.UID(h.podUID(req)), Action: "Disruption", DryRun: r.DryRun}, v)
 	}
 	outcome := "admitted"
 	switch {
-	case r.DryRun || DryRun(req):
+	case r.DryRun || rampartadmission.DryRun(req):
 		outcome = "dryrun"
 	case r.Unavailable != "" && len(consumed) == 0:
 		outcome = "unavailable" // an unavailable pod, at no cost
@@ -400,46 +376,6 @@ func (h *Budgets) unfiledCovers(ctx context.Context, b *v1alpha1.PodUnavailableB
 	return covers && err == nil, nil
 }
 
-// Scales reads workloads' scale subresources, for any kind that has one
-// (custom workloads included).
-type Scales struct {
-	Dynamic dynamic.Interface
-	Mapper  meta.RESTMapper
-}
-
-// Scale is a targetRef's pod selector and desired replicas.
-func (s Scales) Scale(ctx context.Context, ns string, t *v1alpha1.TargetReference) (string, int32, error) {
-	gv, err := schema.ParseGroupVersion(t.APIVersion)
-	if err != nil {
-		return "", 0, fmt.Errorf("targetRef.apiVersion: %w", err)
-	}
-	m, err := s.Mapper.RESTMapping(gv.WithKind(t.Kind).GroupKind(), gv.Version)
-	if err != nil {
-		return "", 0, fmt.Errorf("targetRef %s %s: %w", t.APIVersion, t.Kind, err)
-	}
-	u, err := s.Dynamic.Resource(m.Resource).Namespace(ns).Get(ctx, t.Name, metav1.GetOptions{}, "scale")
-	if err != nil {
-		if apierrors.IsNotFound(err) {
-			return "", 0, err
-		}
-		return "", 0, fmt.Errorf("targetRef %s/%s: reading its scale subresource: %w", t.Kind, t.Name, err)
-	}
-	var sc autoscalingv1.Scale
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &sc); err != nil {
-		return "", 0, err
-	}
-	if sc.Status.Selector == "" {
-		return "", 0, fmt.Errorf("targetRef %s/%s has no pod selector in its scale subresource", t.Kind, t.Name)
-	}
-	return sc.Status.Selector, sc.Spec.Replicas, nil
-}
-
-// TargetSelector implements TargetSelector.
-func (s Scales) TargetSelector(ctx context.Context, ns string, t *v1alpha1.TargetReference) (string, error) {
-	sel, _, err := s.Scale(ctx, ns, t)
-	return sel, err
-}
-
 func (h *Budgets) podUID(req admission.Request) (uid string) {
 	var m metav1.PartialObjectMetadata
 	if json.Unmarshal(req.OldObject.Raw, &m) == nil {
@@ -491,12 +427,4 @@ func (h *Budgets) giveBack(ctx context.Context, k budget.Key, pod string, at tim
 		b.Status.UnavailableAllowed++
 		return true
 	})
-}
-
-// clockOrReal is c, or the real clock when c is nil.
-func ClockOrReal(c clock.PassiveClock) clock.PassiveClock {
-	if c == nil {
-		return clock.RealClock{}
-	}
-	return c
 }

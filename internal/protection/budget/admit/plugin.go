@@ -1,0 +1,81 @@
+package admit
+
+import (
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/rampart-io/rampart/api/v1alpha1"
+	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+)
+
+// Plugin is the protection PodUnavailableBudgets give: disruptions
+// and evictions of every pod of a namespace holding budgets are judged.
+type Plugin struct {
+	rampartadmission.WantsDirect
+	rampartadmission.WantsCache
+	rampartadmission.WantsPods
+	rampartadmission.WantsRecorder
+	rampartadmission.WantsNodes
+	rampartadmission.WantsBudgets
+	rampartadmission.WantsInForce
+}
+
+// NamespaceKeys is the key set of the namespaces holding budgets.
+const NamespaceKeys = "budgets"
+
+// EvictionWebhookName judges evictions in namespaces holding budgets.
+const EvictionWebhookName = "evictions.budgets.rampart.io"
+
+// WebhookName judges disruptions of pods in namespaces holding budgets.
+const WebhookName = "budgets.rampart.io"
+
+func (*Plugin) Name() string { return "podunavailablebudget" }
+
+// Keys are the namespaces holding budgets, from the budget index.
+func (p *Plugin) Keys() rampartadmission.KeySet {
+	if p.BudgetIndex == nil {
+		return rampartadmission.KeySet{Name: NamespaceKeys}
+	}
+	return rampartadmission.KeySet{Name: NamespaceKeys, HasSynced: p.BudgetsSynced,
+		Cached: func() []string { return p.BudgetIndex.Namespaces() }}
+}
+
+func (p *Plugin) Routes() []rampartadmission.Route {
+	return []rampartadmission.Route{{Path: Path, Handler: &Budgets{Client: p.Direct, Cache: p.Cache, Index: p.BudgetIndex, Pods: p.Pods,
+		Namespaces: p.Namespaces, Recorder: p.Recorder, Targets: p.Scales, Nodes: p.Nodes, PartitionThreshold: p.PartitionThreshold, Owners: p.Owners}}}
+}
+
+// ObjectHandlers: a new budget is admitted once the budget webhooks reach
+// its namespace.
+func (p *Plugin) ObjectHandlers() map[string]admission.Handler {
+	return map[string]admission.Handler{"podunavailablebudgets": &BudgetAdmission{InForce: p.InForce}}
+}
+
+// ObjectRules send the creations of budgets to the objects webhook.
+func (*Plugin) ObjectRules() []admissionregistrationv1.RuleWithOperations {
+	return []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
+			Resources: []string{"podunavailablebudgets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+	}}
+}
+
+func (*Plugin) Webhooks(reg rampartadmission.Registration, b rampartadmission.Builder) []rampartadmission.Webhook {
+	namespaces := reg.Keys[NamespaceKeys]
+	if len(namespaces) == 0 {
+		return nil
+	}
+	// Every pod there: a pod's labels say which budget covers it, and the
+	// handler reads them from the request, so nothing needs writing on the
+	// pod first. An Eviction carries no labels to select on.
+	pub := b.Webhook(WebhookName, Path,
+		rampartadmission.Rule(admissionregistrationv1.Delete, "", "pods"), rampartadmission.Rule(admissionregistrationv1.Update, "", "pods"),
+		rampartadmission.Rule(admissionregistrationv1.Update, "", "pods/resize"))
+	pub.NamespaceSelector = rampartadmission.InNamespaces(namespaces)
+	pub.TimeoutSeconds = ptr.To(int32(10))
+	evict := b.Webhook(EvictionWebhookName, Path, rampartadmission.Rule(admissionregistrationv1.Create, "", "pods/eviction"))
+	evict.NamespaceSelector = rampartadmission.InNamespaces(namespaces)
+	evict.TimeoutSeconds = ptr.To(int32(10))
+	return rampartadmission.Own(rampartadmission.Owner{}, pub, evict)
+}
