@@ -230,7 +230,8 @@ func TestChartArgsAreFlagsOfTheBinary(t *testing.T) {
 // TestChartNodeGuard: nodeGuard.enabled renders a DaemonSet on every node
 // (tainted ones too) serving the socket the kubelet is pointed at, with
 // the runtime's and the guard's socket directories from the host, rights
-// to read pods and write Events only, replaced only by hand (a kubelet
+// to read pods, patch their status (the rampart.io/ContainersRunning
+// condition) and write Events only, replaced only by hand (a kubelet
 // pointed at it cannot start its successor), and scraped when the
 // ServiceMonitor is on; disabled, none of it.
 func TestChartNodeGuard(t *testing.T) {
@@ -274,6 +275,7 @@ func TestChartNodeGuard(t *testing.T) {
 	role := convert[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "rampart-node-guard"))
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	if !equality.Semantic.DeepEqual(role.Rules, want) {

@@ -23,6 +23,15 @@ const (
 	// (internal/servers/manager/controller/explicitdeletion).
 	LabelExplicitDeletion = "rampart.io/explicit-deletion"
 
+	// ConditionContainersRunning is the pod condition the node guard
+	// keeps on the pods labelled LabelExplicitDeletion on its node: True
+	// while the runtime runs a regular container of the pod (the guard
+	// then refuses the kubelet's kills the API did not ask for), False
+	// once none runs. The compiled policy SavedPodsName refuses the
+	// node's write of phase Failed while it reads True: the pod the guard
+	// saved keeps reading Running, and keeps serving.
+	ConditionContainersRunning = "rampart.io/ContainersRunning"
+
 	// AnnotationGeneratePUB ("true", on a workload) asks for a generated
 	// PodUnavailableBudget.
 	AnnotationGeneratePUB = "rampart.io/generate-pub"

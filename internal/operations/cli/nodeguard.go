@@ -45,8 +45,15 @@ retryable error naming the way out, the pod a KillVetoed Warning Event
 the containers keep running.
 
 Point the kubelet's --container-runtime-endpoint at unix://<--listen>.
-Its identity (--kubeconfig) needs get, list and watch on pods and create
-and patch on events.k8s.io events.`,
+The guard also keeps the condition rampart.io/ContainersRunning on each
+protected pod (restartPolicy Always) of its node: True while a regular
+container of it runs in the runtime, False once none does. While it reads
+True, the compiled policy saved-pods.rampart.io refuses the node's status
+write turning the pod Failed (kubelet rejection at re-admission, eviction):
+a pod the guard saved keeps reading Running and stays in its Service.
+
+Its identity (--kubeconfig) needs get, list and watch on pods, patch on
+pods/status, and create and patch on events.k8s.io events.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if node == "" {
@@ -112,6 +119,7 @@ and patch on events.k8s.io events.`,
 	f.StringVar(&metricsAddr, "metrics-bind-address", ":9809", "Prometheus metrics, /healthz and /readyz ('0' disables)")
 	f.DurationVar(&o.Settle, "settle", nodeguard.DefaultSettle, "how long a container stop that only a failed probe could explain is held before it is judged again")
 	f.DurationVar(&o.Memory, "kill-memory", nodeguard.DefaultMemory, "how long a refused kill of a pod, or a probe restart let through, is remembered")
+	f.DurationVar(&o.VouchEvery, "vouch-every", nodeguard.DefaultVouchEvery, "how often the pods' rampart.io/ContainersRunning condition is reconciled with the runtime (True while a regular container of a protected pod runs: the saved-pods.rampart.io policy then refuses the node's write turning it Failed)")
 	f.DurationVar(&staleAfter, "api-stale-after", staleAfter, "how long the watch of this node's pods may fail before the API counts as unreachable and every kill of a protected pod is refused")
 	return cmd
 }

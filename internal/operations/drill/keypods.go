@@ -89,6 +89,52 @@ func (k keyPods) running(ctx context.Context) (map[types.UID]bool, error) {
 	return out, err
 }
 
+// vouched waits until the node guard vouches for every pod: the
+// condition rampart.io/ContainersRunning=True, which the saved-pods
+// policy reads before it refuses the node's write turning a pod Failed.
+func (k keyPods) vouched(ctx context.Context) error {
+	var have int
+	err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		have = 0
+		for _, p := range k.pods {
+			got, err := k.t.Client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, c := range got.Status.Conditions {
+				if c.Type == v1alpha1.ConditionContainersRunning && c.Status == corev1.ConditionTrue {
+					have++
+				}
+			}
+		}
+		return have == len(k.pods), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the node guard vouches for %d of %d pods (%s=True): %w", have, len(k.pods), v1alpha1.ConditionContainersRunning, err)
+	}
+	return nil
+}
+
+// runningReadFailed counts the pods containerd runs that the API reads
+// Failed: saved by the guard, but out of their Services and replaced.
+func (k keyPods) runningReadFailed(ctx context.Context) (int, error) {
+	alive, err := k.running(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range k.pods {
+		got, err := k.t.Client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return 0, err
+		}
+		if alive[p.UID] && got.Status.Phase == corev1.PodFailed {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // uids are the pods' UIDs.
 func (k keyPods) uids() []string {
 	var out []string

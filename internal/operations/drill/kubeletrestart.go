@@ -22,8 +22,14 @@ import (
 // deleted them in the API — the kubelet incident of the ByteDance report.
 // Both sides run `rampart node-guard` between the kubelet and containerd;
 // the protected side labels its pods rampart.io/explicit-deletion=true.
-// The loss is counted in containerd, not from the API's phase: a pod the
-// guard saved may still read Failed.
+// The loss is counted in containerd, not from the API's phase. The API's
+// reading is measured beside it: running_pods_read_failed counts the pods
+// containerd still runs that the API reads Failed. Protected, it is 0: the
+// guard vouches for its running pods (condition
+// rampart.io/ContainersRunning) and the compiled policy
+// saved-pods.rampart.io refuses the kubelet's write turning them Failed,
+// so they stay Running, in their Services, unreplaced. Unprotected, the
+// killed pods read Failed and run nothing (0 as well).
 var kubeletBadRestart = Drill{
 	Name:     "kubelet-bad-restart",
 	Incident: "a kubelet restarted after a node label its pods select on was removed rejects them at re-admission and kills them, though nobody deleted them (ByteDance report)",
@@ -50,6 +56,13 @@ var kubeletBadRestart = Drill{
 		if err != nil {
 			return loss, err
 		}
+		if t.Protected {
+			// The kubelet writes Failed before it tries the kill: the
+			// guard's word must be in the API first.
+			if err := pods.vouched(ctx); err != nil {
+				return loss, err
+			}
+		}
 
 		// The incident: kubelet down, label gone, kubelet up.
 		kubelet := localcluster.KubeletName(node)
@@ -74,7 +87,12 @@ var kubeletBadRestart = Drill{
 			return loss, err
 		}
 		loss.Lost, loss.Denied = out.lost, out.anyMessage()
+		readFailed, err := pods.runningReadFailed(ctx)
+		if err != nil {
+			return loss, err
+		}
 		loss.Measured = map[string]float64{
+			"running_pods_read_failed":      float64(readFailed),
 			"kubelet_ready_after_restart_s": seconds(ready),
 			"all_killed_or_refused_s":       seconds(out.decided),
 			"pods_refused_kill":             float64(len(out.refused)),

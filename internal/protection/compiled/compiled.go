@@ -97,14 +97,16 @@ func Compile(policies []v1alpha1.ProtectionPolicy, o Options) ([]Policy, []Left)
 
 // LabelRules compiles rampart.io/protection=Always and
 // rampart.io/explicit-replicas=true on the built-in workloads: the rules
-// the manager narrows the label webhooks for once they are in force.
+// the manager narrows the label webhooks for once they are in force; and
+// rampart.io/explicit-deletion=true on pods the node guard saved
+// (SavedPods), which has no webhook.
 // ScaledLabelRules are the explicit-replicas label on custom resources.
 func LabelRules(o Options) []Policy {
 	del := newPolicy(LabelDeletionName, SourceLabels, deleteRules([]v1alpha1.ResourceRule{{APIGroups: []string{"*"}, Resources: []string{"*"}}}), o.notOwn(nil))
 	del.Policy.Spec.MatchConstraints.ObjectSelector = labelIn(v1alpha1.LabelProtection, string(v1alpha1.ProtectionAlways))
 	del.Policy.Spec.Validations = []admissionregistrationv1.Validation{deletionValidation(labelSource(v1alpha1.LabelProtection))}
 
-	return []Policy{del, labelReplicas(LabelReplicasName, Workloads, workloadReplicas, o)}
+	return []Policy{del, labelReplicas(LabelReplicasName, Workloads, workloadReplicas, o), SavedPods(o)}
 }
 
 // ScaledLabelRules compiles rampart.io/explicit-replicas=true on each

@@ -395,7 +395,7 @@ func TestCompiledShapes(t *testing.T) {
 			t.Errorf("%s: not labelled as Rampart's", p.Policy.Name)
 		}
 	}
-	want := []string{compiled.LabelDeletionName, compiled.LabelReplicasName, "widgets.example.com.replicas.rampart.io",
+	want := []string{compiled.LabelDeletionName, compiled.LabelReplicasName, compiled.SavedPodsName, "widgets.example.com.replicas.rampart.io",
 		compiled.DeletionName("pay-config"), compiled.DeletionName("databases"), compiled.ReplicasName("databases"), compiled.ReplicasName("no-zero"), compiled.DeletionName("try-out"),
 		"fleet.replicas.widgets.example.com.policy.rampart.io", "fleet-trial.replicas.widgets.example.com.policy.rampart.io"}
 	if !slices.Equal(names, want) {

@@ -235,7 +235,7 @@ func TestCustomResourcesCompiledFromTheCRDs(t *testing.T) {
 	for _, p := range got.all {
 		names = append(names, p.Policy.Name)
 	}
-	want := []string{compiled.LabelDeletionName, compiled.LabelReplicasName, "widgets.example.com.replicas.rampart.io", "fleet.replicas.widgets.example.com.policy.rampart.io"}
+	want := []string{compiled.LabelDeletionName, compiled.LabelReplicasName, compiled.SavedPodsName, "widgets.example.com.replicas.rampart.io", "fleet.replicas.widgets.example.com.policy.rampart.io"}
 	if !slices.Equal(names, want) {
 		t.Errorf("compiled %v, want %v", names, want)
 	}
@@ -243,8 +243,8 @@ func TestCustomResourcesCompiledFromTheCRDs(t *testing.T) {
 		t.Errorf("record %v: want the label rules' version unchanged by the CRD, and entries for the CRD and the policy", record)
 	}
 	st, err := c.PolicyState(context.Background(), fleet)
-	if err != nil || !slices.Equal(st.Names, want[3:]) {
-		t.Errorf("the policy's compiled policies: %v, %v; want %v", st.Names, err, want[3:])
+	if err != nil || !slices.Equal(st.Names, want[4:]) {
+		t.Errorf("the policy's compiled policies: %v, %v; want %v", st.Names, err, want[4:])
 	}
 }
 

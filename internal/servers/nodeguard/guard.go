@@ -44,6 +44,13 @@ type Options struct {
 	Memory time.Duration
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Vouch keeps the pods' rampart.io/ContainersRunning condition
+	// (vouch.go); nil: Pods when it is a Vouching (NodePods), else the
+	// guard keeps no condition.
+	Vouch Vouching
+	// VouchEvery is how often the condition is reconciled with the
+	// runtime (DefaultVouchEvery).
+	VouchEvery time.Duration
 }
 
 // DefaultSettle: when the kubelet kills a pod it stops all its containers
@@ -68,6 +75,7 @@ type Guard struct {
 	index  *index
 	memory *memory
 	fw     *forwarder
+	stats  vouchStats
 }
 
 // New connects (lazily) to the runtime and builds the server.
@@ -90,6 +98,13 @@ func New(o Options) (*Guard, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if v, ok := o.Pods.(Vouching); ok && o.Vouch == nil {
+		o.Vouch = v
+	}
+	if o.VouchEvery == 0 {
+		o.VouchEvery = DefaultVouchEvery
+	}
+	g := &Guard{o: o, index: newIndex(), memory: newMemory(o.Memory)}
 	// One series per registry however many guards share it (tests).
 	_ = o.Metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "rampart_nodeguard_api_reachable",
@@ -100,6 +115,14 @@ func New(o Options) (*Guard, error) {
 		}
 		return 0
 	}))
+	_ = o.Metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "rampart_nodeguard_pods_vouched",
+		Help: "Protected pods (restartPolicy Always) whose rampart.io/ContainersRunning condition the node guard holds True: a regular container runs, and the saved-pods.rampart.io policy refuses this node's write turning them Failed.",
+	}, func() float64 { return float64(g.stats.vouched.Load()) }))
+	_ = o.Metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "rampart_nodeguard_pods_saved",
+		Help: "Of the vouched pods, those whose kill the node guard refused within its kill memory (--kill-memory): the kubelet is trying to end them, they run on and read Running in the API.",
+	}, func() float64 { return float64(g.stats.saved.Load()) }))
 	conn, err := grpc.NewClient(o.Runtime,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
@@ -111,7 +134,7 @@ func New(o Options) (*Guard, error) {
 		_ = conn.Close()
 		return nil, err
 	}
-	g := &Guard{o: o, conn: conn, rt: runtimeapi.NewRuntimeServiceClient(conn), index: newIndex(), memory: newMemory(o.Memory)}
+	g.conn, g.rt = conn, runtimeapi.NewRuntimeServiceClient(conn)
 	g.fw = &forwarder{
 		dial: func(ctx context.Context) (net.Conn, error) {
 			var d net.Dialer
@@ -151,6 +174,9 @@ func unixSocket(endpoint string) (string, error) {
 // flight are cut, as they would be if the runtime restarted.
 func (g *Guard) Serve(ctx context.Context, ln net.Listener) error {
 	go g.rebuildIndex(ctx)
+	if g.o.Vouch != nil {
+		go g.vouch(ctx)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {

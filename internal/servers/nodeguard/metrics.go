@@ -18,6 +18,9 @@ type Metrics struct {
 	vetoes   *prometheus.CounterVec
 	passes   *prometheus.CounterVec
 	calls    *prometheus.HistogramVec
+	// conditionWrites are the guard's patches of a pod's
+	// rampart.io/ContainersRunning condition, by status.
+	conditionWrites *prometheus.CounterVec
 
 	// The histogram's children by label: WithLabelValues hashes and may
 	// allocate on every call, a sync.Map lookup does not.
@@ -45,7 +48,11 @@ func NewMetrics() *Metrics {
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1, 5, 30, 120},
 		}, []string{"method", "code"}),
 	}
-	m.Registry.MustRegister(m.vetoes, m.passes, m.calls,
+	m.conditionWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rampart_nodeguard_condition_writes_total",
+		Help: "Status patches of a protected pod's rampart.io/ContainersRunning condition by the node guard, by the status written (True: a regular container runs; False: none runs, the node may report the pod ended).",
+	}, []string{"status"})
+	m.Registry.MustRegister(m.vetoes, m.passes, m.calls, m.conditionWrites,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

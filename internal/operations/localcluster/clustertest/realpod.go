@@ -33,10 +33,18 @@ func (e *Env) StartRealPod(t testing.TB, node, ns string, pod *corev1.Pod) RealP
 	if err != nil {
 		t.Fatalf("create pod %s: %v", pod.Name, err)
 	}
-	p := RealPod{Namespace: ns, Name: pod.Name, Node: node, UID: created.UID}
+	return e.RealPodOf(t, node, ns, pod.Name, created.UID)
+}
+
+// RealPodOf waits until the API has the pod of this UID Running on the
+// real node and containerd runs its container (a pod a controller
+// created, say), and returns it as started.
+func (e *Env) RealPodOf(t testing.TB, node, ns, name string, uid types.UID) RealPod {
+	t.Helper()
+	p := RealPod{Namespace: ns, Name: name, Node: node, UID: uid}
 	var phase corev1.PodPhase
-	err = wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := e.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := e.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -49,7 +57,7 @@ func (e *Env) StartRealPod(t testing.TB, node, ns string, pod *corev1.Pod) RealP
 		return phase == corev1.PodRunning && p.Container.ID != "", nil
 	})
 	if err != nil {
-		t.Fatalf("pod %s/%s not Running with a container in containerd within a minute (phase %q, container %q)", ns, pod.Name, phase, p.Container.ID)
+		t.Fatalf("pod %s/%s not Running with a container in containerd within a minute (phase %q, container %q)", ns, name, phase, p.Container.ID)
 	}
 	return p
 }
