@@ -730,7 +730,7 @@ spec:
 				names = append(names, p.Name)
 			}
 			slices.Sort(names)
-			if !slices.Equal(names, []string{"chart-vault.deletion.policy.rampart.io", "deletion.rampart.io", "probe.compiled.rampart.io", "replicas.rampart.io"}) {
+			if !slices.Equal(names, []string{"chart-vault.deletion.policy.rampart.io", "deletion.rampart.io", "probe.compiled.rampart.io", "replicas.rampart.io", "saved-pods.rampart.io"}) {
 				return false, nil
 			}
 			// Applied is not enforced: the manager records the label

@@ -115,13 +115,13 @@ func TestExportPoliciesFromFiles(t *testing.T) {
 	if err := os.WriteFile(file, []byte(mixed), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	want := compiledPairs("deletion.rampart.io", "replicas.rampart.io", "payments.deletion.policy.rampart.io", "payments.replicas.policy.rampart.io")
+	want := compiledPairs("deletion.rampart.io", "replicas.rampart.io", "saved-pods.rampart.io", "payments.deletion.policy.rampart.io", "payments.replicas.policy.rampart.io")
 	_, errOut := exported(t, "", want, "-f", file)
 	if !strings.Contains(errOut, "skipping apps/v1 Deployment (only ProtectionPolicies and CustomResourceDefinitions are read)") {
 		t.Errorf("the skipped Deployment is not named on stderr:\n%s", errOut)
 	}
 
-	exported(t, exportPolicy, want[4:], "-f", "-", "--labels=false")
+	exported(t, exportPolicy, want[6:], "-f", "-", "--labels=false")
 }
 
 // scaledCRD is a CRD whose scale subresource keeps replicas at path.
@@ -154,7 +154,7 @@ var exportCRDs = scaledCRD("widgets", "Widget", ".spec.size") + "---\n" + scaled
 func TestExportPoliciesCompilesCustomResourcesInTheFiles(t *testing.T) {
 	policy := strings.Replace(exportPolicy, "resources: [{apiGroups: [apps], resources: [deployments]}]",
 		"resources: [{apiGroups: [apps, example.com], resources: [deployments, widgets, dashes]}]", 1)
-	out, _ := exported(t, exportCRDs+"---\n"+policy, compiledPairs("deletion.rampart.io", "replicas.rampart.io", "widgets.example.com.replicas.rampart.io",
+	out, _ := exported(t, exportCRDs+"---\n"+policy, compiledPairs("deletion.rampart.io", "replicas.rampart.io", "saved-pods.rampart.io", "widgets.example.com.replicas.rampart.io",
 		"payments.deletion.policy.rampart.io", "payments.replicas.policy.rampart.io", "payments.replicas.widgets.example.com.policy.rampart.io"), "-f", "-")
 	for _, w := range []string{
 		"# Not compiled (they need Rampart running): Cascading, the scale subresource.\n",

@@ -383,18 +383,25 @@ func (j *Journaled) Get(ctx context.Context, name string) (io.ReadCloser, error)
 
 // List lists the Dir's objects and those still in the journal.
 func (j *Journaled) List(ctx context.Context, prefix string) ([]Object, error) {
+	// What waits in the journal is read before the Dir: an object the
+	// flush moves from the journal to the Dir while the Dir is listed is
+	// then in one or the other (read after, it could be in neither).
+	j.mu.Lock()
+	waiting := map[string]Object{}
+	for name, p := range j.pending {
+		if strings.HasPrefix(name, prefix) {
+			waiting[name] = Object{Name: name, Size: int64(len(p.data)), SHA256: p.sum, Modified: p.at}
+		}
+	}
+	j.mu.Unlock()
 	out, err := j.Dir.list(ctx, prefix)
 	if err != nil {
 		return nil, err
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
 	// What waits in the journal is newer than what the Dir holds.
-	out = slices.DeleteFunc(out, func(o Object) bool { return j.pending[o.Name] != nil })
-	for name, p := range j.pending {
-		if strings.HasPrefix(name, prefix) {
-			out = append(out, Object{Name: name, Size: int64(len(p.data)), SHA256: p.sum, Modified: p.at})
-		}
+	out = slices.DeleteFunc(out, func(o Object) bool { _, ok := waiting[o.Name]; return ok })
+	for _, o := range waiting {
+		out = append(out, o)
 	}
 	sortByName(out)
 	return out, nil

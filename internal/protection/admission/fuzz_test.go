@@ -12,6 +12,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	nodebudget "github.com/rampart-io/rampart/internal/protection/nodebudget/admit"
+
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -129,8 +135,11 @@ metadata: {name: rc}
 spec:
   resources: [{apiGroups: ["*"], resources: ["*"]}]
   objectSelector: {matchExpressions: [{key: tier, operator: NotIn, values: [scratch]}]}`).(*v1alpha1.RecyclePolicy)
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(window, fc, pub, rc).
-		WithStatusSubresource(&v1alpha1.DeletionFlowControl{}, &v1alpha1.PodUnavailableBudget{}).Build()
+	nb := mustYAML(&v1alpha1.NodeDisruptionBudget{}, `
+metadata: {name: nb}
+spec: {minAvailable: 1, rate: {count: 1000000, window: 10m}}`).(*v1alpha1.NodeDisruptionBudget)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(window, fc, pub, rc, nb).
+		WithStatusSubresource(&v1alpha1.DeletionFlowControl{}, &v1alpha1.PodUnavailableBudget{}, &v1alpha1.NodeDisruptionBudget{}).Build()
 	index := budget.NewIndex()
 	view := fuzzView{}
 	del := &rampartadmission.Deletion{View: view, Policies: fuzzPolicies{}, Bin: fuzzBin{}}
@@ -161,6 +170,7 @@ spec:
 	reg(flowcontrol.Prefix, &flowcontrol.FlowControl{Client: c, Pods: view}, rampartadmission.PolicyFromPath(flowcontrol.Prefix))
 	reg(budgets.Path, &budgets.Budgets{Client: c, Cache: c, Index: index, Pods: view, Namespaces: view}, nil)
 	reg(rampartadmission.ProbePath, rampartadmission.Probe{}, nil)
+	reg(nodebudget.Prefix, &nodebudget.Handler{Client: c, Nodes: fuzzNodes{}}, rampartadmission.PolicyFromPath(nodebudget.Prefix))
 	reg(recycle.Prefix, &recycle.Recycle{Reader: c, Bin: fuzzBin{}}, rampartadmission.PolicyFromPath(recycle.Prefix))
 	return mux
 }
@@ -190,6 +200,7 @@ var fuzzPaths = []string{
 	budgets.Path,
 	rampartadmission.ProbePath,
 	recycle.Prefix + "rc",
+	nodebudget.Prefix + "nb",
 }
 
 // TestFuzzReachesEveryRoute: a protection added to admission.Protections is
@@ -403,4 +414,20 @@ func TestProtectedDeleteWithUnreadableLabelsIsRefused(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fuzzNodes are two Ready, schedulable nodes.
+type fuzzNodes struct{}
+
+func (fuzzNodes) NodeUnavailable(string) string { return "" }
+
+func (fuzzNodes) NodeCount() budget.NodeCount { return budget.NodeCount{Total: 2} }
+
+func (fuzzNodes) Nodes(labels.Selector) []*corev1.Node {
+	var out []*corev1.Node
+	for _, name := range []string{"n1", "n2"} {
+		out = append(out, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1"},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}})
+	}
+	return out
 }
