@@ -270,3 +270,56 @@ func TestNodeBudgetNeverBlocksHealing(t *testing.T) {
 		t.Errorf("deleting the budget: %v", err)
 	}
 }
+
+// Exact under faults: three manager replicas, a storm of cordons over a
+// pool of nine with a floor of five, and a replica stopped mid-storm.
+// Counted from the nodes themselves (the API server's state, not
+// Rampart's answers): never more than four cordoned; and once the
+// departures the stopped replica may have recorded without answering have
+// aged out (InFlight), retries reach exactly four.
+func TestNodeBudgetIsExactWhenAReplicaDies(t *testing.T) {
+	env := clustertest.Start(t, localcluster.Options{Nodes: 1, Managers: 3})
+	name := "storm"
+	nodes := pool(t, env, name, 9)
+	create(t, env, fmt.Sprintf("metadata: {name: %s}\nspec: {nodeSelector: {matchLabels: {pool: %s}}, minAvailable: 5}", name, name))
+	var (
+		wg                 sync.WaitGroup
+		mu                 sync.Mutex
+		throttled, refused int
+	)
+	for i, n := range nodes {
+		if i == 3 {
+			if err := env.StopComponent(localcluster.ManagerName(2)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := patch(env, n, `{"spec":{"unschedulable":true}}`)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case apierrors.IsTooManyRequests(err):
+				throttled++
+			case err != nil:
+				refused++ // the stopped replica's share: failed closed
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("storm: %d refused at the floor, %d failed closed (the stopped replica)", throttled, refused)
+	if got := unschedulable(t, env, nodes); len(got) > 4 {
+		t.Fatalf("%d cordoned in the storm (%v), past a floor of 5 of 9", len(got), got)
+	}
+	waitFor(t, "retried cordons to reach the floor", 4*time.Minute, func(context.Context) (bool, error) {
+		for _, n := range nodes {
+			_ = patch(env, n, `{"spec":{"unschedulable":true}}`)
+		}
+		got := unschedulable(t, env, nodes)
+		if len(got) > 4 {
+			t.Fatalf("%d cordoned (%v), past a floor of 5 of 9", len(got), got)
+		}
+		return len(got) == 4, nil
+	})
+}
