@@ -171,7 +171,7 @@ func (failingReader) List(context.Context, client.ObjectList, ...client.ListOpti
 // would drop the unlisted protections' webhooks for every replica.
 func TestNoRegistrationFromAFailedList(t *testing.T) {
 	r := &Registrar{reader: failingReader{}, protections: protections.All()}
-	if _, err := r.fromCaches(context.Background()); err == nil || !strings.Contains(err.Error(), "listing ProtectionPolicies: cache not ready") {
+	if _, err := r.fromCaches(context.Background()); err == nil || !strings.Contains(err.Error(), "listing protectionpolicies: cache not ready") {
 		t.Fatalf("err = %v", err)
 	}
 	if _, _, err := r.desired(context.Background(), time.Now()); err == nil {

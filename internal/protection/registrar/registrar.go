@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -138,7 +137,7 @@ func (r *Registrar) fromCaches(ctx context.Context) (rampartadmission.Registrati
 	for _, k := range kinds {
 		objs, err := k.List(ctx, r.reader)
 		if err != nil {
-			return reg, fmt.Errorf("listing %s: %w", plural(k.Kind), err)
+			return reg, fmt.Errorf("listing %s: %w", k.Resource, err) // as kubectl names them
 		}
 		reg.Objects[k.Kind] = objs
 	}
@@ -268,12 +267,4 @@ func (r *Registrar) keyChanges(ctx context.Context) <-chan struct{} {
 // keySets are the protections' key sets.
 func (r *Registrar) keySets() []rampartadmission.KeySet {
 	return rampartadmission.KeySets(r.protections)
-}
-
-// plural is an English plural of one of Rampart's kinds (for messages).
-func plural(kind string) string {
-	if s, ok := strings.CutSuffix(kind, "y"); ok {
-		return s + "ies"
-	}
-	return kind + "s"
 }
