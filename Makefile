@@ -5,13 +5,17 @@ GO ?= go
 CONTROLLER_GEN := cd hack/tools && $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build assets cluster-assets test-deps generate test unit integration lint up down clean fuzz fuzz-smoke secret-scan
+.PHONY: all build image assets cluster-assets test-deps generate test unit integration lint up down clean fuzz fuzz-smoke secret-scan
 
 all: build
 
 build: ## build bin/rampart (and bin/kubectl-rampart, the kubectl plugin)
 	$(GO) build -ldflags "-X github.com/rampart-io/rampart/internal/operations/cli.Version=$(VERSION)" -o $(BIN)/rampart ./cmd/rampart
 	ln -sf rampart $(BIN)/kubectl-rampart
+
+image: ## the chart's image as an OCI archive, bin/rampart-image.tar (static binary, CA certificates, user 65532; no Docker engine: hack/image)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/rampart-io/rampart/internal/operations/cli.Version=$(VERSION)" -o $(BIN)/image/rampart ./cmd/rampart
+	cd hack/image && $(GO) run . -binary $(abspath $(BIN))/image/rampart -out $(abspath $(BIN))/rampart-image.tar -tag rampart:$(VERSION)
 
 assets: ## build every binary the clusters and tests run (only what is missing or outdated): the local control plane, the real nodes' kubelet and runc, helm and the monitoring CRDs into bin/k8s, the storage tests' S3 server into bin/s3
 	bash hack/assets.sh

@@ -29,6 +29,9 @@ fuzz=$!
 RAMPART_TEST_LOGS=$logs RAMPART_ASSETS=$bin/k8s RAMPART_BIN=$bin/rampart RAMPART_S3_SERVER=$bin/s3/weed \
   $GO test -count=1 -timeout 40m ./...
 tests=$?
+# make image's builder is a module of its own (its dependencies must not
+# move the binary's): its test runs here.
+(cd hack/image && $GO vet ./... && $GO test -count=1 ./...) || tests=1
 
 if [ -f "$logs/drills.txt" ]; then
   echo "drills at test scale (TestDrills; full scale: rampart drill):"
