@@ -10,7 +10,9 @@ import (
 // in-place update, resize.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.selector) != has(self.targetRef)",message="set exactly one of selector and targetRef"
-// +kubebuilder:validation:XValidation:rule="has(self.maxUnavailable) != has(self.minAvailable)",message="set exactly one of maxUnavailable and minAvailable"
+// +kubebuilder:validation:XValidation:rule="(has(self.gang) && self.gang) || has(self.maxUnavailable) != has(self.minAvailable)",message="set exactly one of maxUnavailable and minAvailable"
+// +kubebuilder:validation:XValidation:rule="!(has(self.gang) && self.gang) || (has(self.groupBy) && has(self.maxGroupsDisrupted) && !has(self.maxUnavailable) && !has(self.minAvailable))",message="a gang budget counts whole groups: set groupBy and maxGroupsDisrupted, and neither maxUnavailable nor minAvailable"
+// +kubebuilder:validation:XValidation:rule="has(self.groupBy) || !has(self.maxGroupsDisrupted)",message="maxGroupsDisrupted needs groupBy: it caps how many of the groups groupBy makes may be disrupted at once"
 type PodUnavailableBudgetSpec struct {
 	// Selector chooses the pods, in the budget's namespace.
 	// +optional
@@ -53,6 +55,54 @@ type PodUnavailableBudgetSpec struct {
 	// +kubebuilder:default=AlwaysAllow
 	// +optional
 	UnhealthyPodPolicy UnhealthyPodPolicy `json:"unhealthyPodPolicy,omitempty"`
+	// GroupBy splits the budget's pods into groups by a label's value (a
+	// shard's index, a StatefulSet's or a Job's name) and applies
+	// maxUnavailable or minAvailable to each group instead of to all the
+	// pods: a store of 200 shards of 3 can lose one pod of every shard at
+	// once, never two of one shard. Pods without the label form one group
+	// of their own, "(none)".
+	// +optional
+	GroupBy *PodGroupBy `json:"groupBy,omitempty"`
+	// MaxGroupsDisrupted caps how many groups may be disrupted at once: a
+	// group is disrupted while any of its pods is unavailable or has a
+	// disruption in progress. A disruption in a group already disrupted
+	// does not count again.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxGroupsDisrupted *int32 `json:"maxGroupsDisrupted,omitempty"`
+	// Gang makes the disruption of any pod of a group the whole group's
+	// (a training job's workers lose their progress together): a group
+	// may be broken only while fewer than maxGroupsDisrupted are, and
+	// the other pods of a group already broken may go freely — they are
+	// lost anyway. Needs groupBy and maxGroupsDisrupted, and neither
+	// maxUnavailable nor minAvailable.
+	// +optional
+	Gang bool `json:"gang,omitempty"`
+}
+
+// PodGroupBy says how a budget's pods are grouped.
+type PodGroupBy struct {
+	// LabelKey is the pod label whose value names a pod's group.
+	// +kubebuilder:validation:MinLength=1
+	LabelKey string `json:"labelKey"`
+}
+
+// PodGroupStatus is one group of a budget with groupBy, as last computed.
+type PodGroupStatus struct {
+	// Name is the group's label value ("(none)" for pods without it).
+	Name string `json:"name"`
+	// Total are the pods the group should have.
+	Total int32 `json:"total"`
+	// Available are its pods Ready and not disrupted.
+	Available int32 `json:"available"`
+	// Desired is the floor the budget keeps in the group.
+	Desired int32 `json:"desired"`
+	// Allowed is how many more of its pods may be disrupted now (within
+	// the group; maxGroupsDisrupted may still refuse).
+	Allowed int32 `json:"allowed"`
+	// Disruptions are the group's admitted disruptions not yet observed.
+	// +optional
+	Disruptions int32 `json:"disruptions,omitempty"`
 }
 
 // UnhealthyPodPolicy is what a disruption of an already unavailable pod
@@ -110,6 +160,24 @@ type PodUnavailableBudgetStatus struct {
 	// Disruptions are admitted disruptions not yet observed, by pod name.
 	// +optional
 	Disruptions map[string]metav1.Time `json:"disruptions,omitempty"`
+	// DisruptionGroups is the group of each disruption in Disruptions, for
+	// a budget with groupBy.
+	// +optional
+	DisruptionGroups map[string]string `json:"disruptionGroups,omitempty"`
+	// Groups is how many groups a budget with groupBy has.
+	// +optional
+	Groups int32 `json:"groups,omitempty"`
+	// DisruptedGroups is how many of them are disrupted now: a pod
+	// unavailable, or a disruption in progress.
+	// +optional
+	DisruptedGroups int32 `json:"disruptedGroups,omitempty"`
+	// GroupStatus lists the disrupted groups, those closest to their floor
+	// first, at most 1000 of them: a group not listed has all its pods
+	// available and no disruption in progress. A disruption in an unlisted
+	// group is refused while more groups are disrupted than listed.
+	// +optional
+	// +listType=atomic
+	GroupStatus []PodGroupStatus `json:"groupStatus,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -126,6 +194,8 @@ type PodUnavailableBudgetStatus struct {
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.currentAvailable`
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desiredAvailable`
 // +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.totalReplicas`
+// +kubebuilder:printcolumn:name="Groups",type=integer,JSONPath=`.status.groups`,priority=1
+// +kubebuilder:printcolumn:name="Disrupted-Groups",type=integer,JSONPath=`.status.disruptedGroups`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PodUnavailableBudget struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -31,7 +31,7 @@ func newPUBCommand() *cobra.Command {
 	}
 	flags := genericclioptions.NewConfigFlags(true)
 	var all bool
-	var denials int
+	var denials, groups int
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "List budgets, the disruptions each allows now, and recent denials",
@@ -40,8 +40,10 @@ kubeconfig's; -A for all): the pods each covers, how many are available,
 the floor it keeps, how many more disruptions it allows now and the
 disruptions admitted but not yet seen, and marks a budget that can never
 allow one (maxUnavailable 0, or minAvailable at or above its pods: drains
-and rollouts of its pods never finish); then the most recent disruptions
-it refused (from Rampart's DisruptionDenied Events).`,
+and rollouts of its pods never finish); for budgets with groupBy, the
+groups closest to their floor (the disrupted ones; --groups); then the
+most recent disruptions it refused (from Rampart's DisruptionDenied
+Events).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := flags.ToRESTConfig()
@@ -54,17 +56,58 @@ it refused (from Rampart's DisruptionDenied Events).`,
 					return err
 				}
 			}
-			return printPUBStatus(cmd.Context(), cmd.OutOrStdout(), cfg, ns, denials)
+			return printPUBStatus(cmd.Context(), cmd.OutOrStdout(), cfg, ns, denials, groups)
 		},
 	}
 	flags.AddFlags(status.Flags())
 	status.Flags().BoolVarP(&all, "all-namespaces", "A", false, "budgets of every namespace")
 	status.Flags().IntVar(&denials, "denials", 10, "how many recent denials to show")
+	status.Flags().IntVar(&groups, "groups", 5, "how many groups closest to their floor to show per budget with groupBy")
 	cmd.AddCommand(status)
 	return cmd
 }
 
-func printPUBStatus(ctx context.Context, out io.Writer, cfg *rest.Config, ns string, maxDenials int) error {
+// printPUBGroups lists, for the budgets with groupBy, the groups closest
+// to their floor (the status lists the disrupted ones, closest first).
+func printPUBGroups(tw io.Writer, budgets []v1alpha1.PodUnavailableBudget, maxGroups int) {
+	header := false
+	for _, b := range budgets {
+		if b.Spec.GroupBy == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(tw, "\nGROUPS CLOSEST TO THEIR FLOOR")
+			fmt.Fprintln(tw, "BUDGET\tGROUPS\tDISRUPTED\tGROUP\tTOTAL\tAVAILABLE\tDESIRED\tALLOWED\tIN PROGRESS")
+			header = true
+		}
+		st := b.Status
+		disrupted := fmt.Sprint(st.DisruptedGroups)
+		if c := b.Spec.MaxGroupsDisrupted; c != nil {
+			disrupted += fmt.Sprintf(" (at most %d)", *c)
+		}
+		if b.Spec.Gang {
+			disrupted += ", gang"
+		}
+		name := b.Namespace + "/" + b.Name
+		if len(st.GroupStatus) == 0 {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t(every group whole)\t\t\t\t\t\n", name, st.Groups, disrupted)
+			continue
+		}
+		groups := fmt.Sprint(st.Groups)
+		for i, g := range st.GroupStatus[:min(len(st.GroupStatus), maxGroups)] {
+			if i > 0 {
+				name, groups, disrupted = "", "", ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s=%s\t%d\t%d\t%d\t%d\t%d\n", name, groups, disrupted, b.Spec.GroupBy.LabelKey, g.Name,
+				g.Total, g.Available, g.Desired, g.Allowed, g.Disruptions)
+		}
+		if more := int(st.DisruptedGroups) - min(len(st.GroupStatus), maxGroups); more > 0 {
+			fmt.Fprintf(tw, "\t\t\t(%d more disrupted groups: --groups %d)\t\t\t\t\t\n", more, st.DisruptedGroups)
+		}
+	}
+}
+
+func printPUBStatus(ctx context.Context, out io.Writer, cfg *rest.Config, ns string, maxDenials, maxGroups int) error {
 	cfg = rest.CopyConfig(cfg)
 	cfg.WarningHandler = rest.NoWarnings{}
 	scheme := runtime.NewScheme()
@@ -112,6 +155,7 @@ func printPUBStatus(ctx context.Context, out io.Writer, cfg *rest.Config, ns str
 	if len(list.Items) == 0 {
 		fmt.Fprintln(tw, "(none)")
 	}
+	printPUBGroups(tw, list.Items, maxGroups)
 	fmt.Fprintln(tw, "\nRECENT DENIED DISRUPTIONS")
 	fmt.Fprintln(tw, "AGE\tPOD\tNOTE")
 	evs, err := cs.EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reportingController=rampart,reason=DisruptionDenied"})

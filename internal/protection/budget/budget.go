@@ -73,6 +73,9 @@ func NeverAllows(spec v1alpha1.PodUnavailableBudgetSpec) (never bool, why string
 	if m := spec.MinAvailable; m != nil && m.String() == "100%" {
 		return true, "minAvailable is 100%"
 	}
+	if c := spec.MaxGroupsDisrupted; c != nil && *c == 0 && Grouped(spec) {
+		return true, "maxGroupsDisrupted is 0"
+	}
 	return false, ""
 }
 

@@ -3,6 +3,7 @@ package budget
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,35 @@ func Compute(b *v1alpha1.PodUnavailableBudget, pods []Pod, total int32, now time
 		return st, err
 	}
 	st.DesiredAvailable = desired
+	pending := stillPending(b, pods, now, timeout)
+	var available int32
+	for _, p := range pods {
+		if _, disrupted := pending[p.Name]; p.Available() && !disrupted {
+			available++
+		}
+	}
+	st.CurrentAvailable = available
+	st.UnavailableAllowed = Allowed(desired, available)
+	setPending(&st, pending)
+	st.DisruptionGroups, st.Groups, st.DisruptedGroups, st.GroupStatus = nil, 0, 0, nil
+	return st, nil
+}
+
+// ComputeGrouped is Compute for a budget with groupBy: totals are how
+// many pods each group should have (see GroupTotals).
+func ComputeGrouped(b *v1alpha1.PodUnavailableBudget, pods []Pod, totals map[string]int32, now time.Time, timeout time.Duration) (v1alpha1.PodUnavailableBudgetStatus, error) {
+	st := *b.Status.DeepCopy()
+	st.ObservedGeneration = b.Generation
+	pending := stillPending(b, pods, now, timeout)
+	if err := computeGroups(b, &st, pods, totals, pending); err != nil {
+		return st, err
+	}
+	setPending(&st, pending)
+	return st, nil
+}
+
+// stillPending are the disruptions of b's status not yet observed.
+func stillPending(b *v1alpha1.PodUnavailableBudget, pods []Pod, now time.Time, timeout time.Duration) map[string]metav1.Time {
 	byName := make(map[string]Pod, len(pods))
 	for _, p := range pods {
 		byName[p.Name] = p
@@ -45,19 +75,14 @@ func Compute(b *v1alpha1.PodUnavailableBudget, pods []Pod, total int32, now time
 			pending[name] = at
 		}
 	}
-	var available int32
-	for _, p := range pods {
-		if _, disrupted := pending[p.Name]; p.Available() && !disrupted {
-			available++
-		}
-	}
-	st.CurrentAvailable = available
-	st.UnavailableAllowed = Allowed(desired, available)
+	return pending
+}
+
+func setPending(st *v1alpha1.PodUnavailableBudgetStatus, pending map[string]metav1.Time) {
 	st.Disruptions = pending
 	if len(pending) == 0 {
 		st.Disruptions = nil
 	}
-	return st, nil
 }
 
 // NextExpiry is when the oldest pending disruption times out, zero if none.
@@ -94,6 +119,14 @@ type Request struct {
 	// Nodes is what the adapter saw of the nodes this budget's pods run
 	// on, for telling a dead node from a partition.
 	Nodes NodeCount
+	// Group is the pod's group for a budget with groupBy (GroupOf), and
+	// GroupPods the pods the adapter sees in it: the size of a group the
+	// budget's status does not list.
+	Group     string
+	GroupPods int32
+	// Created is when the pod was created: a disruption recorded for its
+	// name before that was another pod's. Zero when unknown: decided anew.
+	Created time.Time
 }
 
 // NodeCount counts the nodes a budget's pods run on.
@@ -134,9 +167,15 @@ func Decide(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (v v
 	if !Protects(b.Spec, r.Op) {
 		return verdict.Allow, false
 	}
-	if _, disrupted := b.Status.Disruptions[r.Pod]; disrupted {
+	if at, disrupted := b.Status.Disruptions[r.Pod]; disrupted && r.Op != v1alpha1.DisruptEvict && !r.Created.IsZero() && r.Created.Before(at.Time) {
 		// The same disruption asked again (the API server retries), or a
-		// pod already counted as disrupted: no further loss.
+		// pod already counted as disrupted: no further loss. Not a new pod
+		// that took the name (a StatefulSet's): created after the
+		// disruption was recorded, or in the same second, it is decided
+		// as any other. Not an eviction either: it names no pod, only a
+		// name, and is carried out after this answer, on whatever pod
+		// has the name then; a delete is judged on the very object it
+		// removes.
 		return verdict.Allow, false
 	}
 	free, held := Free(b, r, threshold)
@@ -147,6 +186,9 @@ func Decide(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (v v
 	if !computed {
 		return deny(fmt.Sprintf("pod %s/%s may not be %s now: PodUnavailableBudget %s/%s is not computed yet; retry in a few seconds",
 			r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name)), false
+	}
+	if Grouped(b.Spec) {
+		return decideGroup(b, r, held)
 	}
 	st := b.Status
 	if st.UnavailableAllowed > 0 {
@@ -199,6 +241,22 @@ func Free(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (free 
 	}
 }
 
+// Terminating is the refusal of an eviction of a pod that is going
+// already, covered by budgets keys: carried out by name after the answer,
+// it could evict the pod that takes the name next (a StatefulSet's).
+// kubectl drain retries a 429 and stops at NotFound.
+func Terminating(r Request, keys []Key) verdict.Verdict {
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = k.String()
+	}
+	v := deny(fmt.Sprintf("pod %s/%s may not be evicted now: it is being deleted already, and an eviction names no pod but a name, "+
+		"which its replacement may take (PodUnavailableBudget %s). Retry once it is gone; to remove it at once, delete it (kubectl delete pod -n %s %s)",
+		r.Namespace, r.Pod, strings.Join(names, ", "), r.Namespace, r.Pod))
+	v.RetryAfter = time.Second
+	return v
+}
+
 // Rule names budget denials in metrics and Events.
 const Rule = "PodUnavailableBudget"
 
@@ -206,13 +264,17 @@ func deny(message string) verdict.Verdict {
 	return verdict.Verdict{Reason: Rule, Message: message, Refusal: verdict.Throttled}
 }
 
-// Consume records an admitted disruption in a status.
-func Consume(st *v1alpha1.PodUnavailableBudgetStatus, pod string, now time.Time) {
+// Consume records an admitted disruption in a budget's status.
+func Consume(b *v1alpha1.PodUnavailableBudget, r Request, now time.Time) {
+	st := &b.Status
 	if st.Disruptions == nil {
 		st.Disruptions = map[string]metav1.Time{}
 	}
-	st.Disruptions[pod] = metav1.NewTime(now)
+	st.Disruptions[r.Pod] = metav1.NewTime(now)
 	st.UnavailableAllowed = max(st.UnavailableAllowed-1, 0)
+	if Grouped(b.Spec) {
+		consumeGroup(b, r)
+	}
 }
 
 func past(verb string) string {

@@ -61,13 +61,28 @@ func TestDecide(t *testing.T) {
 	b := &v1alpha1.PodUnavailableBudget{Spec: maxUnavailable(2)}
 	b.Namespace, b.Name, b.Generation = "shop", "web", 1
 	b.Status = v1alpha1.PodUnavailableBudgetStatus{ObservedGeneration: 1, TotalReplicas: 10, CurrentAvailable: 9, DesiredAvailable: 8, UnavailableAllowed: 1}
-	r := Request{Namespace: "shop", Pod: "web-1", Op: v1alpha1.DisruptDelete, Verb: "delete"}
+	now := time.Now()
+	r := Request{Namespace: "shop", Pod: "web-1", Op: v1alpha1.DisruptDelete, Verb: "delete", Created: now.Add(-time.Hour)}
 	if v, consume := Decide(b, r, 0); !v.Allowed || !consume {
 		t.Fatalf("first disruption: %+v", v)
 	}
-	Consume(&b.Status, "web-1", time.Now())
+	Consume(b, Request{Pod: "web-1"}, now)
 	if v, consume := Decide(b, r, 0); !v.Allowed || consume {
 		t.Fatalf("the same pod again must pass without consuming: %+v", v)
+	}
+	// A StatefulSet's new pod of the same name is another pod: the
+	// disruption recorded for the old one does not let it go free.
+	renamed := r
+	renamed.Created = now
+	if v, _ := Decide(b, renamed, 0); v.Allowed {
+		t.Fatal("a new pod that took a disrupted pod's name went free")
+	}
+	// Nor an eviction: it is carried out on whatever pod has the name
+	// after the answer.
+	evict := r
+	evict.Op, evict.Verb = v1alpha1.DisruptEvict, "evict"
+	if v, _ := Decide(b, evict, 0); v.Allowed {
+		t.Fatal("an eviction of a pod with a disruption in progress went free")
 	}
 	r.Pod = "web-2"
 	v, _ := Decide(b, r, 0)

@@ -20,7 +20,9 @@ func (k Key) String() string { return k.Namespace + "/" + k.Name }
 
 // Pod is what the budget arithmetic reads of a pod.
 type Pod struct {
-	Name   string
+	Name string
+	// UID tells a StatefulSet's new pod from the old one of its name.
+	UID    string
 	Labels map[string]string
 	// Ready is the pod's Ready condition.
 	Ready bool
@@ -64,6 +66,37 @@ type entry struct {
 	ignored    labels.Selector
 	pair       string
 	pods       map[string]*podEntry
+	// groupBy is the budget's groupBy label key ("" for none), and
+	// groupPods counts its pods by group.
+	groupBy   string
+	groupPods map[string]int32
+}
+
+func (e *entry) add(p *podEntry) {
+	e.pods[p.Name] = p
+	if e.groupBy != "" {
+		e.groupPods[e.group(p.Labels)]++
+	}
+}
+
+func (e *entry) drop(p *podEntry) {
+	if _, ok := e.pods[p.Name]; !ok {
+		return
+	}
+	delete(e.pods, p.Name)
+	if e.groupBy != "" {
+		g := e.group(p.Labels)
+		if e.groupPods[g]--; e.groupPods[g] <= 0 {
+			delete(e.groupPods, g)
+		}
+	}
+}
+
+func (e *entry) group(l map[string]string) string {
+	if v, ok := l[e.groupBy]; ok {
+		return v
+	}
+	return NoGroup
 }
 
 type podEntry struct {
@@ -128,7 +161,7 @@ func (x *Index) SetBudget(b *v1alpha1.PodUnavailableBudget) (changed bool) {
 	defer x.mu.Unlock()
 	n := x.namespace(b.Namespace)
 	if old := n.budgets[b.Name]; old != nil {
-		if ok && err == nil && old.selector.String() == sel.String() && selString(old.ignored) == selString(ignored) {
+		if ok && err == nil && old.selector.String() == sel.String() && selString(old.ignored) == selString(ignored) && old.groupBy == groupBy(b) {
 			old.generation = b.Generation
 			return false // same pods as before
 		}
@@ -138,7 +171,8 @@ func (x *Index) SetBudget(b *v1alpha1.PodUnavailableBudget) (changed bool) {
 	if !ok || err != nil {
 		return changed
 	}
-	e := &entry{key: Key{b.Namespace, b.Name}, generation: b.Generation, selector: sel, ignored: ignored, pods: map[string]*podEntry{}}
+	e := &entry{key: Key{b.Namespace, b.Name}, generation: b.Generation, selector: sel, ignored: ignored, pods: map[string]*podEntry{},
+		groupBy: groupBy(b), groupPods: map[string]int32{}}
 	n.budgets[b.Name] = e
 	e.pair = n.choosePair(sel)
 	if e.pair == "" {
@@ -151,11 +185,18 @@ func (x *Index) SetBudget(b *v1alpha1.PodUnavailableBudget) (changed bool) {
 	}
 	for _, p := range n.pods {
 		if e.covers(p.Labels) {
-			e.pods[p.Name] = p
+			e.add(p)
 			p.budgets = insertSorted(p.budgets, e)
 		}
 	}
 	return true
+}
+
+func groupBy(b *v1alpha1.PodUnavailableBudget) string {
+	if Grouped(b.Spec) {
+		return b.Spec.GroupBy.LabelKey
+	}
+	return ""
 }
 
 func selString(s labels.Selector) string {
@@ -292,12 +333,12 @@ func (x *Index) SetPod(ns string, p Pod) (now, before []Key) {
 	}
 	for _, e := range cur.budgets {
 		before = append(before, e.key)
-		delete(e.pods, cur.Name)
+		e.drop(cur)
 	}
 	cur.Pod = p
 	cur.budgets = n.covering(p.Labels)
 	for _, e := range cur.budgets {
-		e.pods[p.Name] = cur
+		e.add(cur)
 		now = append(now, e.key)
 	}
 	return now, before
@@ -315,7 +356,7 @@ func (x *Index) DeletePod(ns, name string) []Key {
 	delete(n.pods, name)
 	var out []Key
 	for _, e := range p.budgets {
-		delete(e.pods, name)
+		e.drop(p)
 		out = append(out, e.key)
 	}
 	if len(n.pods) == 0 && len(n.budgets) == 0 {
@@ -352,6 +393,18 @@ func (x *Index) Pods(k Key) (pods []Pod, ok bool) {
 	}
 	slices.SortFunc(out, func(a, b Pod) int { return strings.Compare(a.Name, b.Name) })
 	return out, true
+}
+
+// GroupPods is how many pods the budget k has in a group (see GroupOf).
+func (x *Index) GroupPods(k Key, group string) int32 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if n := x.ns[k.Namespace]; n != nil {
+		if e := n.budgets[k.Name]; e != nil {
+			return e.groupPods[group]
+		}
+	}
+	return 0
 }
 
 // CoveringFiled is Covering, with every budget filed in ns and the

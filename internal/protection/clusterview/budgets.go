@@ -17,7 +17,7 @@ import (
 
 // BudgetPod is what budgets read of a pod.
 func BudgetPod(p *corev1.Pod) budget.Pod {
-	bp := budget.Pod{Name: p.Name, Labels: p.Labels, Created: p.CreationTimestamp.Time, Node: p.Spec.NodeName,
+	bp := budget.Pod{Name: p.Name, UID: string(p.UID), Labels: p.Labels, Created: p.CreationTimestamp.Time, Node: p.Spec.NodeName,
 		Gone: p.DeletionTimestamp != nil || terminal(p)}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {

@@ -108,10 +108,14 @@ type disrupted struct {
 	// decided as a Ready one.
 	node  string
 	ready bool
+	// created is when the pod was created, zero if unknown.
+	created time.Time
+	// terminating marks the pod of an eviction that is going already.
+	terminating bool
 }
 
 func disruptedPod(p *corev1.Pod) disrupted {
-	return disrupted{labels: p.Labels, node: p.Spec.NodeName, ready: podReady(p)}
+	return disrupted{labels: p.Labels, node: p.Spec.NodeName, ready: podReady(p), created: p.CreationTimestamp.Time}
 }
 
 func podReady(p *corev1.Pod) bool {
@@ -142,7 +146,10 @@ func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budg
 		// timestamp this very request sets: whether the pod was going
 		// before is the cache's to say.
 		cached, found := h.Index.Pod(req.Namespace, old.Name)
-		gone := (found && cached.Gone) || old.Status.Phase == corev1.PodSucceeded || old.Status.Phase == corev1.PodFailed
+		// The same pod, not the one a StatefulSet's new pod replaced under
+		// its name, still terminating in the cache.
+		same := found && cached.UID == string(old.UID)
+		gone := (same && cached.Gone) || old.Status.Phase == corev1.PodSucceeded || old.Status.Phase == corev1.PodFailed
 		pod := disruptedPod(old)
 		pod.owner = metav1.GetControllerOf(old)
 		return r, pod, !gone, nil
@@ -155,25 +162,43 @@ func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budg
 			return r, pod, false, err
 		}
 		r.DryRun = ev.DeleteOptions != nil && slices.Contains(ev.DeleteOptions.DryRun, metav1.DryRunAll)
-		if p, found := h.Index.Pod(req.Namespace, req.Name); found {
-			return r, disrupted{labels: p.Labels, node: p.Node, ready: p.Ready}, !p.Gone, nil
+		p, found := h.Index.Pod(req.Namespace, req.Name)
+		if found && !p.Gone && p.Ready {
+			return r, disrupted{labels: p.Labels, node: p.Node, ready: p.Ready, created: p.Created}, true, nil
 		}
-		if h.Pods != nil {
+		// Not Ready in the cache, which would let it go free: it may have
+		// turned Ready a moment ago, and an eviction carries no pod to
+		// tell. The API server's copy decides, as below.
+		// Going, in the cache: but an eviction names no UID, and a
+		// StatefulSet's new pod takes the name of the one going. Only the
+		// API server can tell: read it below.
+		if h.Pods != nil && !found {
+			// Known by its labels only: decided as a Ready pod.
 			if l, found := h.Pods.PodLabels(req.Namespace, req.Name); found {
 				return r, disrupted{labels: l, ready: true}, true, nil
 			}
 		}
 		// A pod created a moment ago may not be cached yet: ask the API
 		// server rather than let its eviction through undecided.
-		p := &corev1.Pod{}
-		if err := h.Client.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: req.Name}, p); err != nil {
+		live := &corev1.Pod{}
+		if err := h.Client.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: req.Name}, live); err != nil {
 			if apierrors.IsNotFound(err) {
 				return r, pod, false, nil
 			}
 			return r, pod, false, fmt.Errorf("reading pod %s/%s: %w", req.Namespace, req.Name, err)
 		}
-		gone := p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-		return r, disruptedPod(p), !gone, nil
+		if live.DeletionTimestamp != nil {
+			// Going already: this eviction would pass as a no-op, but it is
+			// carried out by name after this answer, and a StatefulSet's
+			// new pod may have taken the name by then (seen on a loaded
+			// API server: 1.5 s between the answer and the eviction). It
+			// is decided, and refused while the pod is going (see Handle).
+			pod := disruptedPod(live)
+			pod.terminating = true
+			return r, pod, true, nil
+		}
+		gone := live.Status.Phase == corev1.PodSucceeded || live.Status.Phase == corev1.PodFailed
+		return r, disruptedPod(live), !gone, nil
 	case req.Operation == admissionv1.Update && (req.SubResource == "" || req.SubResource == "resize"):
 		old, err := decode(req.OldObject.Raw)
 		if err != nil {
@@ -267,6 +292,13 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 	if len(keys) == 0 {
 		return admission.Allowed("")
 	}
+	if pod.terminating {
+		budgetDecisions.WithLabelValues(string(r.Op), "denied").Inc()
+		o := protection.Object{Namespace: req.Namespace, Name: r.Pod}
+		o.Resource.Resource = "pods"
+		return rampartadmission.Respond(h.Recorder, req, rampartadmission.About{Kind: corev1.SchemeGroupVersion.WithKind("Pod"), Object: o,
+			UID: types.UID(h.podUID(req)), Action: "Disruption", DryRun: r.DryRun}, budget.Terminating(r, keys))
+	}
 	if r.Op == v1alpha1.DisruptDelete && pod.owner != nil && h.ownerGone(ctx, req.Namespace, *pod.owner) {
 		// The garbage collector removing what a deleted workload left:
 		// the workload's delete was the decision (judged by deletion
@@ -277,12 +309,13 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	now := rampartadmission.ClockOrReal(h.Clock).Now()
 	r.Unavailable = h.unavailable(pod)
+	r.Created = pod.created
 	var consumed []budget.Key
 	for _, k := range keys {
 		if r.Unavailable != "" {
 			r.Nodes = h.nodes(k)
 		}
-		v, took, err := h.consume(ctx, k, r, r.DryRun || rampartadmission.DryRun(req), now)
+		v, took, err := h.consume(ctx, k, r, pod.labels, r.DryRun || rampartadmission.DryRun(req), now)
 		if took {
 			consumed = append(consumed, k)
 		}
@@ -396,13 +429,17 @@ func (h *Budgets) ledger() *ledger.Ledger[*v1alpha1.PodUnavailableBudget] {
 // consume decides the disruption against one budget and, if admitted and
 // not a dry run, records it in the budget's status. took says whether it
 // was recorded (and must be given back if another budget denies).
-func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, dry bool, now time.Time) (v verdict.Verdict, took bool, err error) {
+func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, labels map[string]string, dry bool, now time.Time) (v verdict.Verdict, took bool, err error) {
 	out, err := h.ledger().Decide(ctx, ledger.Request{Object: client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, DryRun: dry},
 		func(b *v1alpha1.PodUnavailableBudget) (ledger.Decision, error) {
 			var consume bool
+			if budget.Grouped(b.Spec) {
+				r.Group = budget.GroupOf(b.Spec, labels)
+				r.GroupPods = h.Index.GroupPods(k, r.Group)
+			}
 			v, consume = budget.Decide(b, r, h.PartitionThreshold)
 			if consume {
-				budget.Consume(&b.Status, r.Pod, now)
+				budget.Consume(b, r, now)
 			}
 			return ledger.Decision{Verdict: v, Write: consume}, nil
 		})
@@ -420,11 +457,6 @@ func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, d
 // disruption timeout.
 func (h *Budgets) giveBack(ctx context.Context, k budget.Key, pod string, at time.Time) {
 	_ = h.ledger().Amend(ctx, client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, func(b *v1alpha1.PodUnavailableBudget) bool {
-		if t, ok := b.Status.Disruptions[pod]; !ok || !t.Time.Equal(metav1.NewTime(at).Rfc3339Copy().Time) {
-			return false
-		}
-		delete(b.Status.Disruptions, pod)
-		b.Status.UnavailableAllowed++
-		return true
+		return budget.GiveBack(b, pod, at)
 	})
 }

@@ -184,7 +184,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{RequeueAfter: time.Minute}, r.Client.Status().Update(ctx, b)
 	}
-	if err == nil {
+	switch {
+	case err == nil && budget.Grouped(b.Spec):
+		pods := r.podsOf(b)
+		st, err = budget.ComputeGrouped(b, pods, budget.GroupTotals(b.Spec, pods, func(c string) (string, int32, bool) {
+			return r.View.ControllerReplicas(b.Namespace, c)
+		}), r.Now(), r.Timeout)
+	case err == nil:
 		st, err = budget.Compute(b, r.podsOf(b), total, r.Now(), r.Timeout)
 	}
 	if err != nil {
