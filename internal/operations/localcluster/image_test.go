@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/rampart-io/rampart/internal/operations/localcluster"
 	"github.com/rampart-io/rampart/internal/operations/localcluster/clustertest"
 )
 
@@ -25,7 +26,9 @@ import (
 // non-root user with the chart's container restrictions, and its log,
 // read through the API server as kubectl logs does, is the version line.
 func TestTheImageRunsOnARealNode(t *testing.T) {
-	env := clustertest.Get(t)
+	// A cluster of its own: on the package's, the real node would stay
+	// for later tests, and the scheduler would place their pods there.
+	env := clustertest.Start(t, localcluster.Options{Unprotected: true, Nodes: 1})
 	archive, err := clustertest.ImageArchive()
 	if err != nil {
 		t.Fatal(err)
