@@ -40,9 +40,10 @@ unit: ## tests that need no cluster
 
 # The integration tests start real control planes (one per test package);
 # they find the binaries through RAMPART_ASSETS and RAMPART_BIN, and the
-# storage tests their S3 server through RAMPART_S3_SERVER. test-deps comes
+# storage tests their S3 server through RAMPART_S3_SERVER, and a real node
+# the chart's image (make image) through RAMPART_IMAGE. test-deps comes
 # first: make assets builds runc only with libseccomp-dev.
-test: test-deps lint build assets ## everything: install what the tests need, lint, unit and integration tests against real control planes
+test: test-deps lint build image assets ## everything: install what the tests need, lint, unit and integration tests against real control planes
 	GO=$(GO) bash hack/test.sh
 
 FUZZTIME ?= 5m

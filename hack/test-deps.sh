@@ -11,16 +11,19 @@
 #   seccomp): real kubelet nodes (`rampart up --real-nodes`, the real-node
 #   tests and the kubelet-bad-restart drill). Debian's runc comes with
 #   containerd but is not used;
+# - ca-certificates: the CA bundle make image puts in the chart's image
+#   (a real-node test runs that image);
 # - chromium, optional: a real browser checks the HTML reports (etcd usage,
 #   traffic profile); without it those checks skip and say so.
 set -euo pipefail
 
-required=(git gcc containerd containernetworking-plugins busybox-static libseccomp-dev pkg-config)
+required=(git gcc containerd containernetworking-plugins busybox-static libseccomp-dev pkg-config ca-certificates)
 optional=(chromium)
 declare -A why=(
   [git]="version stamp, fuzz smoke" [gcc]=cgo
   [containerd]="real nodes" [containernetworking-plugins]="real nodes" [busybox-static]="real nodes' image"
   [libseccomp-dev]="runc with seccomp" [pkg-config]="runc with seccomp"
+  [ca-certificates]="the CA bundle in make image's image"
   [chromium]="browser checks of the HTML reports"
 )
 # says PKG... lists each package with what it is for.

@@ -27,7 +27,7 @@ GO=$GO nice -n 19 bash hack/fuzz.sh >"$fuzzlog" 2>&1 &
 fuzz=$!
 
 RAMPART_TEST_LOGS=$logs RAMPART_ASSETS=$bin/k8s RAMPART_BIN=$bin/rampart RAMPART_S3_SERVER=$bin/s3/weed \
-  $GO test -count=1 -timeout 40m ./...
+  RAMPART_IMAGE=$bin/rampart-image.tar $GO test -count=1 -timeout 40m ./...
 tests=$?
 # make image's builder is a module of its own (its dependencies must not
 # move the binary's): its test runs here.

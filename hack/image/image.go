@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -134,10 +135,35 @@ func Write(o Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": o.Tag})); err != nil {
+	full, err := containerdName(o.Tag)
+	if err != nil {
+		return "", err
+	}
+	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
+		"org.opencontainers.image.ref.name": o.Tag,
+		"io.containerd.image.name":          full,
+	})); err != nil {
 		return "", err
 	}
 	return digest.String(), tarDir(dir, o.Out)
+}
+
+// containerdName is the tag as containerd's CRI plugin names images:
+// normalized, as the kubelet's "rampart:dev" reaches it
+// (docker.io/library/rampart:dev). `ctr images import` names an image by
+// this annotation first; by the tag alone ("rampart:dev") the kubelet does
+// not find it and a pod of it fails with ErrImageNeverPull.
+func containerdName(tag string) (string, error) {
+	t, err := name.NewTag(tag)
+	if err != nil {
+		return "", fmt.Errorf("-tag %q: %w", tag, err)
+	}
+	registry := t.RegistryStr()
+	if registry == name.DefaultRegistry {
+		// go-containerregistry spells Docker Hub index.docker.io.
+		registry = "docker.io"
+	}
+	return registry + "/" + t.RepositoryStr() + ":" + t.TagStr(), nil
 }
 
 // tarDir writes the files under dir to a tar archive at out (written

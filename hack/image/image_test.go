@@ -46,6 +46,9 @@ func TestImage(t *testing.T) {
 	if len(m.Manifests) != 1 || m.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "rampart:test" || m.Manifests[0].Digest.String() != digest {
 		t.Fatalf("index %+v, want one image named rampart:test with digest %s", m.Manifests, digest)
 	}
+	if got := m.Manifests[0].Annotations["io.containerd.image.name"]; got != "docker.io/library/rampart:test" {
+		t.Errorf("containerd's name for it %q, want docker.io/library/rampart:test (the kubelet's rampart:test)", got)
+	}
 	img, err := idx.Image(m.Manifests[0].Digest)
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +88,25 @@ func TestImage(t *testing.T) {
 	}
 	if h := files[BinaryPath]; h != nil && h.Size != int64(len("\x7fELF not really")) {
 		t.Errorf("the binary's size %d", h.Size)
+	}
+}
+
+// The name containerd imports the image as is the one the kubelet asks
+// its CRI plugin for: a pod's image, normalized.
+func TestContainerdName(t *testing.T) {
+	for tag, want := range map[string]string{
+		"rampart:dev":                       "docker.io/library/rampart:dev",
+		"rampart-io/rampart:v1":             "docker.io/rampart-io/rampart:v1",
+		"ghcr.io/rampart-io/rampart:v1.2.3": "ghcr.io/rampart-io/rampart:v1.2.3",
+		"localhost:5000/rampart:1":          "localhost:5000/rampart:1",
+		"rampart":                           "docker.io/library/rampart:latest",
+	} {
+		if got, err := containerdName(tag); err != nil || got != want {
+			t.Errorf("containerdName(%q) = %q, %v; want %q", tag, got, err, want)
+		}
+	}
+	if _, err := containerdName("Rampart:dev"); err == nil {
+		t.Error("containerdName accepted an upper-case repository, which no runtime takes")
 	}
 }
 

@@ -299,15 +299,33 @@ func (c *Cluster) waitRuntime(ctx context.Context, name, socket string) error {
 	return err
 }
 
-// importImage imports the busybox image into containerd's CRI namespace,
-// unpacked for its snapshotter (the CRI plugin runs only unpacked images).
+// importImage imports the busybox image into the node's containerd.
 func (c *Cluster) importImage(ctx context.Context, n *realNode) error {
+	return importArchive(ctx, n, n.path("busybox.tar"))
+}
+
+// ImportImage imports an image archive (OCI or Docker; make image's
+// bin/rampart-image.tar, say) into a real node's containerd under the
+// names the archive gives, where pods find it with imagePullPolicy:
+// Never: there is no registry here.
+func (c *Cluster) ImportImage(ctx context.Context, node, archive string) error {
+	for _, n := range c.realNodes {
+		if n.Name == node {
+			return importArchive(ctx, n, archive)
+		}
+	}
+	return fmt.Errorf("no real node %q (real nodes: %v)", node, c.RealNodes())
+}
+
+// importArchive imports into containerd's CRI namespace, unpacked for its
+// snapshotter (the CRI plugin runs only unpacked images).
+func importArchive(ctx context.Context, n *realNode, archive string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "/usr/bin/ctr", "--address", n.socket(), "-n", "k8s.io",
-		"images", "import", "--snapshotter", "native", n.path("busybox.tar")).CombinedOutput()
+		"images", "import", "--snapshotter", "native", archive).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("ctr images import: %v: %s", err, out)
+		return fmt.Errorf("ctr images import %s: %v: %s", archive, err, out)
 	}
 	return nil
 }

@@ -244,6 +244,33 @@ func Assets(group string, names ...string) (string, error) {
 	return assets, nil
 }
 
+// ImageArchive finds the chart's image, `make image`'s OCI archive: from
+// RAMPART_IMAGE (what `make test` sets, having run make image), else the
+// repository's bin/rampart-image.tar, built with make image when missing
+// so that a real-node test run alone works.
+func ImageArchive() (string, error) {
+	if archive := os.Getenv("RAMPART_IMAGE"); archive != "" {
+		if _, err := os.Stat(archive); err != nil {
+			return "", fmt.Errorf("RAMPART_IMAGE: %w (build it with make image)", err)
+		}
+		return archive, nil
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	archive := filepath.Join(root, "bin", "rampart-image.tar")
+	if _, err := os.Stat(archive); err == nil {
+		return archive, nil
+	}
+	cmd := exec.Command("make", "image")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("make image: %v\n%s", err, out)
+	}
+	return archive, nil
+}
+
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
