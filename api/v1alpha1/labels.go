@@ -41,6 +41,16 @@ const (
 	// takes the workload's rolling-update maxUnavailable, else 25%.
 	AnnotationGeneratePUBMaxUnavailable = "rampart.io/generate-pub-max-unavailable"
 	AnnotationGeneratePUBMinAvailable   = "rampart.io/generate-pub-min-available"
+
+	// AnnotationGeneratePUBGroupBy (a label key) makes the generated
+	// budget apply to each group of the workload's pods (spec.groupBy;
+	// a key the pods lack is read from their nodes, e.g.
+	// topology.kubernetes.io/zone); AnnotationGeneratePUBMaxGroupsDisrupted
+	// caps the groups disrupted at once and AnnotationGeneratePUBGang
+	// ("true") makes it a gang budget (spec.gang).
+	AnnotationGeneratePUBGroupBy            = "rampart.io/generate-pub-group-by"
+	AnnotationGeneratePUBMaxGroupsDisrupted = "rampart.io/generate-pub-max-groups-disrupted"
+	AnnotationGeneratePUBGang               = "rampart.io/generate-pub-gang"
 )
 
 // ProtectionLevel is the value of LabelProtection or a policy's protection.

@@ -421,6 +421,8 @@ type fuzzNodes struct{}
 
 func (fuzzNodes) NodeUnavailable(string) string { return "" }
 
+func (fuzzNodes) NodeLabels(string) map[string]string { return nil }
+
 func (fuzzNodes) NodeCount() budget.NodeCount { return budget.NodeCount{Total: 2} }
 
 func (fuzzNodes) Nodes(labels.Selector) []*corev1.Node {

@@ -63,7 +63,7 @@ func TestGeneratedBudgetHandlerInProcess(t *testing.T) {
 			}
 			b := fake.NewClientBuilder().WithScheme(scheme)
 			if tt.existing {
-				b = b.WithObjects(pub.GeneratedBudget("shop", "Deployment", "web", nil, ptrTo(intstr.FromInt32(1))))
+				b = b.WithObjects(pub.GeneratedBudget("shop", "Deployment", "web", v1alpha1.PodUnavailableBudgetSpec{MinAvailable: ptrTo(intstr.FromInt32(1))}))
 			}
 			c := b.Build()
 			check(t, tt.name, (&pub.GeneratedBudgets{Client: c}).Handle(context.Background(), tt.review.request(t)), tt.want)

@@ -39,6 +39,8 @@ type NodeHealth interface {
 	// Nodes are the cached nodes sel selects (their labels, spec's
 	// unschedulable and taints, and Ready condition; read-only).
 	Nodes(sel labels.Selector) []*corev1.Node
+	// NodeLabels are a node's labels (read-only), nil for a node not seen.
+	NodeLabels(name string) map[string]string
 }
 
 // OwnerView says from the cache whether an owner is alive (see

@@ -35,13 +35,22 @@ func Grouped(spec v1alpha1.PodUnavailableBudgetSpec) bool {
 	return spec.GroupBy != nil && spec.GroupBy.LabelKey != ""
 }
 
-// GroupOf is the group of a pod with labels l ("" for a budget without
-// groupBy).
-func GroupOf(spec v1alpha1.PodUnavailableBudgetSpec, l map[string]string) string {
+// GroupOf is the group of a pod with labels l on a node with labels
+// node ("" for a budget without groupBy): the pod's label, else its
+// node's, so that topology.kubernetes.io/zone groups pods by the zone
+// they run in.
+func GroupOf(spec v1alpha1.PodUnavailableBudgetSpec, l, node map[string]string) string {
 	if !Grouped(spec) {
 		return ""
 	}
-	if v, ok := l[spec.GroupBy.LabelKey]; ok {
+	return groupOf(spec.GroupBy.LabelKey, l, node)
+}
+
+func groupOf(key string, l, node map[string]string) string {
+	if v, ok := l[key]; ok {
+		return v
+	}
+	if v, ok := node[key]; ok {
 		return v
 	}
 	return NoGroup
@@ -71,7 +80,7 @@ func GroupTotals(spec v1alpha1.PodUnavailableBudgetSpec, pods []Pod, replicas fu
 	}
 	tops := map[string]*share{}
 	for _, p := range pods {
-		g := GroupOf(spec, p.Labels)
+		g := GroupOf(spec, p.Labels, p.NodeLabels)
 		totals[g] += 0
 		top, n, ok := "", int32(0), false
 		if p.Controller != "" && replicas != nil {
@@ -119,7 +128,7 @@ func computeGroups(b *v1alpha1.PodUnavailableBudget, st *v1alpha1.PodUnavailable
 		group(name).Total = total
 	}
 	for _, p := range pods {
-		g := group(GroupOf(spec, p.Labels))
+		g := group(GroupOf(spec, p.Labels, p.NodeLabels))
 		if _, disrupted := pending[p.Name]; p.Available() && !disrupted {
 			g.Available++
 		}

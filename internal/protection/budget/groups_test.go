@@ -238,3 +238,31 @@ func TestIndexCountsAGroupedBudgetsPodsByGroup(t *testing.T) {
 		t.Fatalf("groups after moves: %d %d", x.GroupPods(k, "0"), x.GroupPods(k, "1"))
 	}
 }
+
+// A key the pods lack is read from their nodes: grouping by
+// topology.kubernetes.io/zone keeps a budget per zone.
+func TestGroupsByTheNodesZone(t *testing.T) {
+	b := shards(ptr.To[int32](1))
+	b.Spec.GroupBy.LabelKey = "topology.kubernetes.io/zone"
+	zone := func(z string) map[string]string { return map[string]string{"topology.kubernetes.io/zone": z} }
+	var pods []Pod
+	for i := range 6 {
+		pods = append(pods, Pod{Name: fmt.Sprint("web-", i), Ready: true, Labels: map[string]string{"app": "web"},
+			NodeLabels: zone([]string{"a", "b", "c"}[i%3])})
+	}
+	pods = append(pods, Pod{Name: "pending", Labels: map[string]string{"app": "web"}}) // not scheduled: no zone
+	if got := fmt.Sprint(GroupTotals(b.Spec, pods, nil)); got != "map[(none):1 a:2 b:2 c:2]" {
+		t.Fatalf("totals = %s", got)
+	}
+	x := NewIndex()
+	x.SetBudget(b)
+	for _, p := range pods {
+		x.SetPod("db", p)
+	}
+	if n := x.GroupPods(Key{"db", "redis"}, "b"); n != 2 {
+		t.Fatalf("zone b has %d pods filed", n)
+	}
+	if g := GroupOf(b.Spec, map[string]string{"app": "web"}, zone("c")); g != "c" {
+		t.Fatalf("group %q", g)
+	}
+}

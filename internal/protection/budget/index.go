@@ -33,6 +33,9 @@ type Pod struct {
 	Controller string
 	// Node is the node the pod is bound to, "" while it is not scheduled.
 	Node string
+	// NodeLabels are its node's labels when the pod was filed (a group
+	// key the pod lacks is read there; read-only, shared with the cache).
+	NodeLabels map[string]string
 }
 
 // Available is a pod counted as available: Ready and not going away.
@@ -75,7 +78,7 @@ type entry struct {
 func (e *entry) add(p *podEntry) {
 	e.pods[p.Name] = p
 	if e.groupBy != "" {
-		e.groupPods[e.group(p.Labels)]++
+		e.groupPods[groupOf(e.groupBy, p.Labels, p.NodeLabels)]++
 	}
 }
 
@@ -85,19 +88,14 @@ func (e *entry) drop(p *podEntry) {
 	}
 	delete(e.pods, p.Name)
 	if e.groupBy != "" {
-		g := e.group(p.Labels)
+		g := groupOf(e.groupBy, p.Labels, p.NodeLabels)
 		if e.groupPods[g]--; e.groupPods[g] <= 0 {
 			delete(e.groupPods, g)
 		}
 	}
 }
 
-func (e *entry) group(l map[string]string) string {
-	if v, ok := l[e.groupBy]; ok {
-		return v
-	}
-	return NoGroup
-}
+
 
 type podEntry struct {
 	Pod

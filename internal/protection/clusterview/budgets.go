@@ -67,7 +67,9 @@ func (v *Budgets) budgetPodsHandler() cache.ResourceEventHandler {
 		if !ok {
 			return
 		}
-		now, before := v.index.SetPod(p.Namespace, BudgetPod(p))
+		bp := BudgetPod(p)
+		bp.NodeLabels = v.NodeLabels(p.Spec.NodeName)
+		now, before := v.index.SetPod(p.Namespace, bp)
 		if v.onBudgetPods != nil && (len(now) > 0 || len(before) > 0) {
 			v.onBudgetPods(p.Name, p.Namespace, append(now, before...))
 		}
@@ -217,6 +219,18 @@ func (v *Budgets) NodeUnavailable(name string) string {
 		}
 	}
 	return ""
+}
+
+// NodeLabels are a cached node's labels (read-only), nil if not cached.
+func (v *Budgets) NodeLabels(name string) map[string]string {
+	if name == "" {
+		return nil
+	}
+	obj, ok, err := v.informers.informer(nodes).GetIndexer().GetByKey(name)
+	if n, isNode := obj.(*corev1.Node); err == nil && ok && isNode {
+		return n.Labels
+	}
+	return nil
 }
 
 // OwnerAlive says whether a pod's owner is cached as alive: present with

@@ -85,7 +85,7 @@ func (h *GeneratedBudgets) Handle(ctx context.Context, req admission.Request) ad
 	if name == "" {
 		name = meta.Name
 	}
-	maxU, minA, err := budget.GeneratedSize(meta.Annotations, rolling)
+	spec, err := budget.GeneratedSpec(meta.Annotations, rolling)
 	if err != nil {
 		return admission.Denied(fmt.Sprintf("%s %s/%s asks for a generated PodUnavailableBudget (%s): %v",
 			kind, req.Namespace, name, v1alpha1.AnnotationGeneratePUB, err))
@@ -98,7 +98,7 @@ func (h *GeneratedBudgets) Handle(ctx context.Context, req admission.Request) ad
 	if !apierrors.IsNotFound(err) {
 		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading PodUnavailableBudget %s/%s: %w", req.Namespace, name, err))
 	}
-	pub := GeneratedBudget(req.Namespace, kind, name, maxU, minA)
+	pub := GeneratedBudget(req.Namespace, kind, name, spec)
 	if meta.UID != "" {
 		pub.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: name, UID: meta.UID,
 			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(false)}}
@@ -110,16 +110,15 @@ func (h *GeneratedBudgets) Handle(ctx context.Context, req admission.Request) ad
 	return admission.Allowed("")
 }
 
-// GeneratedBudget is the budget generated for a workload, without owner.
-func GeneratedBudget(ns, kind, name string, maxUnavailable, minAvailable *intstr.IntOrString) *v1alpha1.PodUnavailableBudget {
+// GeneratedBudget is the budget generated for a workload, without owner:
+// spec (see budget.GeneratedSpec) with the workload as its target.
+func GeneratedBudget(ns, kind, name string, spec v1alpha1.PodUnavailableBudgetSpec) *v1alpha1.PodUnavailableBudget {
+	spec.TargetRef = &v1alpha1.TargetReference{APIVersion: "apps/v1", Kind: kind, Name: name}
 	return &v1alpha1.PodUnavailableBudget{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
 			Labels:      map[string]string{"app.kubernetes.io/managed-by": "rampart"},
 			Annotations: map[string]string{AnnotationGeneratedFor: kind + "/" + name}},
-		Spec: v1alpha1.PodUnavailableBudgetSpec{
-			TargetRef:      &v1alpha1.TargetReference{APIVersion: "apps/v1", Kind: kind, Name: name},
-			MaxUnavailable: maxUnavailable, MinAvailable: minAvailable,
-		},
+		Spec: spec,
 	}
 }
 

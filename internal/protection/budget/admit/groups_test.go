@@ -61,6 +61,8 @@ func shardSets(t *testing.T, env *clustertest.Env, ns string, n, size int) {
 		}
 	}
 	env.WaitPodsRunning(t, ns, "app=store", n*size, 3*time.Minute)
+	// Running is not Ready yet, and a pod not Ready goes free.
+	waitReadyPods(t, env, ns, "app=store", n*size)
 }
 
 // gangs makes one Deployment of size workers per job name, labelled
@@ -79,6 +81,7 @@ func gangs(t *testing.T, env *clustertest.Env, ns string, names []string, size i
 		}
 	}
 	env.WaitPodsRunning(t, ns, "app=train", len(names)*size, 3*time.Minute)
+	waitReadyPods(t, env, ns, "app=train", len(names)*size)
 }
 
 func evict(env *clustertest.Env, ns, pod string) error {
@@ -198,6 +201,71 @@ func TestGroupedBudgetHoldsEachShardAtOnce(t *testing.T) {
 		t.Fatalf("rampart pub status does not show shards 0 and 1 at their floor:\n%s", status)
 	}
 	t.Logf("rampart pub status:\n%s", status)
+}
+
+// A workload asks for a budget per zone with annotations: the generated
+// budget exists from the moment the workload is accepted, reads each
+// pod's zone from its node, lets one pod of one zone go, never a second
+// zone at once.
+func TestGeneratedBudgetPerZone(t *testing.T) {
+	env := clustertest.Get(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	nodes, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) < 2 {
+		t.Fatalf("nodes: %v", err)
+	}
+	zoneOf := map[string]string{}
+	for i, n := range nodes.Items[:2] {
+		zoneOf[n.Name] = fmt.Sprintf("zone-%c", 'a'+i)
+		patch := fmt.Sprintf(`{"metadata":{"labels":{"topology.kubernetes.io/zone":%q}}}`, zoneOf[n.Name])
+		if _, err := env.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := map[string]string{"app": "web"}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: map[string]string{
+		"rampart.io/generate-pub": "true", "rampart.io/generate-pub-group-by": "topology.kubernetes.io/zone",
+		"rampart.io/generate-pub-max-groups-disrupted": "1", "rampart.io/generate-pub-max-unavailable": "1"}},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(4)), Selector: &metav1.LabelSelector{MatchLabels: l},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l,
+				// Replacements take a while to be Ready, as real ones do:
+				// the zone they leave stays short meanwhile.
+				Annotations: map[string]string{localcluster.PodReadyDelayAnnotation: "8s"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "web:1"}}, TerminationGracePeriodSeconds: ptr.To(int64(0)),
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
+						WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: l}}}}}}}
+	if _, err := env.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// In force at once: the budget was created with the workload.
+	if _, err := env.Dynamic.Resource(pubs).Namespace(ns).Get(ctx, "web", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the generated budget: %v", err)
+	}
+	waitReadyPods(t, env, ns, "app=web", 4)
+	waitWhole(t, env, ns, "web", 4)
+	pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byZone := map[string][]string{}
+	for _, p := range pods.Items {
+		byZone[zoneOf[p.Spec.NodeName]] = append(byZone[zoneOf[p.Spec.NodeName]], p.Name)
+	}
+	if len(byZone["zone-a"]) != 2 || len(byZone["zone-b"]) != 2 {
+		t.Fatalf("pods by zone: %v", byZone)
+	}
+	if err := evict(env, ns, byZone["zone-a"][0]); err != nil {
+		t.Fatalf("first pod of zone a: %v", err)
+	}
+	if err := evict(env, ns, byZone["zone-a"][1]); !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "in group topology.kubernetes.io/zone=zone-a") {
+		t.Fatalf("second pod of zone a: %v", err)
+	}
+	err = evict(env, ns, byZone["zone-b"][0])
+	if !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "has 1 of its 2 groups (by topology.kubernetes.io/zone) disrupted already, at most 1 at once") {
+		t.Fatalf("a pod of zone b while zone a is short: %v", err)
+	}
+	t.Logf("refusal a user sees: %v", err)
 }
 
 // waitWhole waits until the budget's status counts every one of its

@@ -315,7 +315,7 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 		if r.Unavailable != "" {
 			r.Nodes = h.nodes(k)
 		}
-		v, took, err := h.consume(ctx, k, r, pod.labels, r.DryRun || rampartadmission.DryRun(req), now)
+		v, took, err := h.consume(ctx, k, r, pod, r.DryRun || rampartadmission.DryRun(req), now)
 		if took {
 			consumed = append(consumed, k)
 		}
@@ -429,12 +429,16 @@ func (h *Budgets) ledger() *ledger.Ledger[*v1alpha1.PodUnavailableBudget] {
 // consume decides the disruption against one budget and, if admitted and
 // not a dry run, records it in the budget's status. took says whether it
 // was recorded (and must be given back if another budget denies).
-func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, labels map[string]string, dry bool, now time.Time) (v verdict.Verdict, took bool, err error) {
+func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, pod disrupted, dry bool, now time.Time) (v verdict.Verdict, took bool, err error) {
 	out, err := h.ledger().Decide(ctx, ledger.Request{Object: client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, DryRun: dry},
 		func(b *v1alpha1.PodUnavailableBudget) (ledger.Decision, error) {
 			var consume bool
 			if budget.Grouped(b.Spec) {
-				r.Group = budget.GroupOf(b.Spec, labels)
+				var node map[string]string
+				if h.Nodes != nil {
+					node = h.Nodes.NodeLabels(pod.node)
+				}
+				r.Group = budget.GroupOf(b.Spec, pod.labels, node)
 				r.GroupPods = h.Index.GroupPods(k, r.Group)
 			}
 			v, consume = budget.Decide(b, r, h.PartitionThreshold)

@@ -181,7 +181,7 @@ func (g *generatedFor) Reconcile(ctx context.Context, req reconcile.Request) (re
 			req.Namespace, req.Name, kind)
 		return reconcile.Result{}, nil
 	}
-	maxU, minA, err := budget.GeneratedSize(w.GetAnnotations(), rolling)
+	spec, err := budget.GeneratedSpec(w.GetAnnotations(), rolling)
 	if err != nil {
 		g.Recorder.Eventf(w, nil, corev1.EventTypeWarning, "BudgetNotGenerated", "Generate", "%v", err)
 		return reconcile.Result{}, nil
@@ -194,7 +194,8 @@ func (g *generatedFor) Reconcile(ctx context.Context, req reconcile.Request) (re
 		pub.Labels["app.kubernetes.io/managed-by"] = "rampart"
 		pub.Spec.TargetRef = &v1alpha1.TargetReference{APIVersion: "apps/v1", Kind: kind, Name: req.Name}
 		pub.Spec.Selector = nil
-		pub.Spec.MaxUnavailable, pub.Spec.MinAvailable = maxU, minA
+		pub.Spec.MaxUnavailable, pub.Spec.MinAvailable = spec.MaxUnavailable, spec.MinAvailable
+		pub.Spec.GroupBy, pub.Spec.MaxGroupsDisrupted, pub.Spec.Gang = spec.GroupBy, spec.MaxGroupsDisrupted, spec.Gang
 		return controllerutil.SetControllerReference(w, pub, g.Client.Scheme(), controllerutil.WithBlockOwnerDeletion(false))
 	})
 	return reconcile.Result{}, err
