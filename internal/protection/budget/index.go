@@ -95,8 +95,6 @@ func (e *entry) drop(p *podEntry) {
 	}
 }
 
-
-
 type podEntry struct {
 	Pod
 	budgets []*entry
