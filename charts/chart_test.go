@@ -35,6 +35,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
@@ -750,6 +751,29 @@ spec:
 		t.Fatal(err)
 	}
 
+	// A NodeDisruptionBudget over every node, at its floor: with the
+	// chart's manager a cordon is refused; helm uninstall does not wait on
+	// it, and leaves the nodes free (below).
+	nodeList, err := env.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodeList.Items) == 0 {
+		t.Fatalf("nodes: %v", err)
+	}
+	node := nodeList.Items[0].Name
+	ndb := filepath.Join(t.TempDir(), "floor.yaml")
+	if err := os.WriteFile(ndb, []byte("apiVersion: rampart.io/v1alpha1\nkind: NodeDisruptionBudget\nmetadata: {name: chart-floor}\nspec: {nodeSelector: {}, minAvailable: \"100%\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := env.Kubectl(t, "apply", "-f", ndb); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	cordon := func(on bool) error {
+		_, err := env.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)), metav1.PatchOptions{})
+		return err
+	}
+	if err := cordon(true); !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "NodeDisruptionBudget chart-floor") {
+		t.Fatalf("a cordon under a NodeDisruptionBudget at its floor, with the chart's manager: %v", err)
+	}
+
 	// With the manager gone, the protected delete fails closed, and an
 	// Always-labelled object is still refused, by the API server itself ...
 	stopManager()
@@ -800,6 +824,16 @@ spec:
 		})
 		if out, err := env.Kubectl(t, "get", "protectionpolicy", "chart-vault"); err != nil {
 			t.Errorf("the ProtectionPolicy is gone with helm uninstall: %v\n%s", err, out)
+		}
+		// The NodeDisruptionBudget stays (the CRDs stay), holding nothing.
+		if err := cordon(true); err != nil {
+			t.Errorf("a cordon after helm uninstall, the NodeDisruptionBudget still there: %v", err)
+		}
+		if err := cordon(false); err != nil {
+			t.Error(err)
+		}
+		if out, err := env.Kubectl(t, "delete", "-f", ndb); err != nil {
+			t.Errorf("%v\n%s", err, out)
 		}
 	})
 	t.Run("helm uninstall keeps the CRDs and so every policy", func(t *testing.T) {

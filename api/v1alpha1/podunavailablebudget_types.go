@@ -160,6 +160,10 @@ type PodUnavailableBudgetStatus struct {
 	// Disruptions are admitted disruptions not yet observed, by pod name.
 	// +optional
 	Disruptions map[string]metav1.Time `json:"disruptions,omitempty"`
+	// DisruptionUIDs is the UID of each pod in Disruptions: a StatefulSet's
+	// new pod takes the name of the one disrupted.
+	// +optional
+	DisruptionUIDs map[string]string `json:"disruptionUIDs,omitempty"`
 	// DisruptionGroups is the group of each disruption in Disruptions, for
 	// a budget with groupBy.
 	// +optional

@@ -921,6 +921,13 @@ func (in *PodUnavailableBudgetStatus) DeepCopyInto(out *PodUnavailableBudgetStat
 			(*out)[key] = *val.DeepCopy()
 		}
 	}
+	if in.DisruptionUIDs != nil {
+		in, out := &in.DisruptionUIDs, &out.DisruptionUIDs
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
 	if in.DisruptionGroups != nil {
 		in, out := &in.DisruptionGroups, &out.DisruptionGroups
 		*out = make(map[string]string, len(*in))

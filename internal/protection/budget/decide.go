@@ -69,7 +69,7 @@ func stillPending(b *v1alpha1.PodUnavailableBudget, pods []Pod, now time.Time, t
 		switch {
 		case now.Sub(at.Time) > timeout:
 			// Never observed: give the budget back.
-		case present && (!p.Available() || p.Created.After(at.Time)):
+		case present && (!p.Available() || p.Created.After(at.Time) || replaced(b.Status, name, p)):
 			// Observed: the pod is unavailable now, or a new pod took its name.
 		default:
 			pending[name] = at
@@ -78,11 +78,45 @@ func stillPending(b *v1alpha1.PodUnavailableBudget, pods []Pod, now time.Time, t
 	return pending
 }
 
+// replaced says whether p took the name of the pod disrupted.
+func replaced(st v1alpha1.PodUnavailableBudgetStatus, name string, p Pod) bool {
+	uid, ok := st.DisruptionUIDs[name]
+	return ok && uid != "" && p.UID != "" && uid != p.UID
+}
+
 func setPending(st *v1alpha1.PodUnavailableBudgetStatus, pending map[string]metav1.Time) {
 	st.Disruptions = pending
+	uids := map[string]string{}
+	for name := range pending {
+		if uid, ok := st.DisruptionUIDs[name]; ok {
+			uids[name] = uid
+		}
+	}
+	st.DisruptionUIDs = uids
 	if len(pending) == 0 {
 		st.Disruptions = nil
 	}
+	if len(uids) == 0 {
+		st.DisruptionUIDs = nil
+	}
+}
+
+// samePodDisrupted says whether the request's pod, this very pod, has a
+// disruption in progress. Not a new pod that took the name (a
+// StatefulSet's): its UID differs, or, for a disruption recorded without
+// one, it was created after it (or in the same second). Not for an
+// eviction either: it names no pod, only a name, and is carried out after
+// this answer on whatever pod has the name then; a delete is judged on
+// the very object it removes.
+func samePodDisrupted(st v1alpha1.PodUnavailableBudgetStatus, r Request) bool {
+	at, disrupted := st.Disruptions[r.Pod]
+	if !disrupted || r.Op == v1alpha1.DisruptEvict {
+		return false
+	}
+	if uid, ok := st.DisruptionUIDs[r.Pod]; ok && uid != "" {
+		return uid == r.UID
+	}
+	return !r.Created.IsZero() && r.Created.Before(at.Time)
 }
 
 // NextExpiry is when the oldest pending disruption times out, zero if none.
@@ -124,8 +158,10 @@ type Request struct {
 	// budget's status does not list.
 	Group     string
 	GroupPods int32
-	// Created is when the pod was created: a disruption recorded for its
-	// name before that was another pod's. Zero when unknown: decided anew.
+	// UID and Created are the pod's: a disruption recorded for its name
+	// with another UID, or before it was created, was another pod's.
+	// Empty and zero when unknown: decided anew.
+	UID     string
 	Created time.Time
 }
 
@@ -167,15 +203,10 @@ func Decide(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (v v
 	if !Protects(b.Spec, r.Op) {
 		return verdict.Allow, false
 	}
-	if at, disrupted := b.Status.Disruptions[r.Pod]; disrupted && r.Op != v1alpha1.DisruptEvict && !r.Created.IsZero() && r.Created.Before(at.Time) {
-		// The same disruption asked again (the API server retries), or a
-		// pod already counted as disrupted: no further loss. Not a new pod
-		// that took the name (a StatefulSet's): created after the
-		// disruption was recorded, or in the same second, it is decided
-		// as any other. Not an eviction either: it names no pod, only a
-		// name, and is carried out after this answer, on whatever pod
-		// has the name then; a delete is judged on the very object it
-		// removes.
+	if samePodDisrupted(b.Status, r) {
+		// The same disruption asked again (the API server retries a
+		// delete whose write conflicted, calling the webhook again), or a
+		// pod already counted as disrupted: no further loss.
 		return verdict.Allow, false
 	}
 	free, held := Free(b, r, threshold)
@@ -271,6 +302,12 @@ func Consume(b *v1alpha1.PodUnavailableBudget, r Request, now time.Time) {
 		st.Disruptions = map[string]metav1.Time{}
 	}
 	st.Disruptions[r.Pod] = metav1.NewTime(now)
+	if r.UID != "" {
+		if st.DisruptionUIDs == nil {
+			st.DisruptionUIDs = map[string]string{}
+		}
+		st.DisruptionUIDs[r.Pod] = r.UID
+	}
 	st.UnavailableAllowed = max(st.UnavailableAllowed-1, 0)
 	if Grouped(b.Spec) {
 		consumeGroup(b, r)

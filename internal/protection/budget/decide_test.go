@@ -77,6 +77,19 @@ func TestDecide(t *testing.T) {
 	if v, _ := Decide(b, renamed, 0); v.Allowed {
 		t.Fatal("a new pod that took a disrupted pod's name went free")
 	}
+	// Told by UID when recorded: the same pod's delete asked again (the
+	// API server calls the webhook again when its write conflicts) is
+	// free even in the second it was created; a new pod is not.
+	b.Status.Disruptions, b.Status.DisruptionUIDs, b.Status.UnavailableAllowed = nil, nil, 1
+	again := Request{Namespace: "shop", Pod: "web-9", Op: v1alpha1.DisruptDelete, Verb: "delete", UID: "u9", Created: now}
+	Consume(b, again, now)
+	if v, consume := Decide(b, again, 0); !v.Allowed || consume {
+		t.Fatalf("the same pod's delete again: %+v", v)
+	}
+	again.UID = "u10"
+	if v, _ := Decide(b, again, 0); v.Allowed {
+		t.Fatal("a new pod of the same name went free")
+	}
 	// Nor an eviction: it is carried out on whatever pod has the name
 	// after the answer.
 	evict := r

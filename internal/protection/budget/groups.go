@@ -294,6 +294,7 @@ func GiveBack(b *v1alpha1.PodUnavailableBudget, pod string, at time.Time) bool {
 		return false
 	}
 	delete(st.Disruptions, pod)
+	delete(st.DisruptionUIDs, pod)
 	st.UnavailableAllowed++
 	name, grouped := st.DisruptionGroups[pod]
 	if !grouped {

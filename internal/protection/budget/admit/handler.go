@@ -108,14 +108,15 @@ type disrupted struct {
 	// decided as a Ready one.
 	node  string
 	ready bool
-	// created is when the pod was created, zero if unknown.
+	// uid and created are the pod's, empty if unknown.
+	uid     string
 	created time.Time
 	// terminating marks the pod of an eviction that is going already.
 	terminating bool
 }
 
 func disruptedPod(p *corev1.Pod) disrupted {
-	return disrupted{labels: p.Labels, node: p.Spec.NodeName, ready: podReady(p), created: p.CreationTimestamp.Time}
+	return disrupted{labels: p.Labels, node: p.Spec.NodeName, ready: podReady(p), uid: string(p.UID), created: p.CreationTimestamp.Time}
 }
 
 func podReady(p *corev1.Pod) bool {
@@ -164,7 +165,7 @@ func (h *Budgets) disruption(ctx context.Context, req admission.Request) (r budg
 		r.DryRun = ev.DeleteOptions != nil && slices.Contains(ev.DeleteOptions.DryRun, metav1.DryRunAll)
 		p, found := h.Index.Pod(req.Namespace, req.Name)
 		if found && !p.Gone && p.Ready {
-			return r, disrupted{labels: p.Labels, node: p.Node, ready: p.Ready, created: p.Created}, true, nil
+			return r, disrupted{labels: p.Labels, node: p.Node, ready: p.Ready, uid: p.UID, created: p.Created}, true, nil
 		}
 		// Not Ready in the cache, which would let it go free: it may have
 		// turned Ready a moment ago, and an eviction carries no pod to
@@ -309,7 +310,7 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	now := rampartadmission.ClockOrReal(h.Clock).Now()
 	r.Unavailable = h.unavailable(pod)
-	r.Created = pod.created
+	r.UID, r.Created = pod.uid, pod.created
 	var consumed []budget.Key
 	for _, k := range keys {
 		if r.Unavailable != "" {
