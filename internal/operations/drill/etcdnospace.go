@@ -170,6 +170,9 @@ func runEtcdNoSpace(ctx context.Context, t Target) (Loss, error) {
 		"writer_mib_before_it": float64(written) / (1 << 20),
 	}
 	if t.Protected {
+		// Recovery takes seconds, not none: protected, writes must be back
+		// within half the window.
+		loss.Bound = loss.Total / 2
 		m["alert_seconds_before_alarm"] = seconds(alarmAt.Sub(alertAt))
 		// The runbook: stop what the alert names as growing, then recover.
 		stopWriter()

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/rampart-io/rampart/internal/operations/etcdtool/source"
 )
 
@@ -64,5 +66,32 @@ func TestWritesCountsRewritesAndCreatesAfterTheRevision(t *testing.T) {
 	if len(top) != 2 || top[0].Prefix != "/registry/configmaps/churn/" || top[0].Keys != 2 || top[0].Bytes != 2000+2*int64(len("/registry/configmaps/churn/big"))+1 ||
 		top[1].Prefix != "/registry/leases/kube-node-lease/" {
 		t.Errorf("top = %+v", top)
+	}
+}
+
+// TestMetricsFollowTheVerdict: the gauges the alerts read say what Assess
+// decided, at the share where the alert must fire.
+func TestMetricsFollowTheVerdict(t *testing.T) {
+	const q = 100 << 20
+	for _, tc := range []struct {
+		db               int64
+		alarm            bool
+		warning, nospace float64
+	}{{79 << 20, false, 0, 0}, {80 << 20, false, 1, 0}, {101 << 20, true, 1, 1}} {
+		m := NewMetrics()
+		s := Space{Members: []Member{{Name: "m1", DBSize: tc.db, Quota: q}}}
+		if tc.alarm {
+			s.NoSpace = []uint64{1}
+		}
+		m.Observe(s, Assess(s, DefaultWarnShare), []Grown{{Prefix: "/registry/configmaps/churn/", Bytes: 5 << 20}})
+		if w, n := testutil.ToFloat64(m.warning), testutil.ToFloat64(m.noSpace); w != tc.warning || n != tc.nospace {
+			t.Errorf("db %d of %d: warning %g nospace %g, want %g %g", tc.db, q, w, n, tc.warning, tc.nospace)
+		}
+		if r := testutil.ToFloat64(m.share.WithLabelValues("m1")); r != float64(tc.db)/q {
+			t.Errorf("ratio %g", r)
+		}
+		if b := testutil.ToFloat64(m.written.WithLabelValues("/registry/configmaps/churn/")); b != 5<<20 {
+			t.Errorf("written %g", b)
+		}
 	}
 }
