@@ -27,9 +27,9 @@ import (
 func newEtcdCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "etcd",
-		Short: "Look inside etcd: usage, undecodable objects, verified snapshots",
+		Short: "Look inside etcd: usage, undecodable objects, verified snapshots, space against the quota",
 	}
-	cmd.AddCommand(newEtcdUsageCommand(), newEtcdCheckCommand(), newEtcdSnapshotCommand())
+	cmd.AddCommand(newEtcdUsageCommand(), newEtcdCheckCommand(), newEtcdSnapshotCommand(), newEtcdSpaceCommand())
 	return cmd
 }
 

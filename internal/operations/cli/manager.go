@@ -97,6 +97,11 @@ func newManagerCommand() *cobra.Command {
 		"32-byte key that seals Secrets in backups (default: --recycle-bin-key-file); without one, a Backup that would hold a Secret fails, saying so")
 	f.StringSliceVar(&o.EtcdSnapshotSecrets, "etcd-snapshot-secrets", nil,
 		"the only Secrets in --namespace (keys endpoints, ca.crt, tls.crt, tls.key) that Backups with an etcdSnapshot may name; the manager needs get on each, by name")
+	f.StringVar(&o.EtcdSpaceSecret, "etcd-space-secret", "",
+		"a Secret in --namespace (keys endpoints, ca.crt, tls.crt, tls.key, as --etcd-snapshot-secrets') with which the leader watches etcd's database against its quota: the rampart_etcd_* metrics and alerts, and rampart status; the manager needs get on it, by name")
+	f.DurationVar(&o.EtcdSpaceEvery, "etcd-space-every", 30*time.Second, "how often the leader looks at etcd's space with --etcd-space-secret (each look reads every key's latest value once)")
+	f.Float64Var(&o.EtcdSpaceWarnShare, "etcd-space-warn-share", 0.8, "share of etcd's quota from which rampart_etcd_space_warning is 1 (the RampartEtcdSpaceLow alert)")
+	f.Int64Var(&o.EtcdSpaceQuota, "etcd-space-quota-bytes", 0, "etcd's --quota-backend-bytes, for members older than etcd 3.6 that do not report it (default etcd's 2 GiB)")
 	f.StringVar(&installedBy, "installed-by", "",
 		"how the manager was installed, so that denials and conditions name the way out that applies: helm (the chart sets it: chart values), rampart-up (rampart up sets it: its flags), empty (by hand: the manager's flags and RBAC)")
 	return cmd

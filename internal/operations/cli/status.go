@@ -174,6 +174,9 @@ func printStatus(ctx context.Context, out io.Writer, cfg *rest.Config, maxDenial
 	fmt.Fprintln(tw, "\nBACKUPS")
 	printBackups(ctx, tw, cl, rampartNamespace, time.Now())
 
+	fmt.Fprintln(tw, "\nETCD SPACE")
+	printEtcdSpace(ctx, tw, cs, rampartNamespace)
+
 	fmt.Fprintln(tw, "\nRECENT DENIALS AND OVERRIDES")
 	fmt.Fprintln(tw, "AGE\tOBJECT\tREASON\tNOTE")
 	evs, err := cs.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reportingController=rampart"})

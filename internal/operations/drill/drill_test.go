@@ -53,6 +53,10 @@ func TestDrills(t *testing.T) {
 			checkGatewayRestart(t, r)
 			continue
 		}
+		if r.Drill == "etcd-nospace" {
+			checkNoSpace(t, r)
+			continue
+		}
 		if r.Drill == "namespace-restore" || r.Drill == "etcd-direct-delete" {
 			checkRecovery(t, r)
 			continue

@@ -6,6 +6,10 @@ import (
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rampart-io/rampart/internal/operations/etcdtool/source"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -231,4 +235,11 @@ func deniedBy(err error) (string, error) {
 		return err.Error(), nil
 	}
 	return "", err
+}
+
+// dialEtcd connects to the local cluster's etcd with the API server's
+// client certificate.
+func (t Target) dialEtcd(ctx context.Context) (*clientv3.Client, error) {
+	return source.Client{Endpoints: []string{t.Local.EtcdURL()}, CACert: t.Local.PKIFile("etcd-ca.crt"),
+		Cert: t.Local.PKIFile("etcd-client.crt"), Key: t.Local.PKIFile("etcd-client.key")}.Dial(ctx)
 }

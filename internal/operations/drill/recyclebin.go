@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
-	"github.com/rampart-io/rampart/internal/operations/etcdtool/source"
 	"github.com/rampart-io/rampart/internal/operations/restore"
 	"github.com/rampart-io/rampart/internal/protection/recyclebin"
 )
@@ -251,8 +250,7 @@ var etcdDirectDelete = Drill{
 				return loss, fmt.Errorf("the recycle bin's watch never held the drill's objects: %w", err)
 			}
 		}
-		cli, err := source.Client{Endpoints: []string{t.Local.EtcdURL()}, CACert: t.Local.PKIFile("etcd-ca.crt"),
-			Cert: t.Local.PKIFile("etcd-client.crt"), Key: t.Local.PKIFile("etcd-client.key")}.Dial(ctx)
+		cli, err := t.dialEtcd(ctx)
 		if err != nil {
 			return loss, err
 		}

@@ -83,7 +83,15 @@ type Options struct {
 	GatewayCountCustomResourceGroups []string
 	// GatewayArgs are extra flags for `rampart gateway`.
 	GatewayArgs []string
+	// EtcdQuotaBytes is etcd's --quota-backend-bytes (default
+	// DefaultEtcdQuotaBytes): a small one lets a test or drill fill etcd
+	// to its NOSPACE alarm in seconds.
+	EtcdQuotaBytes int64
 }
+
+// DefaultEtcdQuotaBytes is the local etcd's quota: 8 GiB, because drills
+// write thousands of objects; etcd's own default is 2 GiB.
+const DefaultEtcdQuotaBytes int64 = 8 << 30
 
 // Cluster is a running local cluster.
 type Cluster struct {
@@ -196,6 +204,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	if opts.RealNodes < 0 {
 		return nil, errors.New("--real-nodes must be 0 or more")
+	}
+	if opts.EtcdQuotaBytes < 0 {
+		return nil, errors.New("the etcd quota must be 0 (the default, 8 GiB) or more bytes")
 	}
 	if opts.RealNodes > 0 {
 		if err := CheckRealNodePrerequisites(opts.Assets); err != nil {

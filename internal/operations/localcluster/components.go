@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -44,7 +45,7 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 		"--peer-client-cert-auth", "--peer-trusted-ca-file="+c.pkiFile("etcd-ca.crt"),
 		// Drills write thousands of objects; the default 2 GiB quota and
 		// per-write fsync are production settings, not a laptop's.
-		"--quota-backend-bytes=8589934592", "--unsafe-no-fsync",
+		"--quota-backend-bytes="+strconv.FormatInt(cmp.Or(c.opts.EtcdQuotaBytes, DefaultEtcdQuotaBytes), 10), "--unsafe-no-fsync",
 		"--log-level=warn",
 	)
 	if err != nil {

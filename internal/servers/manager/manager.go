@@ -167,6 +167,18 @@ type Options struct {
 	// with an etcdSnapshot may name (etcd endpoints and client
 	// certificate); read by name at each run, never listed.
 	EtcdSnapshotSecrets []string
+	// EtcdSpaceSecret, when set, is a Secret in Namespace (the keys of an
+	// etcdSnapshot's) with which the leader looks at etcd's space every
+	// EtcdSpaceEvery: the rampart_etcd_* gauges, ConfigMap
+	// rampart-etcd-space for rampart status.
+	EtcdSpaceSecret string
+	EtcdSpaceEvery  time.Duration
+	// EtcdSpaceWarnShare is the share of the quota that raises
+	// rampart_etcd_space_warning (default space.DefaultWarnShare).
+	EtcdSpaceWarnShare float64
+	// EtcdSpaceQuota is assumed for members that do not report theirs
+	// (etcd < 3.6).
+	EtcdSpaceQuota int64
 	// InstalledBy is how the manager was installed (the chart, rampart
 	// up, by hand): messages name the way out that applies there.
 	InstalledBy installation.Method

@@ -285,17 +285,23 @@ func (b *binMaintainer) publish(ctx context.Context, s recyclebin.Summary) error
 	if err != nil {
 		return err
 	}
+	return publishConfigMap(ctx, b.client, b.namespace, SummaryConfigMap, SummaryKey, raw)
+}
+
+// publishConfigMap writes raw under key in the ConfigMap namespace/name,
+// creating it if needed: what the leader publishes for rampart status.
+func publishConfigMap(ctx context.Context, c client.Client, namespace, name, key string, raw []byte) error {
 	cm := &corev1.ConfigMap{}
-	err = b.client.Get(ctx, client.ObjectKey{Namespace: b.namespace, Name: SummaryConfigMap}, cm)
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cm)
 	switch {
 	case apierrors.IsNotFound(err):
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: b.namespace, Name: SummaryConfigMap,
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
 			Labels: map[string]string{"app.kubernetes.io/managed-by": "rampart"}},
-			Data: map[string]string{SummaryKey: string(raw)}}
-		return b.client.Create(ctx, cm)
+			Data: map[string]string{key: string(raw)}}
+		return c.Create(ctx, cm)
 	case err != nil:
 		return err
 	}
-	cm.Data = map[string]string{SummaryKey: string(raw)}
-	return b.client.Update(ctx, cm)
+	cm.Data = map[string]string{key: string(raw)}
+	return c.Update(ctx, cm)
 }

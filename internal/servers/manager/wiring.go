@@ -1,11 +1,13 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -23,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/operations/etcdtool/space"
 	"github.com/rampart-io/rampart/internal/plumbing/servingcert"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/clusterview"
@@ -209,6 +212,13 @@ func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registra
 	}
 	if err := backups(ctx, mgr, o, recorder); err != nil {
 		return err
+	}
+	if o.EtcdSpaceSecret != "" {
+		if err := mgr.Add(&spaceWatch{reader: mgr.GetAPIReader(), client: mgr.GetClient(), namespace: o.Namespace, secret: o.EtcdSpaceSecret,
+			every: cmp.Or(o.EtcdSpaceEvery, 30*time.Second), warnShare: cmp.Or(o.EtcdSpaceWarnShare, space.DefaultWarnShare), quota: o.EtcdSpaceQuota,
+			log: o.Log.WithName("etcdspace")}); err != nil {
+			return err
+		}
 	}
 	return quotawatch.Setup(ctx, mgr, views.Informers, o.Namespace, o.Log.WithName("quotawatch"))
 }

@@ -66,3 +66,18 @@ func (k Key) GroupResource() (group, resource string) {
 	}
 	return "", k.Resource
 }
+
+// PrefixOf is the prefix a key is counted under: /registry/RESOURCE/ for
+// cluster-scoped objects, /registry/RESOURCE/NAMESPACE/ for namespaced
+// ones, /FIRST for keys outside /registry/.
+func PrefixOf(key string) string {
+	k := Parse(key)
+	if !strings.HasPrefix(key, Prefix) {
+		return "/" + k.Resource
+	}
+	p := Prefix + k.Resource + "/"
+	if k.Namespace != "" {
+		p += k.Namespace + "/"
+	}
+	return p
+}

@@ -120,14 +120,7 @@ func (c *Counter) Report(src string, top int) Report {
 			nsName = "(cluster-scoped)"
 		}
 		add(ns, nsName, s)
-		prefix := etcdkey.Prefix + key.Resource + "/"
-		if key.Namespace != "" {
-			prefix += key.Namespace + "/"
-		}
-		if !isRegistry(k) {
-			prefix = "/" + key.Resource
-		}
-		add(pre, prefix, s)
+		add(pre, etcdkey.PrefixOf(k), s)
 		if !s.deleted {
 			stacks[nsKey{key.Resource, key.Namespace}] += s.latestBytes
 			largest = topN(largest, Object{Key: k, Bytes: s.latestBytes, Revisions: s.revisions}, top)
@@ -145,10 +138,6 @@ func (c *Counter) Report(src string, top int) Report {
 	}
 	slices.SortFunc(r.Stacks, func(a, b Stack) int { return slices.Compare(a.Frames, b.Frames) })
 	return r
-}
-
-func isRegistry(k string) bool {
-	return len(k) >= len(etcdkey.Prefix) && k[:len(etcdkey.Prefix)] == etcdkey.Prefix
 }
 
 func count(g *Group, s *keyStat) {

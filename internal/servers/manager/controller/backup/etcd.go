@@ -46,9 +46,26 @@ const (
 )
 
 func (s *SecretSnapshotter) Snapshot(ctx context.Context, secretName, name string) (snapshot.Info, error) {
+	c, err := EtcdClientFromSecret(ctx, s.Reader, s.Namespace, secretName)
+	if err != nil {
+		return snapshot.Info{}, err
+	}
+	cli, err := pickMember(ctx, c, c.Endpoints)
+	if err != nil {
+		return snapshot.Info{}, fmt.Errorf("with the etcd Secret %s/%s: %w", s.Namespace, secretName, err)
+	}
+	defer cli.Close()
+	return snapshot.Save(ctx, cli, s.Store, name, s.TmpDir)
+}
+
+// EtcdClientFromSecret reads etcd's endpoints and a client certificate
+// from the Secret namespace/name (keys endpoints, ca.crt, tls.crt,
+// tls.key), by name, uncached: read at each use, a rotated certificate
+// is used at once.
+func EtcdClientFromSecret(ctx context.Context, reader client.Reader, namespace, name string) (source.Client, error) {
 	sec := &corev1.Secret{}
-	if err := s.Reader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: secretName}, sec); err != nil {
-		return snapshot.Info{}, fmt.Errorf("read the etcd Secret %s/%s: %w", s.Namespace, secretName, err)
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, sec); err != nil {
+		return source.Client{}, fmt.Errorf("read the etcd Secret %s/%s: %w", namespace, name, err)
 	}
 	var missing []string
 	for _, k := range []string{SecretEndpoints, SecretCA, SecretCert, SecretKey} {
@@ -57,21 +74,16 @@ func (s *SecretSnapshotter) Snapshot(ctx context.Context, secretName, name strin
 		}
 	}
 	if len(missing) > 0 {
-		return snapshot.Info{}, fmt.Errorf("the etcd Secret %s/%s lacks %s: it needs endpoints (https://HOST:2379,...), ca.crt, tls.crt and tls.key",
-			s.Namespace, secretName, strings.Join(missing, ", "))
+		return source.Client{}, fmt.Errorf("the etcd Secret %s/%s lacks %s: it needs endpoints (https://HOST:2379,...), ca.crt, tls.crt and tls.key",
+			namespace, name, strings.Join(missing, ", "))
 	}
-	var endpoints []string
+	c := source.Client{CAData: sec.Data[SecretCA], CertData: sec.Data[SecretCert], KeyData: sec.Data[SecretKey]}
 	for _, e := range strings.Split(string(sec.Data[SecretEndpoints]), ",") {
 		if e = strings.TrimSpace(e); e != "" {
-			endpoints = append(endpoints, e)
+			c.Endpoints = append(c.Endpoints, e)
 		}
 	}
-	cli, err := pickMember(ctx, source.Client{CAData: sec.Data[SecretCA], CertData: sec.Data[SecretCert], KeyData: sec.Data[SecretKey]}, endpoints)
-	if err != nil {
-		return snapshot.Info{}, fmt.Errorf("with the etcd Secret %s/%s: %w", s.Namespace, secretName, err)
-	}
-	defer cli.Close()
-	return snapshot.Save(ctx, cli, s.Store, name, s.TmpDir)
+	return c, nil
 }
 
 // pickMember connects to one member, as etcdctl snapshot save wants (a
