@@ -164,6 +164,11 @@ type PodUnavailableBudgetStatus struct {
 	// new pod takes the name of the one disrupted.
 	// +optional
 	DisruptionUIDs map[string]string `json:"disruptionUIDs,omitempty"`
+	// DisruptionOps is the kind of each disruption in Disruptions: a
+	// delete's or an eviction's is seen done when its pod is going, an
+	// update's or a resize's when its pod is not Ready.
+	// +optional
+	DisruptionOps map[string]DisruptionOperation `json:"disruptionOps,omitempty"`
 	// DisruptionGroups is the group of each disruption in Disruptions, for
 	// a budget with groupBy.
 	// +optional

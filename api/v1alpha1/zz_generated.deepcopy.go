@@ -928,6 +928,13 @@ func (in *PodUnavailableBudgetStatus) DeepCopyInto(out *PodUnavailableBudgetStat
 			(*out)[key] = val
 		}
 	}
+	if in.DisruptionOps != nil {
+		in, out := &in.DisruptionOps, &out.DisruptionOps
+		*out = make(map[string]DisruptionOperation, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
 	if in.DisruptionGroups != nil {
 		in, out := &in.DisruptionGroups, &out.DisruptionGroups
 		*out = make(map[string]string, len(*in))

@@ -69,13 +69,28 @@ func stillPending(b *v1alpha1.PodUnavailableBudget, pods []Pod, now time.Time, t
 		switch {
 		case now.Sub(at.Time) > timeout:
 			// Never observed: give the budget back.
-		case present && (!p.Available() || p.Created.After(at.Time) || replaced(b.Status, name, p)):
-			// Observed: the pod is unavailable now, or a new pod took its name.
+		case present && (seenDone(b.Status, name, p) || p.Created.After(at.Time) || replaced(b.Status, name, p)):
+			// Observed: the pod is going (unavailable, for an update), or
+			// a new pod took its name.
 		default:
 			pending[name] = at
 		}
 	}
 	return pending
+}
+
+// seenDone says whether a disruption of p is seen done: for a delete or an
+// eviction, p is going; not merely unavailable, as an eviction of a pod
+// not Ready is recorded precisely because it may be Ready by the time it
+// is carried out. For an update or a resize (or a disruption recorded
+// before kinds were), p is not available.
+func seenDone(st v1alpha1.PodUnavailableBudgetStatus, name string, p Pod) bool {
+	switch st.DisruptionOps[name] {
+	case v1alpha1.DisruptDelete, v1alpha1.DisruptEvict:
+		return p.Gone
+	default:
+		return !p.Available()
+	}
 }
 
 // replaced says whether p took the name of the pod disrupted.
@@ -86,19 +101,35 @@ func replaced(st v1alpha1.PodUnavailableBudgetStatus, name string, p Pod) bool {
 
 func setPending(st *v1alpha1.PodUnavailableBudgetStatus, pending map[string]metav1.Time) {
 	st.Disruptions = pending
-	uids := map[string]string{}
+	uids, ops := map[string]string{}, map[string]v1alpha1.DisruptionOperation{}
 	for name := range pending {
 		if uid, ok := st.DisruptionUIDs[name]; ok {
 			uids[name] = uid
 		}
+		if op, ok := st.DisruptionOps[name]; ok {
+			ops[name] = op
+		}
 	}
-	st.DisruptionUIDs = uids
+	st.DisruptionUIDs, st.DisruptionOps = uids, ops
+	if len(ops) == 0 {
+		st.DisruptionOps = nil
+	}
 	if len(pending) == 0 {
 		st.Disruptions = nil
 	}
 	if len(uids) == 0 {
 		st.DisruptionUIDs = nil
 	}
+}
+
+// evictionInFlight says whether an eviction of this very pod (by UID when
+// both are known) is recorded and not yet seen done.
+func evictionInFlight(st v1alpha1.PodUnavailableBudgetStatus, r Request) bool {
+	if _, disrupted := st.Disruptions[r.Pod]; !disrupted || st.DisruptionOps[r.Pod] != v1alpha1.DisruptEvict {
+		return false
+	}
+	uid := st.DisruptionUIDs[r.Pod]
+	return uid == "" || r.UID == "" || uid == r.UID
 }
 
 // samePodDisrupted says whether the request's pod, this very pod, has a
@@ -203,6 +234,16 @@ func Decide(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (v v
 	if !Protects(b.Spec, r.Op) {
 		return verdict.Allow, false
 	}
+	if evictionInFlight(b.Status, r) {
+		// Admitted and not yet seen done: an eviction is carried out by
+		// name after its answer, and if this pod went first by another
+		// way, it would land on the pod that takes the name next (a
+		// StatefulSet's). Nothing else may disrupt this pod until it is
+		// seen going.
+		return deny(fmt.Sprintf("pod %s/%s may not be %s now: an eviction of it admitted by PodUnavailableBudget %s/%s is in progress, "+
+			"and an eviction is carried out on whatever pod has the name when it lands; retry in a few seconds",
+			r.Namespace, r.Pod, past(r.Verb), b.Namespace, b.Name)), false
+	}
 	if samePodDisrupted(b.Status, r) {
 		// The same disruption asked again (the API server retries a
 		// delete whose write conflicted, calling the webhook again), or a
@@ -211,7 +252,14 @@ func Decide(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (v v
 	}
 	free, held := Free(b, r, threshold)
 	if free {
-		return verdict.Allow, false
+		// Free, but an eviction is still recorded: it is carried out by
+		// name after this answer, and the pod it finds may have turned
+		// Ready meanwhile (seen: 250 ms after a replacement's eviction
+		// was admitted as not Ready). Recorded, the pod is not counted
+		// available until it is seen going, and the next disruption of
+		// its budget is decided knowing it; a delete is decided on the
+		// very object it removes.
+		return verdict.Allow, r.Op == v1alpha1.DisruptEvict
 	}
 	computed := b.Status.ObservedGeneration == b.Generation && (b.Spec.TargetRef == nil || b.Status.Selector != "")
 	if !computed {
@@ -307,6 +355,12 @@ func Consume(b *v1alpha1.PodUnavailableBudget, r Request, now time.Time) {
 			st.DisruptionUIDs = map[string]string{}
 		}
 		st.DisruptionUIDs[r.Pod] = r.UID
+	}
+	if r.Op != "" {
+		if st.DisruptionOps == nil {
+			st.DisruptionOps = map[string]v1alpha1.DisruptionOperation{}
+		}
+		st.DisruptionOps[r.Pod] = r.Op
 	}
 	st.UnavailableAllowed = max(st.UnavailableAllowed-1, 0)
 	if Grouped(b.Spec) {

@@ -141,7 +141,9 @@ func TestDecideUnavailablePods(t *testing.T) {
 		{name: "healthy pod, budget exhausted", status: exhausted, nodes: deadNode, message: "allows no more disruptions (2 of 3 pods available, 2 must stay available, 0 disruptions in progress). Wait"},
 		{name: "pod on a dead node, default policy", status: exhausted, unavailable: "its node n1 is NotReady", nodes: deadNode, allowed: true},
 		{name: "not Ready pod, AlwaysAllow", policy: v1alpha1.UnhealthyAlwaysAllow, status: exhausted, unavailable: "it is not Ready", allowed: true},
-		{name: "evict a not Ready pod, AlwaysAllow", policy: v1alpha1.UnhealthyAlwaysAllow, op: v1alpha1.DisruptEvict, status: exhausted, unavailable: "it is not Ready", allowed: true},
+		// Admitted, and recorded: the pod an eviction finds may have
+		// turned Ready since.
+		{name: "evict a not Ready pod, AlwaysAllow", policy: v1alpha1.UnhealthyAlwaysAllow, op: v1alpha1.DisruptEvict, status: exhausted, unavailable: "it is not Ready", allowed: true, consume: true},
 		{name: "update a not Ready pod, AlwaysAllow", policy: v1alpha1.UnhealthyAlwaysAllow, op: v1alpha1.DisruptUpdate, status: exhausted, unavailable: "it is not Ready", allowed: true},
 		{name: "budget not computed yet, AlwaysAllow", status: exhausted, generation: 2, unavailable: "it is not Ready", allowed: true},
 		{name: "IfHealthyBudget, budget healthy", policy: v1alpha1.UnhealthyIfHealthyBudget, status: healthy, unavailable: "it is not Ready", allowed: true},
@@ -350,5 +352,59 @@ func BenchmarkCovering(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// An eviction of a pod not Ready is recorded and stays in progress until
+// its pod is seen going: the pod may turn Ready before the eviction lands,
+// and must not count as available meanwhile. An update is done once its
+// pod is not Ready.
+func TestEvictionOfAnUnavailablePodStaysInProgressUntilItGoes(t *testing.T) {
+	now := time.Now()
+	b := &v1alpha1.PodUnavailableBudget{Spec: maxUnavailable(1)}
+	b.Generation = 1
+	Consume(b, Request{Pod: "a", UID: "ua", Op: v1alpha1.DisruptEvict}, now)
+	Consume(b, Request{Pod: "b", UID: "ub", Op: v1alpha1.DisruptUpdate}, now)
+	pods := []Pod{{Name: "a", UID: "ua", Created: now.Add(-time.Hour)}, {Name: "b", UID: "ub", Created: now.Add(-time.Hour)},
+		{Name: "c", UID: "uc", Ready: true, Created: now.Add(-time.Hour)}}
+	st, err := Compute(b, pods, 3, now, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st.Disruptions["a"]; !ok || len(st.Disruptions) != 1 || st.DisruptionOps["a"] != v1alpha1.DisruptEvict {
+		t.Fatalf("in progress: %v %v", st.Disruptions, st.DisruptionOps)
+	}
+	// Turned Ready before the eviction landed: still not available.
+	pods[0].Ready = true
+	b.Status = st
+	if st, _ = Compute(b, pods, 3, now, 30*time.Second); st.CurrentAvailable != 1 || st.UnavailableAllowed != 0 {
+		t.Fatalf("the evicted pod turned Ready counted available: %+v", st)
+	}
+	pods[0].Gone = true
+	b.Status = st
+	if st, _ = Compute(b, pods, 3, now, 30*time.Second); len(st.Disruptions) != 0 || st.DisruptionOps != nil || st.DisruptionUIDs != nil {
+		t.Fatalf("seen going, still in progress: %+v", st)
+	}
+}
+
+// While an eviction of a pod is in flight, nothing else may disrupt that
+// pod: if it went another way first, the eviction would land on the pod
+// that takes its name. A new pod of the name is decided as any other.
+func TestNothingDisruptsAPodWhoseEvictionIsInFlight(t *testing.T) {
+	b := &v1alpha1.PodUnavailableBudget{Spec: maxUnavailable(3)}
+	b.Namespace, b.Name, b.Generation = "db", "store", 1
+	b.Status = v1alpha1.PodUnavailableBudgetStatus{ObservedGeneration: 1, TotalReplicas: 3, CurrentAvailable: 3, UnavailableAllowed: 3}
+	evict := Request{Namespace: "db", Pod: "store-0", Op: v1alpha1.DisruptEvict, Verb: "evict", UID: "u1"}
+	Consume(b, evict, time.Now())
+	del := evict
+	del.Op, del.Verb = v1alpha1.DisruptDelete, "delete"
+	for _, r := range []Request{del, evict} {
+		if v, _ := Decide(b, r, 0); v.Allowed || !strings.Contains(v.Message, "an eviction of it admitted by PodUnavailableBudget db/store is in progress") {
+			t.Fatalf("%s while an eviction is in flight: %+v", r.Verb, v)
+		}
+	}
+	del.UID = "u2"
+	if v, consume := Decide(b, del, 0); !v.Allowed || !consume {
+		t.Fatalf("a new pod of the name: %+v", v)
 	}
 }

@@ -46,6 +46,16 @@ func GroupOf(spec v1alpha1.PodUnavailableBudgetSpec, l, node map[string]string) 
 	return groupOf(spec.GroupBy.LabelKey, l, node)
 }
 
+// placedGroup is the group of a filed pod, ok false for a pod not in
+// any group yet: without the label and not scheduled, its node (and so
+// the group a node label would give it) is not known.
+func placedGroup(key string, p Pod) (string, bool) {
+	if _, ok := p.Labels[key]; !ok && p.Node == "" {
+		return "", false
+	}
+	return groupOf(key, p.Labels, p.NodeLabels), true
+}
+
 func groupOf(key string, l, node map[string]string) string {
 	if v, ok := l[key]; ok {
 		return v
@@ -67,12 +77,17 @@ func groupDesired(spec v1alpha1.PodUnavailableBudgetSpec, total int32) (int32, e
 
 // GroupTotals is how many pods each group should have, from the pods of
 // the budget and their controllers' replicas (replicas follows a pod's
-// controller to the top one, see the cluster view): a controller whose
-// pods are all in one group (a StatefulSet per shard, a Job per gang)
-// gives that group its replicas, so a pod deleted and not yet replaced is
-// still missed. A controller spread over several groups gives each the
-// pods it has there; so do pods without one.
-func GroupTotals(spec v1alpha1.PodUnavailableBudgetSpec, pods []Pod, replicas func(controller string) (top string, n int32, ok bool)) map[string]int32 {
+// controller to the top one, see the cluster view), and prev, the groups
+// the status lists now. A controller whose pods are all in one group (a
+// StatefulSet per shard, a Job per gang) gives that group its replicas,
+// so a pod deleted and not yet replaced is still missed. A controller
+// spread over several groups (a Deployment over zones) gives each the
+// pods it has there, and the pods it lacks (replicas not placed in any
+// group: deleted, or replacements not scheduled yet) to the groups the
+// status listed with more than they have now, so that a zone whose pod
+// was evicted stays short until a replacement lands in it, not only until
+// the pod is gone. Pods without a controller count one each.
+func GroupTotals(spec v1alpha1.PodUnavailableBudgetSpec, pods []Pod, replicas func(controller string) (top string, n int32, ok bool), prev []v1alpha1.PodGroupStatus) map[string]int32 {
 	totals := map[string]int32{}
 	type share struct {
 		replicas int32
@@ -80,23 +95,29 @@ func GroupTotals(spec v1alpha1.PodUnavailableBudgetSpec, pods []Pod, replicas fu
 	}
 	tops := map[string]*share{}
 	for _, p := range pods {
-		g := GroupOf(spec, p.Labels, p.NodeLabels)
-		totals[g] += 0
+		g, placed := placedGroup(spec.GroupBy.LabelKey, p)
+		if placed {
+			totals[g] += 0
+		}
 		top, n, ok := "", int32(0), false
 		if p.Controller != "" && replicas != nil {
 			top, n, ok = replicas(p.Controller)
 		}
-		if !ok {
+		switch {
+		case !ok && placed:
 			totals[g]++
-			continue
+		case ok:
+			s := tops[top]
+			if s == nil {
+				s = &share{replicas: n, groups: map[string]int32{}}
+				tops[top] = s
+			}
+			if placed {
+				s.groups[g]++
+			}
 		}
-		s := tops[top]
-		if s == nil {
-			s = &share{replicas: n, groups: map[string]int32{}}
-			tops[top] = s
-		}
-		s.groups[g]++
 	}
+	var missing int32
 	for _, s := range tops {
 		if len(s.groups) == 1 {
 			for g := range s.groups {
@@ -104,8 +125,21 @@ func GroupTotals(spec v1alpha1.PodUnavailableBudgetSpec, pods []Pod, replicas fu
 			}
 			continue
 		}
+		var placed int32
 		for g, n := range s.groups {
 			totals[g] += n
+			placed += n
+		}
+		missing += max(s.replicas-placed, 0)
+	}
+	for _, g := range prev {
+		if missing == 0 {
+			break
+		}
+		if short := g.Total - totals[g.Name]; short > 0 {
+			give := min(short, missing)
+			totals[g.Name] += give
+			missing -= give
 		}
 	}
 	return totals
@@ -128,19 +162,30 @@ func computeGroups(b *v1alpha1.PodUnavailableBudget, st *v1alpha1.PodUnavailable
 		group(name).Total = total
 	}
 	for _, p := range pods {
-		g := group(GroupOf(spec, p.Labels, p.NodeLabels))
+		name, placed := placedGroup(spec.GroupBy.LabelKey, p)
+		if !placed {
+			continue // not scheduled: not available, and in no group yet
+		}
+		g := group(name)
 		if _, disrupted := pending[p.Name]; p.Available() && !disrupted {
 			g.Available++
 		}
 	}
 	pendingGroups := map[string]string{}
+	present := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		present[p.Name] = true
+	}
 	for pod := range pending {
 		name, ok := b.Status.DisruptionGroups[pod]
 		if !ok {
 			name = NoGroup
 		}
 		pendingGroups[pod] = name
-		group(name).Disruptions++
+		if present[pod] {
+			// A pod gone already is missed by its group's total.
+			group(name).Disruptions++
+		}
 	}
 	st.DisruptionGroups = pendingGroups
 	if len(pendingGroups) == 0 {
@@ -295,6 +340,7 @@ func GiveBack(b *v1alpha1.PodUnavailableBudget, pod string, at time.Time) bool {
 	}
 	delete(st.Disruptions, pod)
 	delete(st.DisruptionUIDs, pod)
+	delete(st.DisruptionOps, pod)
 	st.UnavailableAllowed++
 	name, grouped := st.DisruptionGroups[pod]
 	if !grouped {

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func statefulSets(c string) (string, int32, bool) { return c, 3, true }
 
 func compute(t *testing.T, b *v1alpha1.PodUnavailableBudget, pods []Pod, now time.Time) {
 	t.Helper()
-	st, err := ComputeGrouped(b, pods, GroupTotals(b.Spec, pods, statefulSets), now, 30*time.Second)
+	st, err := ComputeGrouped(b, pods, GroupTotals(b.Spec, pods, statefulSets, b.Status.GroupStatus), now, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestGangBudgetCountsAMemberAsTheWholeGroup(t *testing.T) {
 		}
 	}
 	jobs := func(c string) (string, int32, bool) { return c, 4, true }
-	st, err := ComputeGrouped(b, pods, GroupTotals(b.Spec, pods, jobs), now, 30*time.Second)
+	st, err := ComputeGrouped(b, pods, GroupTotals(b.Spec, pods, jobs, nil), now, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,11 +171,12 @@ func TestGangBudgetCountsAMemberAsTheWholeGroup(t *testing.T) {
 		t.Fatalf("a member of another job:\n got %q\nwant %q", v.Message, want)
 	}
 	// A worker already unavailable costs nothing (unhealthyPodPolicy
-	// AlwaysAllow), even in an intact job.
+	// AlwaysAllow), even in an intact job; its eviction is recorded all
+	// the same (it may be Ready by the time it is carried out).
 	r = evict("c-0", "c")
 	r.Unavailable = "it is not Ready"
-	if v, consume := Decide(b, r, 0); !v.Allowed || consume {
-		t.Fatalf("a broken worker: %+v", v)
+	if v, consume := Decide(b, r, 0); !v.Allowed || !consume {
+		t.Fatalf("a broken worker: %+v (recorded: %v)", v, consume)
 	}
 }
 
@@ -203,7 +205,9 @@ func TestGroupTotals(t *testing.T) {
 		{Name: "d-3", Labels: map[string]string{"shard": "2"}, Controller: "ReplicaSet/d-y"},
 		// A bare pod, and one without the label.
 		{Name: "bare", Labels: map[string]string{"shard": "1"}},
-		{Name: "stray", Labels: map[string]string{}},
+		{Name: "stray", Labels: map[string]string{}, Node: "n1"},
+		// Not scheduled, no label: in no group yet.
+		{Name: "unplaced", Labels: map[string]string{}},
 	}
 	replicas := func(c string) (string, int32, bool) {
 		if c == "StatefulSet/s0" {
@@ -211,7 +215,7 @@ func TestGroupTotals(t *testing.T) {
 		}
 		return "Deployment/d", 10, true
 	}
-	got := GroupTotals(spec, pods, replicas)
+	got := GroupTotals(spec, pods, replicas, nil)
 	want := map[string]int32{"0": 3, "1": 2, "2": 2, NoGroup: 1}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("totals = %v, want %v", got, want)
@@ -248,11 +252,26 @@ func TestGroupsByTheNodesZone(t *testing.T) {
 	var pods []Pod
 	for i := range 6 {
 		pods = append(pods, Pod{Name: fmt.Sprint("web-", i), Ready: true, Labels: map[string]string{"app": "web"},
-			NodeLabels: zone([]string{"a", "b", "c"}[i%3])})
+			Node: fmt.Sprint("n", i), NodeLabels: zone([]string{"a", "b", "c"}[i%3]), Controller: "ReplicaSet/web-1"})
 	}
-	pods = append(pods, Pod{Name: "pending", Labels: map[string]string{"app": "web"}}) // not scheduled: no zone
-	if got := fmt.Sprint(GroupTotals(b.Spec, pods, nil)); got != "map[(none):1 a:2 b:2 c:2]" {
+	deployment := func(string) (string, int32, bool) { return "Deployment/web", 6, true }
+	if got := fmt.Sprint(GroupTotals(b.Spec, pods, deployment, nil)); got != "map[a:2 b:2 c:2]" {
 		t.Fatalf("totals = %s", got)
+	}
+	// A pod of zone a evicted and gone, its replacement not scheduled yet:
+	// zone a, listed with 2, keeps its total while the Deployment lacks a
+	// pod, so it stays short.
+	gone := slices.DeleteFunc(slices.Clone(pods), func(p Pod) bool { return p.Name == "web-0" })
+	gone = append(gone, Pod{Name: "web-6", Labels: map[string]string{"app": "web"}, Controller: "ReplicaSet/web-1"}) // not scheduled: no zone yet
+	prev := []v1alpha1.PodGroupStatus{{Name: "a", Total: 2, Available: 1, Desired: 1, Disruptions: 1}}
+	if got := fmt.Sprint(GroupTotals(b.Spec, gone, deployment, prev)); got != "map[a:2 b:2 c:2]" {
+		t.Fatalf("totals with a pod gone = %s", got)
+	}
+	// Once the replacement lands in zone b, zone a has what it has.
+	landed := slices.Clone(gone)
+	landed[len(landed)-1].Node, landed[len(landed)-1].NodeLabels = "n1", zone("b")
+	if got := fmt.Sprint(GroupTotals(b.Spec, landed, deployment, prev)); got != "map[a:1 b:3 c:2]" {
+		t.Fatalf("totals once replaced in zone b = %s", got)
 	}
 	x := NewIndex()
 	x.SetBudget(b)

@@ -77,8 +77,8 @@ type entry struct {
 
 func (e *entry) add(p *podEntry) {
 	e.pods[p.Name] = p
-	if e.groupBy != "" {
-		e.groupPods[groupOf(e.groupBy, p.Labels, p.NodeLabels)]++
+	if g, placed := placedGroup(e.groupBy, p.Pod); e.groupBy != "" && placed {
+		e.groupPods[g]++
 	}
 }
 
@@ -87,8 +87,7 @@ func (e *entry) drop(p *podEntry) {
 		return
 	}
 	delete(e.pods, p.Name)
-	if e.groupBy != "" {
-		g := groupOf(e.groupBy, p.Labels, p.NodeLabels)
+	if g, placed := placedGroup(e.groupBy, p.Pod); e.groupBy != "" && placed {
 		if e.groupPods[g]--; e.groupPods[g] <= 0 {
 			delete(e.groupPods, g)
 		}

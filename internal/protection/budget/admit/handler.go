@@ -312,11 +312,12 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 	r.Unavailable = h.unavailable(pod)
 	r.UID, r.Created = pod.uid, pod.created
 	var consumed []budget.Key
+	paid := false // some budget decided it at a cost (not free as unavailable)
 	for _, k := range keys {
 		if r.Unavailable != "" {
 			r.Nodes = h.nodes(k)
 		}
-		v, took, err := h.consume(ctx, k, r, pod, r.DryRun || rampartadmission.DryRun(req), now)
+		v, took, err := h.consume(ctx, k, r, pod, r.DryRun || rampartadmission.DryRun(req), now, &paid)
 		if took {
 			consumed = append(consumed, k)
 		}
@@ -340,7 +341,7 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 	switch {
 	case r.DryRun || rampartadmission.DryRun(req):
 		outcome = "dryrun"
-	case r.Unavailable != "" && len(consumed) == 0:
+	case r.Unavailable != "" && !paid:
 		outcome = "unavailable" // an unavailable pod, at no cost
 	}
 	budgetDecisions.WithLabelValues(string(r.Op), outcome).Inc()
@@ -430,7 +431,7 @@ func (h *Budgets) ledger() *ledger.Ledger[*v1alpha1.PodUnavailableBudget] {
 // consume decides the disruption against one budget and, if admitted and
 // not a dry run, records it in the budget's status. took says whether it
 // was recorded (and must be given back if another budget denies).
-func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, pod disrupted, dry bool, now time.Time) (v verdict.Verdict, took bool, err error) {
+func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, pod disrupted, dry bool, now time.Time, paid *bool) (v verdict.Verdict, took bool, err error) {
 	out, err := h.ledger().Decide(ctx, ledger.Request{Object: client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, DryRun: dry},
 		func(b *v1alpha1.PodUnavailableBudget) (ledger.Decision, error) {
 			var consume bool
@@ -443,6 +444,9 @@ func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, p
 				r.GroupPods = h.Index.GroupPods(k, r.Group)
 			}
 			v, consume = budget.Decide(b, r, h.PartitionThreshold)
+			if free, _ := budget.Free(b, r, h.PartitionThreshold); !free {
+				*paid = true
+			}
 			if consume {
 				budget.Consume(b, r, now)
 			}

@@ -189,7 +189,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		pods := r.podsOf(b)
 		st, err = budget.ComputeGrouped(b, pods, budget.GroupTotals(b.Spec, pods, func(c string) (string, int32, bool) {
 			return r.View.ControllerReplicas(b.Namespace, c)
-		}), r.Now(), r.Timeout)
+		}, b.Status.GroupStatus), r.Now(), r.Timeout)
 	case err == nil:
 		st, err = budget.Compute(b, r.podsOf(b), total, r.Now(), r.Timeout)
 	}
