@@ -174,6 +174,9 @@ type Deps struct {
 	// ScaleKeys and BudgetsSynced: see WantsScaleKeys, WantsBudgets.
 	ScaleKeys     ScaleKeys
 	BudgetsSynced func() bool
+	// CompiledPolicies and OnCRDChange: see WantsCompiledPolicies.
+	CompiledPolicies CompiledPolicies
+	OnCRDChange      func(func())
 	// InstalledBy is how the manager was installed.
 	InstalledBy installation.Method
 }

@@ -16,7 +16,11 @@ import (
 
 // Plugin is the protection ProtectionPolicies give: a deletion and
 // a replicas webhook per policy, scoped by its resources and selectors.
-type Plugin struct{ rampartadmission.Guards }
+type Plugin struct {
+	rampartadmission.Guards
+	// Its Ready condition says which engine enforces its static rules.
+	rampartadmission.WantsCompiledPolicies
+}
 
 // Kind is the kind whose objects are ProtectionPolicies.
 const Kind = rampartadmission.PolicyKind
