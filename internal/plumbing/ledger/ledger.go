@@ -358,3 +358,28 @@ func (l *Ledger[T]) remember(key client.ObjectKey, id string) {
 	}
 	m[id] = now
 }
+
+// Lazy is a Ledger made on its first use. A handler holds one when its
+// client is set after the handler is made (by its protection's plugin, by
+// a test), so that it needs no constructor.
+type Lazy[T client.Object] struct {
+	once sync.Once
+	l    *Ledger[T]
+}
+
+// Of is the ledger, made on the first call from c, cache (may be nil),
+// clk and newT (see Ledger's fields); later calls return the same one.
+func (z *Lazy[T]) Of(c client.Client, cache client.Reader, clk clock.PassiveClock, newT func() T) *Ledger[T] {
+	z.once.Do(func() { z.l = &Ledger[T]{Client: c, Cache: cache, Clock: clk, New: newT} })
+	return z.l
+}
+
+// Recent is list with e in front, at most max long: the newest records a
+// status keeps (a flow control's or a node budget's recent denials).
+func Recent[E any](list []E, e E, max int) []E {
+	list = append([]E{e}, list...)
+	if len(list) > max {
+		list = list[:max]
+	}
+	return list
+}

@@ -43,11 +43,12 @@ func NewToken() string {
 	return hex.EncodeToString(b)
 }
 
-// probeWebhook matches only the dry-run creation of ConfigMap
-// rampart-probe-TOKEN in Rampart's own namespace: it reaches nothing else,
-// so an outage of Rampart blocks nothing through it.
-func probeWebhook(reg Registration, webhook func(string, string, ...admissionregistrationv1.RuleWithOperations) admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.ValidatingWebhook {
-	h := webhook(probeWebhookName, ProbePath, Rule(admissionregistrationv1.Create, "", "configmaps"))
+// ProbeWebhook matches only the dry-run creation of ConfigMap
+// rampart-probe-TOKEN in Rampart's own namespace (reg.Token): it reaches
+// nothing else, so an outage of Rampart blocks nothing through it. The
+// probe protection registers it (internal/protection/probe/admit).
+func ProbeWebhook(reg Registration, b Builder) admissionregistrationv1.ValidatingWebhook {
+	h := b.Webhook(probeWebhookName, ProbePath, Rule(admissionregistrationv1.Create, "", "configmaps"))
 	h.Rules[0].Scope = ptr.To(admissionregistrationv1.NamespacedScope)
 	h.NamespaceSelector = InNamespaces([]string{reg.OwnNamespace})
 	h.SideEffects = ptr.To(admissionregistrationv1.SideEffectClassNone)

@@ -8,10 +8,8 @@ import (
 	"slices"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -29,50 +27,19 @@ type InForce interface {
 	// Key puts key of the KeySet named set in force (a workload gaining
 	// the explicit-replicas label, a namespace's first budget).
 	Key(ctx context.Context, set, key string) error
-	// Relabelled puts p's webhooks in force for namespace ns by name.
-	Relabelled(ctx context.Context, p *v1alpha1.ProtectionPolicy, ns string) error
+	// Widen puts w of the widening set named set in force (a namespace
+	// relabelled into a policy, by name) and keeps it for a while.
+	Widen(ctx context.Context, set string, w Widening) error
 }
 
 // InForceTimeout is the timeout of webhooks that may wait on a Barrier
 // (DefaultBarrierTimeout) before they answer.
 const InForceTimeout = int32(15)
 
-// SpecPath judges the creation and change of the cluster-scoped kinds
-// that register webhooks of their own (ProtectionPolicies,
-// DeletionFlowControls, RecyclePolicies): admitted once their webhooks
-// are in force.
-const SpecPath = "/validate/spec"
-
-// specWebhook reaches CREATE and UPDATE of the cluster-scoped kinds whose
-// webhooks Rampart registers. Failing closed means: with Rampart down, no
-// policy or flow control can be created or changed (it could not be
-// enforced either).
-func specWebhook(b Builder, kinds []ObjectKind) admissionregistrationv1.ValidatingWebhook {
-	h := b.Webhook("spec.rampart.io", SpecPath, kindsRule(kinds, false, admissionregistrationv1.Create, admissionregistrationv1.Update))
-	h.TimeoutSeconds = ptr.To(InForceTimeout)
-	return h
-}
-
-// kindsRule reaches ops of the kinds of one scope.
-func kindsRule(kinds []ObjectKind, namespaced bool, ops ...admissionregistrationv1.OperationType) admissionregistrationv1.RuleWithOperations {
-	var resources []string
-	for _, k := range kinds {
-		if k.Namespaced == namespaced {
-			resources = append(resources, k.Resource)
-		}
-	}
-	scope := admissionregistrationv1.ClusterScope
-	if namespaced {
-		scope = admissionregistrationv1.NamespacedScope
-	}
-	return admissionregistrationv1.RuleWithOperations{Operations: ops,
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
-			Resources: resources, Scope: ptr.To(scope)}}
-}
-
 // Spec admits an object of a kind that registers webhooks of its own once
-// they are in force, after the kind's own validation. It serves SpecPath
-// and, for namespaced kinds, ObjectsPath.
+// they are in force, after the kind's own validation. The objects
+// protection serves it for every kind (internal/protection/objects/admit),
+// a ChangeWindow's for its own.
 type Spec struct {
 	InForce InForce
 	// Kinds it judges.

@@ -29,7 +29,13 @@ import (
 //     from the protection's views; a key brought by a request is put in
 //     force with InForce.Key.
 //
-// A protection declares them by implementing OwnsObjects or OwnsKeys.
+//   - WideningSet: webhooks kept wider for a while than the caches make
+//     them (a policy just admitted judges the scale of all its resources
+//     until the view lists the workloads it covers), never caught up by
+//     the caches: kept until they expire.
+//
+// A protection declares them by implementing OwnsObjects, OwnsKeys or
+// OwnsWidenings.
 
 // OwnsObjects is a protection made from objects of one kind.
 type OwnsObjects interface {
@@ -39,6 +45,61 @@ type OwnsObjects interface {
 // OwnsKeys is a protection scoped by a set of keys.
 type OwnsKeys interface {
 	Keys() KeySet
+}
+
+// OwnsWidenings is a protection whose webhooks widen for a while.
+type OwnsWidenings interface {
+	Widenings() WideningSet
+}
+
+// WideningSet is a set of widenings a protection's webhooks are made
+// from (Registration.Widenings).
+type WideningSet struct {
+	// Name names the set in Registration.Widenings and InForce.Widen.
+	Name string
+	// OfObject, when set, are the widenings an object brings when it is
+	// put in force (InForce.Object), kept past its own pending time.
+	OfObject func(client.Object) []Widening
+}
+
+// Widening is one object's webhooks kept wide for a while: Key, when set,
+// says to what (a namespace).
+type Widening struct {
+	Object client.Object
+	Key    string
+}
+
+// Widened are reg's widenings of set, each with its object as PT.
+func Widened[PT client.Object](reg Registration, set string) []WideningOf[PT] {
+	out := make([]WideningOf[PT], 0, len(reg.Widenings[set]))
+	for _, w := range reg.Widenings[set] {
+		out = append(out, WideningOf[PT]{Object: w.Object.(PT), Key: w.Key})
+	}
+	return out
+}
+
+// WideningOf is a Widening of an object of type PT.
+type WideningOf[PT client.Object] struct {
+	Object PT
+	Key    string
+}
+
+// WithWidening is reg with w in its set named set, in place of a widening
+// of the same object and key (one object widened twice within its
+// pending time, changed twice: two would be two webhooks of one name, and
+// the API server refuses the whole configuration).
+func (reg Registration) WithWidening(set string, w Widening) Registration {
+	out := make(map[string][]Widening, len(reg.Widenings)+1)
+	for k, v := range reg.Widenings {
+		out[k] = v
+	}
+	same := func(o Widening) bool {
+		return KindOf(o.Object) == KindOf(w.Object) && o.Object.GetNamespace() == w.Object.GetNamespace() &&
+			o.Object.GetName() == w.Object.GetName() && o.Key == w.Key
+	}
+	out[set] = append(slices.DeleteFunc(slices.Clone(out[set]), same), w)
+	reg.Widenings = out
+	return reg
 }
 
 // ObjectKind is a kind of object each of which registers webhooks of its
@@ -97,9 +158,10 @@ func (k ObjectKind) List(ctx context.Context, r client.Reader) ([]client.Object,
 type KeySet struct {
 	// Name names the set in Registration.Keys and in pending marks.
 	Name string
-	// Cached, when set, is the set the protection's views hold (the
-	// namespaces holding budgets).
-	Cached func() []string
+	// All, when set, is the whole set for reg: what the protection's
+	// views hold (the namespaces holding budgets, the labelled workloads)
+	// and what reg's objects bring (the workloads its policies guard).
+	All func(reg Registration) []string
 	// OfObjects, when set, are the keys the objects of reg bring (the
 	// workloads the policies in reg guard): a pending object is marked
 	// with them too.
@@ -179,16 +241,12 @@ func ObjectWebhooks(reg Registration, obj client.Object) []admissionregistration
 	return OwnedWebhooks(reg.With(obj), OwnerOf(obj))
 }
 
-// KeysOf is the set ks makes for reg: what its views hold and what reg's
-// objects bring, sorted.
+// KeysOf is the set ks makes for reg (All), sorted.
 func (ks KeySet) KeysOf(reg Registration) []string {
-	var keys []string
-	if ks.Cached != nil {
-		keys = append(keys, ks.Cached()...)
+	if ks.All == nil {
+		return nil
 	}
-	if ks.OfObjects != nil {
-		keys = append(keys, ks.OfObjects(reg)...)
-	}
+	keys := slices.Clone(ks.All(reg))
 	slices.Sort(keys)
 	return slices.Compact(keys)
 }

@@ -43,7 +43,7 @@ type Protection interface {
 
 // Kinds are the kinds of object the protections are made from, in the
 // order of ps.
-func Kinds(ps []Protection) []ObjectKind { return declared(ps, OwnsObjects.Objects) }
+func Kinds(ps []Protection) []ObjectKind { return Declared(ps, OwnsObjects.Objects) }
 
 // OwnsReady is a protection whose objects report whether their webhooks
 // are in force: the manager runs the controller it makes (the generic one
@@ -64,10 +64,10 @@ type Controller interface {
 }
 
 // KeySets are the key sets the protections are scoped with.
-func KeySets(ps []Protection) []KeySet { return declared(ps, OwnsKeys.Keys) }
+func KeySets(ps []Protection) []KeySet { return Declared(ps, OwnsKeys.Keys) }
 
-// declared is what the protections of ps that declare it with I say.
-func declared[I, D any](ps []Protection, get func(I) D) []D {
+// Declared is what the protections of ps that declare it with I say.
+func Declared[I, D any](ps []Protection, get func(I) D) []D {
 	var out []D
 	for _, p := range ps {
 		if i, ok := p.(I); ok {
@@ -114,7 +114,8 @@ type Builder struct {
 	NotOwn *metav1.LabelSelector
 }
 
-func newBuilder(reg Registration) Builder {
+// NewBuilder is the Builder of reg's webhooks.
+func NewBuilder(reg Registration) Builder {
 	return Builder{reg: reg, NotOwn: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{reg.OwnNamespace},
 	}}}}
@@ -173,6 +174,9 @@ type Deps struct {
 	// ScaleKeys and BudgetsSynced: see WantsScaleKeys, WantsBudgets.
 	ScaleKeys     ScaleKeys
 	BudgetsSynced func() bool
+	// CompiledPolicies and OnCRDChange: see WantsCompiledPolicies.
+	CompiledPolicies CompiledPolicies
+	OnCRDChange      func(func())
 	// InstalledBy is how the manager was installed.
 	InstalledBy installation.Method
 }
@@ -189,7 +193,7 @@ func Routes(ps []Protection) []Route {
 // Webhooks are the webhooks of reg's protections, in their order, before
 // they are spread over local replicas.
 func Webhooks(reg Registration) []Webhook {
-	b := newBuilder(reg)
+	b := NewBuilder(reg)
 	var out []Webhook
 	for _, p := range reg.Protections {
 		out = append(out, p.Webhooks(reg, b)...)

@@ -9,8 +9,17 @@ import (
 )
 
 // PolicyKind is the kind whose objects are ProtectionPolicies: the scale
-// protection widens for them (Registration.ScaleWidening, Relabelled).
+// protection reads them too.
 const PolicyKind = "ProtectionPolicy"
+
+// RelabelledWidening is the widening set of namespaces just relabelled
+// into a policy's namespaceSelector (Widening{Object: the policy, Key: the
+// namespace}): the replicas handler brings them; the policy's and the
+// scale protection's webhooks reach them by name for a while. The API
+// server matches a webhook's namespaceSelector against its own cache of
+// namespaces, which may lag the relabel, and a namespace's name never
+// changes.
+const RelabelledWidening = "relabelled"
 
 // PolicyOwner is the owner of a ProtectionPolicy's webhooks.
 func PolicyOwner(name string) Owner { return Owner{Kind: PolicyKind, Name: name} }

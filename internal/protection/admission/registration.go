@@ -75,17 +75,12 @@ type Registration struct {
 	// GeneratedBudgets registers the webhook that admits workloads
 	// annotated rampart.io/generate-pub once their budget exists.
 	GeneratedBudgets bool
-	// ScaleWidening are policies just admitted that guard replicas: the
-	// view that lists the workloads they cover (ScaleTargets) may lag, so
-	// for a while the scale subresource of their resources is judged in
-	// every namespace they select.
-	ScaleWidening []v1alpha1.ProtectionPolicy
-	// Relabelled are namespaces just relabelled into a policy's
-	// namespaceSelector. The API server matches a webhook's
-	// namespaceSelector against its own cache of namespaces, which may lag
-	// the relabel for a moment: for a while the policy's webhooks also
-	// reach these namespaces by name, which never changes.
-	Relabelled []Relabelled
+	// Widenings are webhooks kept wider for a while than the caches make
+	// them, by widening set (WideningSet.Name): the sets a protection
+	// declares with OwnsWidenings, brought by InForce.Widen or by an
+	// object put in force (a policy just admitted, a namespace just
+	// relabelled into one).
+	Widenings map[string][]Widening
 	// CompiledLabels says that the label rules compiled to
 	// ValidatingAdmissionPolicies (internal/protection/compiled) are in
 	// force on every API server: the label webhooks then reach only what
@@ -109,18 +104,6 @@ type Registration struct {
 	// keep calling a manager that is gone.
 	Owner *metav1.OwnerReference
 }
-
-// Relabelled is a namespace relabelled into a policy's namespaceSelector.
-type Relabelled struct {
-	Policy    v1alpha1.ProtectionPolicy
-	Namespace string
-}
-
-// maxScaleTargets bounds the target list written into the scale webhook's
-// match condition. Past it the webhook judges every scale write of a
-// workload, which is correct but lets an outage of Rampart block scaling of
-// unguarded workloads too.
-const maxScaleTargets = 1000
 
 // ValidatingConfig is the webhook configuration Rampart registers. Each
 // webhook reaches only what a rule can apply to: objects carrying Rampart's
@@ -208,17 +191,6 @@ func BaseName(name string) string {
 		}
 	}
 	return name
-}
-
-// scaleTargetExpression is a CEL condition true for requests about one of
-// the targets.
-func scaleTargetExpression(targets []string) string {
-	quoted := make([]string, len(targets))
-	for i, t := range targets {
-		quoted[i] = strconv.Quote(t)
-	}
-	return "[request.resource.group, request.resource.resource, request.namespace, request.name].join('/') in [" +
-		strings.Join(quoted, ", ") + "]"
 }
 
 // orEverything is the selector the API server stores for an absent one, so

@@ -27,6 +27,12 @@ import (
 // for the scale subresource are served.
 const ReplicasPath = "/validate/replicas"
 
+// ScaleTargetKeys is the key set of the workloads whose scale subresource
+// is guarded, as "group/resource/namespace/name": the scale protection
+// declares it (internal/protection/scale/admit), the replicas handler puts
+// a workload gaining the explicit-replicas label in it.
+const ScaleTargetKeys = "scale"
+
 // Replicas decides writes that change spec.replicas with
 // internal/protection/replicas, for the rampart.io/explicit-replicas label
 // and for ProtectionPolicies with explicitReplicas.
@@ -215,7 +221,7 @@ func (h *Replicas) namespaceInForce(ctx context.Context, req admission.Request) 
 	if err != nil || !sel.Matches(labels.Set(cur.Labels)) || sel.Matches(labels.Set(old.Labels)) {
 		return admission.Allowed("") // not brought under the policy by this change
 	}
-	if err := h.InForce.Relabelled(ctx, pol, req.Name); err != nil {
+	if err := h.InForce.Widen(ctx, RelabelledWidening, Widening{Object: pol, Key: req.Name}); err != nil {
 		return NotLoadedStatus(fmt.Sprintf("the label change of namespace %s, which brings it under ProtectionPolicy %s,", req.Name, pol.Name), err)
 	}
 	return admission.Allowed("")

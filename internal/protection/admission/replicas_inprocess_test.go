@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -163,8 +164,11 @@ type inForceCalls struct {
 	err      error
 }
 
-func (f *inForceCalls) Relabelled(_ context.Context, p *v1alpha1.ProtectionPolicy, ns string) error {
-	f.policies = append(f.policies, p.Name+" in "+ns)
+func (f *inForceCalls) Widen(_ context.Context, set string, w rampartadmission.Widening) error {
+	if set != rampartadmission.RelabelledWidening {
+		return fmt.Errorf("widening set %q, want %q", set, rampartadmission.RelabelledWidening)
+	}
+	f.policies = append(f.policies, w.Object.GetName()+" in "+w.Key)
 	return f.err
 }
 

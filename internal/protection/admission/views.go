@@ -18,6 +18,7 @@ import (
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/protection/budget"
+	"github.com/rampart-io/rampart/internal/protection/compiled"
 )
 
 // What the pods' protections read of the cluster (Deps: Pods, Nodes,
@@ -96,4 +97,22 @@ func ClockOrReal(c clock.PassiveClock) clock.PassiveClock {
 		return clock.RealClock{}
 	}
 	return c
+}
+
+// StaticRules say how a ProtectionPolicy's static rules stand, for its
+// Ready condition (internal/protection/policy/admit).
+type StaticRules struct {
+	// Names are the compiled policies the manager keeps for it (none when
+	// compiling is off or the policy has no static rule).
+	Names []string
+	// InForce: every API server enforces them as they are now.
+	InForce bool
+	// Left are its static rules left to the webhooks, and why.
+	Left []compiled.Left
+}
+
+// CompiledPolicies says how a ProtectionPolicy's static rules stand
+// (registrar.Compiled).
+type CompiledPolicies interface {
+	PolicyState(context.Context, *v1alpha1.ProtectionPolicy) (StaticRules, error)
 }

@@ -84,6 +84,16 @@ type ScaleKeys interface {
 	Changes() <-chan struct{}
 }
 
+// WantsCompiledPolicies knows how ProtectionPolicies' static rules stand
+// (compiled to ValidatingAdmissionPolicies, in force), and follows the
+// CRDs they depend on: OnCRDChange registers a function called after any
+// CRD is added, changed or deleted. Either may be nil (not compiled, not
+// followed).
+type WantsCompiledPolicies struct {
+	CompiledPolicies CompiledPolicies
+	OnCRDChange      func(func())
+}
+
 // WantsKinds knows every protection's kinds of object.
 type WantsKinds struct{ Kinds []ObjectKind }
 
@@ -116,6 +126,9 @@ func (w *WantsBudgets) giveBudgets(d Deps) {
 func (w *WantsReplicas) giveReplicas(d Deps) {
 	w.ReplicasExempt, w.LiveLabels = d.ReplicasExempt, d.LiveLabels
 }
+func (w *WantsCompiledPolicies) giveCompiledPolicies(d Deps) {
+	w.CompiledPolicies, w.OnCRDChange = d.CompiledPolicies, d.OnCRDChange
+}
 func (w *WantsKinds) giveKinds(d Deps)             { w.Kinds = d.Kinds }
 func (w *WantsBin) giveBin(d Deps)                 { w.Bin = d.Bin }
 func (w *WantsScaleKeys) giveScaleKeys(d Deps)     { w.ScaleKeys = d.ScaleKeys }
@@ -140,6 +153,9 @@ var initializers = []func(Protection, Deps){
 	func(p Protection, d Deps) { call(p, func(w interface{ giveReplicas(Deps) }) { w.giveReplicas(d) }) },
 	func(p Protection, d Deps) { call(p, func(w interface{ giveBin(Deps) }) { w.giveBin(d) }) },
 	func(p Protection, d Deps) { call(p, func(w interface{ giveKinds(Deps) }) { w.giveKinds(d) }) },
+	func(p Protection, d Deps) {
+		call(p, func(w interface{ giveCompiledPolicies(Deps) }) { w.giveCompiledPolicies(d) })
+	},
 	func(p Protection, d Deps) { call(p, func(w interface{ giveScaleKeys(Deps) }) { w.giveScaleKeys(d) }) },
 	func(p Protection, d Deps) {
 		call(p, func(w interface{ giveInstalledBy(Deps) }) { w.giveInstalledBy(d) })

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/plumbing/ledger"
 	"github.com/rampart-io/rampart/internal/plumbing/verdict"
 )
 
@@ -155,10 +156,7 @@ func Decide(r Request, st *v1alpha1.DeletionFlowControlStatus, now time.Time) (v
 		}
 		return v, nil
 	}
-	st.RecentDenied = append([]v1alpha1.DeniedRequester{{User: r.Requester, Time: metav1.NewTime(now), Object: r.Object}}, st.RecentDenied...)
-	if len(st.RecentDenied) > maxRecent {
-		st.RecentDenied = st.RecentDenied[:maxRecent]
-	}
+	st.RecentDenied = ledger.Recent(st.RecentDenied, v1alpha1.DeniedRequester{User: r.Requester, Time: metav1.NewTime(now), Object: r.Object}, maxRecent)
 	return v, nil
 }
 

@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/plumbing/ledger"
 	"github.com/rampart-io/rampart/internal/plumbing/verdict"
 )
 
@@ -240,10 +241,7 @@ func Decide(spec v1alpha1.NodeDisruptionBudgetSpec, st *v1alpha1.NodeDisruptionB
 		return verdict.Allow, true, nil
 	}
 	st.AvailableNodes = int32(avail)
-	st.RecentDenied = append([]v1alpha1.DeniedRequester{{User: r.User, Time: metav1.NewTime(now), Object: verb(r.Kind) + " node/" + r.Node}}, st.RecentDenied...)
-	if len(st.RecentDenied) > maxRecent {
-		st.RecentDenied = st.RecentDenied[:maxRecent]
-	}
+	st.RecentDenied = ledger.Recent(st.RecentDenied, v1alpha1.DeniedRequester{User: r.User, Time: metav1.NewTime(now), Object: verb(r.Kind) + " node/" + r.Node}, maxRecent)
 	return v, true, nil
 }
 

@@ -9,24 +9,28 @@ import (
 	budget "github.com/rampart-io/rampart/internal/protection/budget/admit"
 	changewindow "github.com/rampart-io/rampart/internal/protection/changewindow/admit"
 	flowcontrol "github.com/rampart-io/rampart/internal/protection/flowcontrol/admit"
+	labels "github.com/rampart-io/rampart/internal/protection/labels/admit"
 	nodebudget "github.com/rampart-io/rampart/internal/protection/nodebudget/admit"
+	objects "github.com/rampart-io/rampart/internal/protection/objects/admit"
 	policy "github.com/rampart-io/rampart/internal/protection/policy/admit"
+	probe "github.com/rampart-io/rampart/internal/protection/probe/admit"
 	recyclebin "github.com/rampart-io/rampart/internal/protection/recyclebin/admit"
+	scale "github.com/rampart-io/rampart/internal/protection/scale/admit"
 )
 
 // All are every protection, new (Initialize gives each what it asks for).
 func All() []admission.Protection {
 	return []admission.Protection{
-		&admission.LabelsPlugin{},
+		&labels.Plugin{},
 		&policy.Plugin{},
 		&changewindow.Plugin{},
 		&flowcontrol.Plugin{},
 		&nodebudget.Plugin{},
 		&budget.Plugin{},
-		&admission.ObjectsPlugin{},
-		&admission.ScalePlugin{},
+		&objects.Plugin{},
+		&scale.Plugin{},
 		&budget.GeneratedPlugin{},
-		&admission.ProbePlugin{},
+		&probe.Plugin{},
 		&recyclebin.Plugin{},
 	}
 }

@@ -291,22 +291,10 @@ func PolicyRules(p *v1alpha1.ProtectionPolicy, o compiled.Options) []compiled.Po
 	return compiled.FromPolicy(p, o)
 }
 
-// StaticRules say how a ProtectionPolicy's static rules stand, for its
-// Ready condition.
-type StaticRules struct {
-	// Names are the compiled policies the manager keeps for it (none when
-	// compiling is off or the policy has no static rule).
-	Names []string
-	// InForce: every API server enforces them as they are now.
-	InForce bool
-	// Left are its static rules left to the webhooks, and why.
-	Left []compiled.Left
-}
-
 // PolicyState says how a ProtectionPolicy's static rules stand.
-func (c *Compiled) PolicyState(ctx context.Context, p *v1alpha1.ProtectionPolicy) (StaticRules, error) {
+func (c *Compiled) PolicyState(ctx context.Context, p *v1alpha1.ProtectionPolicy) (rampartadmission.StaticRules, error) {
 	if o, _ := c.options(); !c.Enabled || len(PolicyRules(p, o)) == 0 {
-		return StaticRules{}, nil
+		return rampartadmission.StaticRules{}, nil
 	}
 	// Whether its names are free depends on every other source.
 	from := c.Cache
@@ -315,9 +303,9 @@ func (c *Compiled) PolicyState(ctx context.Context, p *v1alpha1.ProtectionPolicy
 	}
 	all, err := c.compile(ctx, from, p)
 	if err != nil {
-		return StaticRules{}, err
+		return rampartadmission.StaticRules{}, err
 	}
-	st := StaticRules{Left: all.left[p.Name]}
+	st := rampartadmission.StaticRules{Left: all.left[p.Name]}
 	ps := all.kept[p.Name]
 	if len(ps) == 0 {
 		return st, nil
@@ -327,7 +315,7 @@ func (c *Compiled) PolicyState(ctx context.Context, p *v1alpha1.ProtectionPolicy
 	}
 	record, err := readInForce(ctx, c.Client)
 	if err != nil {
-		return StaticRules{}, err
+		return rampartadmission.StaticRules{}, err
 	}
 	st.InForce = record[PolicyKey(p.Name)] == Hash(ps)
 	return st, nil

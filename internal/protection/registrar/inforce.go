@@ -14,9 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
-	"github.com/rampart-io/rampart/internal/protection/policy"
 )
 
 // A protection holds from the moment the API accepts the request that
@@ -46,13 +44,14 @@ const (
 )
 
 // pending is coverage a request brings before the caches have it: a key
-// of a key set (a scale target, a namespace holding budgets) or an object
-// of a protection's kind (a policy, a window, a flow control), of one of
-// the kinds below.
+// of a key set (a scale target, a namespace holding budgets), an object
+// of a protection's kind (a policy, a window, a flow control) or a
+// widening, of one of the kinds below.
 type pending struct {
 	until time.Time
 	kind  *pendingKind
-	// set names the key set of a pending key.
+	// set names the key set of a pending key, the widening set of a
+	// widening.
 	set string
 	key string
 	obj client.Object
@@ -93,28 +92,16 @@ var (
 		add: func(reg *rampartadmission.Registration, p pending) {
 			*reg = reg.With(p.obj)
 		}}
-	// A namespace just relabelled into a policy: the API servers' caches
-	// of namespace labels may lag, so never in the caches, kept until it
-	// expires.
-	pendingRelabelled = &pendingKind{
+	// A widening of a protection's webhooks (a namespace just relabelled
+	// into a policy, whose labels the API servers' caches may lag; a
+	// policy guarding replicas whose covered workloads the view may not
+	// list yet): never in the caches, kept until it expires. The newest
+	// in place of any earlier of the same object and key (changed twice
+	// within pendingFor): two would be two webhooks of one name.
+	pendingWidening = &pendingKind{
 		in: func(rampartadmission.Registration, pending) bool { return false },
 		add: func(reg *rampartadmission.Registration, p pending) {
-			pol := p.obj.(*v1alpha1.ProtectionPolicy)
-			reg.Relabelled = append(slices.DeleteFunc(slices.Clone(reg.Relabelled), func(r rampartadmission.Relabelled) bool {
-				return r.Policy.Name == pol.Name && r.Namespace == p.key
-			}), rampartadmission.Relabelled{Policy: *pol, Namespace: p.key})
-		}}
-	// A policy guarding replicas whose covered workloads the view may not
-	// list yet: never in the caches, kept until it expires.
-	pendingScaleWidening = &pendingKind{
-		in: func(rampartadmission.Registration, pending) bool { return false },
-		add: func(reg *rampartadmission.Registration, p pending) {
-			// One widening per policy: the newest in place of any earlier
-			// (a policy changed, or a namespace relabelled into it, twice
-			// within pendingFor). Two would be two webhooks of one name.
-			pol := p.obj.(*v1alpha1.ProtectionPolicy)
-			reg.ScaleWidening = append(slices.DeleteFunc(slices.Clone(reg.ScaleWidening),
-				func(w v1alpha1.ProtectionPolicy) bool { return w.Name == pol.Name }), *pol)
+			*reg = reg.WithWidening(p.set, rampartadmission.Widening{Object: p.obj, Key: p.key})
 		}}
 )
 
@@ -421,12 +408,17 @@ func (r *Registrar) Key(ctx context.Context, set, key string) error {
 // none under this registration (a RecyclePolicy with the recycle bin off)
 // has nothing to wait for.
 func (r *Registrar) Object(ctx context.Context, obj client.Object) error {
-	if p, ok := obj.(*v1alpha1.ProtectionPolicy); ok && policy.Guard(p) != "" {
-		// The view listing the workloads a policy guards may lag: its
-		// resources' scale subresource is judged wide for a while.
-		r.mu.Lock()
-		r.pending = append(r.pending, pending{kind: pendingScaleWidening, obj: p, until: time.Now().Add(pendingFor)})
-		r.mu.Unlock()
+	// The widenings obj brings (a policy guarding replicas: the view
+	// listing the workloads it guards may lag) are written with it.
+	for _, ws := range rampartadmission.Declared(r.protections, rampartadmission.OwnsWidenings.Widenings) {
+		if ws.OfObject == nil {
+			continue
+		}
+		for _, w := range ws.OfObject(obj) {
+			r.mu.Lock()
+			r.pending = append(r.pending, pending{kind: pendingWidening, set: ws.Name, obj: w.Object, key: w.Key, until: time.Now().Add(pendingFor)})
+			r.mu.Unlock()
+		}
 	}
 	if len(rampartadmission.ObjectWebhooks(r.Registration(), obj)) == 0 {
 		return nil
@@ -434,8 +426,10 @@ func (r *Registrar) Object(ctx context.Context, obj client.Object) error {
 	return r.Ensure(ctx, pending{kind: pendingObject, obj: obj})
 }
 
-func (r *Registrar) Relabelled(ctx context.Context, p *v1alpha1.ProtectionPolicy, ns string) error {
-	return r.Ensure(ctx, pending{kind: pendingRelabelled, obj: p, key: ns})
+// Widen puts w of the widening set named set in force and keeps it for
+// pendingFor.
+func (r *Registrar) Widen(ctx context.Context, set string, w rampartadmission.Widening) error {
+	return r.Ensure(ctx, pending{kind: pendingWidening, set: set, obj: w.Object, key: w.Key})
 }
 
 // liveToken reads the token of the configuration live now.

@@ -18,6 +18,7 @@ import (
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	pub "github.com/rampart-io/rampart/internal/protection/budget/admit"
 	"github.com/rampart-io/rampart/internal/protection/protections"
+	scale "github.com/rampart-io/rampart/internal/protection/scale/admit"
 )
 
 func testPolicy(name string, gen int64) v1alpha1.ProtectionPolicy {
@@ -126,7 +127,7 @@ func TestPendingMarksNameWhatEachKindBrings(t *testing.T) {
 		{pending{kind: pendingObject, obj: window}, []string{"webhook/nightly.shop.window.rampart.io"}},
 		{pending{kind: pendingObject, obj: &guarded}, []string{"scale/apps/deployments/shop/web",
 			"webhook/web.deletion.policy.rampart.io", "webhook/web.replicas.policy.rampart.io"}},
-		{pending{kind: pendingScaleWidening, obj: &guarded}, []string{"webhook/web.scale.policy.rampart.io"}},
+		{pending{kind: pendingWidening, set: scale.Widening, obj: &guarded}, []string{"webhook/web.scale.policy.rampart.io"}},
 	} {
 		if got := pendingMarks(base, tt.p, sets); !slices.Equal(got, tt.want) {
 			t.Errorf("marks of %s %s%v = %v, want %v", tt.p.set, tt.p.key, tt.p.obj != nil, got, tt.want)
@@ -146,8 +147,8 @@ func TestScaleWideningOncePerPolicy(t *testing.T) {
 	reg := rampartadmission.Registration{Protections: protections.All(), Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system"}
 	until := time.Now().Add(time.Minute)
 	reg = withPending(reg, []pending{
-		{kind: pendingScaleWidening, obj: &p, until: until},
-		{kind: pendingScaleWidening, obj: &p2, until: until},
+		{kind: pendingWidening, set: scale.Widening, obj: &p, until: until},
+		{kind: pendingWidening, set: scale.Widening, obj: &p2, until: until},
 	}, nil)
 	names := hookNames(rampartadmission.ValidatingConfig(reg))
 	n := 0

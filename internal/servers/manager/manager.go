@@ -346,12 +346,19 @@ func (w wired) protections(ctx context.Context) (*registrar.Registrar, error) {
 			RecycleBin: w.bin != nil},
 		Log: o.Log.WithName("registration"),
 	})
+	// The compiled policies are kept from the same caches; the policies'
+	// Ready condition reads how far they are. owner is set below, before
+	// the manager starts them.
+	var owner *metav1.OwnerReference
+	keeper := &registrar.Compiled{Client: direct, Cache: mgr.GetCache(), Servers: servers, Namespace: o.Namespace, Options: compiledOpts, CRDs: views.CRDs,
+		Enabled: o.CompiledPolicies, Registrar: reg, Owner: func() *metav1.OwnerReference { return owner }, Log: o.Log.WithName("compiled")}
 	scales, recorder, err := serveProtections(w.cfg, mgr, w.server, protections, rampartadmission.Deps{
 		Cache: mgr.GetCache(), Direct: direct, InForce: reg, Recorder: mgr.GetEventRecorder("rampart"), Mapper: mgr.GetRESTMapper(),
 		Policies: policies, Deletion: views.Deletion, ScaleTargets: views.ScaleTargets, Pods: views.Budgets,
 		BudgetIndex: views.Budgets.Index(), Nodes: views.Budgets, Owners: views.Budgets, BudgetPartitionThreshold: o.BudgetPartitionThreshold,
 		Namespaces: views.Namespaces, ReplicasExempt: o.ReplicasExempt,
 		Bin: w.bin.capturer(), ScaleKeys: views.ScaleTargets, BudgetsSynced: views.Budgets.HasSynced, InstalledBy: o.InstalledBy,
+		CompiledPolicies: keeper, OnCRDChange: views.OnCRDChange,
 	})
 	if err != nil {
 		return nil, err
@@ -359,13 +366,10 @@ func (w wired) protections(ctx context.Context) (*registrar.Registrar, error) {
 	if err := checks(mgr, views, w.server, reg.Done()); err != nil {
 		return nil, err
 	}
-	owner, err := webhookOwner(ctx, direct, o.WebhookOwner)
-	if err != nil {
+	if owner, err = webhookOwner(ctx, direct, o.WebhookOwner); err != nil {
 		return nil, err
 	}
 	reg.SetOwner(owner)
-	keeper := &registrar.Compiled{Client: direct, Cache: mgr.GetCache(), Servers: servers, Namespace: o.Namespace, Options: compiledOpts, CRDs: views.CRDs,
-		Enabled: o.CompiledPolicies, Registrar: reg, Owner: func() *metav1.OwnerReference { return owner }, Log: o.Log.WithName("compiled")}
 	// A CRD added, changed or removed recompiles its custom resources'
 	// replicas at once (and the label webhook's condition reading them).
 	views.OnCRDChange(keeper.Poke)
@@ -373,7 +377,7 @@ func (w wired) protections(ctx context.Context) (*registrar.Registrar, error) {
 	if err := watchProtections(ctx, mgr, reg, keeper, views, policies, protections, o.Log); err != nil {
 		return nil, err
 	}
-	if err := controllers(ctx, mgr, o, reg, keeper, views, scales, recorder, protections); err != nil {
+	if err := controllers(ctx, mgr, o, reg, views, scales, recorder, protections); err != nil {
 		return nil, err
 	}
 	for _, r := range []manager.Runnable{reg, keeper} {

@@ -29,12 +29,10 @@ import (
 	"github.com/rampart-io/rampart/internal/plumbing/servingcert"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/clusterview"
-	"github.com/rampart-io/rampart/internal/protection/ready"
 	"github.com/rampart-io/rampart/internal/protection/registrar"
 	"github.com/rampart-io/rampart/internal/servers/manager/controller/budgetstatus"
 	"github.com/rampart-io/rampart/internal/servers/manager/controller/explicitdeletion"
 	"github.com/rampart-io/rampart/internal/servers/manager/controller/generatedbudgets"
-	"github.com/rampart-io/rampart/internal/servers/manager/controller/policystatus"
 	"github.com/rampart-io/rampart/internal/servers/manager/controller/quotawatch"
 )
 
@@ -181,7 +179,7 @@ func watchProtections(ctx context.Context, mgr ctrl.Manager, reg *registrar.Regi
 // controllers are the controllers the leader runs: the Ready condition of
 // every kind whose webhooks Rampart registers, the explicit-deletion
 // labels of opted-in workloads' pods, budget status and generated budgets.
-func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registrar.Registrar, keeper *registrar.Compiled, views *clusterview.Views, scales rampartadmission.Scales,
+func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registrar.Registrar, views *clusterview.Views, scales rampartadmission.Scales,
 	recorder events.EventRecorder, protections []rampartadmission.Protection) error {
 	// The Ready condition of the kinds whose protection reports it.
 	for _, p := range protections {
@@ -191,13 +189,8 @@ func controllers(ctx context.Context, mgr ctrl.Manager, o Options, reg *registra
 			}
 		}
 	}
-	for _, c := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		ready.New(mgr.GetClient(), reg.Registration, policystatus.Policies(keeper, views.OnCRDChange)),
-		&explicitdeletion.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetClient(), View: views.Workloads, Namespaces: views.Namespaces},
-	} {
-		if err := c.SetupWithManager(mgr); err != nil {
-			return err
-		}
+	if err := (&explicitdeletion.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetClient(), View: views.Workloads, Namespaces: views.Namespaces}).SetupWithManager(mgr); err != nil {
+		return err
 	}
 	timeout := o.BudgetDisruptionTimeout
 	if timeout <= 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/budget"
+	objects "github.com/rampart-io/rampart/internal/protection/objects/admit"
 )
 
 // AnnotationGeneratedFor, on a generated PodUnavailableBudget, names the
@@ -151,7 +152,7 @@ func (*GeneratedPlugin) Webhooks(reg rampartadmission.Registration, b rampartadm
 	workloads.Operations = append(workloads.Operations, admissionregistrationv1.Update)
 	workloads.Resources = append(workloads.Resources, "statefulsets")
 	workloads.Scope = ptr.To(admissionregistrationv1.NamespacedScope)
-	gen := b.Webhook(GeneratedWebhookName, rampartadmission.ObjectsPath, workloads)
+	gen := b.Webhook(GeneratedWebhookName, objects.ObjectsPath, workloads)
 	gen.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "generate-pub", Expression: generatePUBCondition}}
 	gen.TimeoutSeconds = ptr.To(rampartadmission.InForceTimeout)
 	return rampartadmission.Own(rampartadmission.Owner{}, gen)

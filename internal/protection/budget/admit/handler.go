@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,8 +85,7 @@ type Budgets struct {
 	// deletes of pods whose owner is gone like any other.
 	Owners rampartadmission.OwnerView
 
-	once    sync.Once
-	written *ledger.Ledger[*v1alpha1.PodUnavailableBudget]
+	written ledger.Lazy[*v1alpha1.PodUnavailableBudget]
 }
 
 // TargetSelector resolves a budget's targetRef into its pod selector
@@ -421,11 +419,7 @@ func (h *Budgets) podUID(req admission.Request) (uid string) {
 
 // ledger keeps admitted disruptions in the budgets' status.
 func (h *Budgets) ledger() *ledger.Ledger[*v1alpha1.PodUnavailableBudget] {
-	h.once.Do(func() {
-		h.written = &ledger.Ledger[*v1alpha1.PodUnavailableBudget]{Client: h.Client, Cache: h.Cache, Clock: h.Clock,
-			New: func() *v1alpha1.PodUnavailableBudget { return &v1alpha1.PodUnavailableBudget{} }}
-	})
-	return h.written
+	return h.written.Of(h.Client, h.Cache, h.Clock, func() *v1alpha1.PodUnavailableBudget { return &v1alpha1.PodUnavailableBudget{} })
 }
 
 // consume decides the disruption against one budget and, if admitted and

@@ -38,7 +38,7 @@ func (p *Plugin) Keys() rampartadmission.KeySet {
 		return rampartadmission.KeySet{Name: NamespaceKeys}
 	}
 	return rampartadmission.KeySet{Name: NamespaceKeys, HasSynced: p.BudgetsSynced,
-		Cached: func() []string { return p.BudgetIndex.Namespaces() }}
+		All: func(rampartadmission.Registration) []string { return p.BudgetIndex.Namespaces() }}
 }
 
 func (p *Plugin) Routes() []rampartadmission.Route {

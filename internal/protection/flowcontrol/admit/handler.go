@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -69,8 +68,7 @@ type FlowControl struct {
 	Nodes              rampartadmission.NodeHealth
 	PartitionThreshold float64
 
-	once    sync.Once
-	counted *ledger.Ledger[*v1alpha1.DeletionFlowControl]
+	counted ledger.Lazy[*v1alpha1.DeletionFlowControl]
 }
 
 // ledger counts admitted deletes in the flow controls' status. It
@@ -79,11 +77,7 @@ type FlowControl struct {
 // write forces a retry), and counting it twice, or denying the retry after
 // admitting the first ask, would be wrong.
 func (h *FlowControl) ledger() *ledger.Ledger[*v1alpha1.DeletionFlowControl] {
-	h.once.Do(func() {
-		h.counted = &ledger.Ledger[*v1alpha1.DeletionFlowControl]{Client: h.Client, Clock: h.Clock,
-			New: func() *v1alpha1.DeletionFlowControl { return &v1alpha1.DeletionFlowControl{} }}
-	})
-	return h.counted
+	return h.counted.Of(h.Client, nil, h.Clock, func() *v1alpha1.DeletionFlowControl { return &v1alpha1.DeletionFlowControl{} })
 }
 
 var _ admission.Handler = (*FlowControl)(nil)

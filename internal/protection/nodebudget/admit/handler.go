@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -54,16 +53,11 @@ type Handler struct {
 	// Clock is the time departures are recorded at; nil is the real clock.
 	Clock clock.PassiveClock
 
-	once   sync.Once
-	ledger *ledger.Ledger[*v1alpha1.NodeDisruptionBudget]
+	ledger ledger.Lazy[*v1alpha1.NodeDisruptionBudget]
 }
 
 func (h *Handler) book() *ledger.Ledger[*v1alpha1.NodeDisruptionBudget] {
-	h.once.Do(func() {
-		h.ledger = &ledger.Ledger[*v1alpha1.NodeDisruptionBudget]{Client: h.Client, Clock: h.Clock,
-			New: func() *v1alpha1.NodeDisruptionBudget { return &v1alpha1.NodeDisruptionBudget{} }}
-	})
-	return h.ledger
+	return h.ledger.Of(h.Client, nil, h.Clock, func() *v1alpha1.NodeDisruptionBudget { return &v1alpha1.NodeDisruptionBudget{} })
 }
 
 var _ admission.Handler = (*Handler)(nil)

@@ -16,7 +16,11 @@ import (
 
 // Plugin is the protection ProtectionPolicies give: a deletion and
 // a replicas webhook per policy, scoped by its resources and selectors.
-type Plugin struct{ rampartadmission.Guards }
+type Plugin struct {
+	rampartadmission.Guards
+	// Its Ready condition says which engine enforces its static rules.
+	rampartadmission.WantsCompiledPolicies
+}
 
 // Kind is the kind whose objects are ProtectionPolicies.
 const Kind = rampartadmission.PolicyKind
@@ -32,6 +36,13 @@ const (
 )
 
 func (*Plugin) Name() string { return "protectionpolicy" }
+
+// Widenings: a namespace just relabelled into a policy is reached by the
+// policy's webhooks by name for a while (brought by the replicas
+// handler's namespaceInForce through InForce.Widen).
+func (*Plugin) Widenings() rampartadmission.WideningSet {
+	return rampartadmission.WideningSet{Name: rampartadmission.RelabelledWidening}
+}
 
 func (*Plugin) Objects() rampartadmission.ObjectKind {
 	return rampartadmission.NewObjectKind[v1alpha1.ProtectionPolicy, *v1alpha1.ProtectionPolicy, v1alpha1.ProtectionPolicyList](Kind, "protectionpolicies", false)
@@ -53,10 +64,10 @@ func (*Plugin) Webhooks(reg rampartadmission.Registration, b rampartadmission.Bu
 			out = append(out, rampartadmission.Own(Owner(p.Name), *ns)...)
 		}
 	}
-	for _, r := range reg.Relabelled {
+	for _, r := range rampartadmission.Widened[*v1alpha1.ProtectionPolicy](reg, rampartadmission.RelabelledWidening) {
 		// By name: the namespace is not Rampart's (the relabel webhook
 		// never reaches it) and its name label never changes.
-		out = append(out, policyWebhooks(r.Policy, r.Policy.Name+"."+r.Namespace+".relabelled", rampartadmission.InNamespaces([]string{r.Namespace}), b)...)
+		out = append(out, policyWebhooks(*r.Object, r.Object.Name+"."+r.Key+".relabelled", rampartadmission.InNamespaces([]string{r.Key}), b)...)
 	}
 	return out
 }
@@ -96,7 +107,7 @@ func policyWebhooks(p v1alpha1.ProtectionPolicy, prefix string, nsSel *metav1.La
 // under a policy: the API server matches the selector of a Namespace's own
 // webhook against the namespace's new labels, so only the relabels into
 // the policy's namespaceSelector reach it. The handler admits one once the
-// policy's webhooks reach the namespace by name (rampartadmission.Registration.Relabelled):
+// policy's webhooks reach the namespace by name (rampartadmission.RelabelledWidening):
 // the API server's cache of namespace labels, which its other webhooks are
 // matched with, may lag the relabel, and a Scale carries no labels at all.
 // A policy over every namespace needs none.

@@ -37,9 +37,7 @@ func Client(t testing.TB, objs ...client.Object) client.WithWatch {
 
 // Registration is the endpoint part of a single manager's registration in
 // rampart-system, with no object in it, made by the ProtectionPolicies'
-// protection (the one whose Ready controller lives with the manager's
-// other controllers, policystatus; a protection that reports Ready from
-// its own folder adds itself to Protections).
+// protection (another protection's test adds itself to Protections).
 func Registration() rampartadmission.Registration {
 	return rampartadmission.Registration{Endpoint: rampartadmission.Endpoint{URLHost: "127.0.0.1", Port: 1}, OwnNamespace: "rampart-system",
 		Protections: []rampartadmission.Protection{&policy.Plugin{}}}

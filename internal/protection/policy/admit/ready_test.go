@@ -1,4 +1,4 @@
-package policystatus
+package admit_test
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
+	admit "github.com/rampart-io/rampart/internal/protection/policy/admit"
 	"github.com/rampart-io/rampart/internal/protection/ready"
 	"github.com/rampart-io/rampart/internal/protection/ready/readytest"
-	"github.com/rampart-io/rampart/internal/protection/registrar"
 )
 
 func TestReadyFollowsTheRegisteredConfiguration(t *testing.T) {
@@ -25,7 +25,7 @@ func TestReadyFollowsTheRegisteredConfiguration(t *testing.T) {
 		Resources:  []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
 		Protection: v1alpha1.ProtectionAlways}}
 	c := readytest.Client(t, p)
-	r := ready.New(c, func() rampartadmission.Registration { return base }, Policies(nil, nil))
+	r := ready.New(c, func() rampartadmission.Registration { return base }, admit.Readiness(nil, nil))
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "ledger"}}
 	ready := func() metav1.Condition {
 		t.Helper()
@@ -68,8 +68,8 @@ type compiledState struct {
 	left    []compiled.Left
 }
 
-func (c *compiledState) PolicyState(context.Context, *v1alpha1.ProtectionPolicy) (registrar.StaticRules, error) {
-	return registrar.StaticRules{Names: c.names, InForce: c.inForce, Left: c.left}, nil
+func (c *compiledState) PolicyState(context.Context, *v1alpha1.ProtectionPolicy) (rampartadmission.StaticRules, error) {
+	return rampartadmission.StaticRules{Names: c.names, InForce: c.inForce, Left: c.left}, nil
 }
 
 // The Ready condition says which engine enforces the policy: its webhook
@@ -84,7 +84,7 @@ func TestReadySaysWhichEngineEnforces(t *testing.T) {
 	reg = reg.With(p)
 	c := readytest.Client(t, p, rampartadmission.ValidatingConfig(reg))
 	state := &compiledState{names: []string{"ledger.deletion.policy.rampart.io"}}
-	r := ready.New(c, func() rampartadmission.Registration { return base }, Policies(state, nil))
+	r := ready.New(c, func() rampartadmission.Registration { return base }, admit.Readiness(state, nil))
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "ledger"}}
 	message := func() string {
 		t.Helper()
@@ -99,8 +99,8 @@ func TestReadySaysWhichEngineEnforces(t *testing.T) {
 		return cond.Message
 	}
 
-	if res, err := r.Reconcile(context.Background(), req); err != nil || res.RequeueAfter != compiledWait {
-		t.Fatalf("reconcile while loading = %v, %v; want a look again in %v", res, err, compiledWait)
+	if res, err := r.Reconcile(context.Background(), req); err != nil || res.RequeueAfter != admit.CompiledWait {
+		t.Fatalf("reconcile while loading = %v, %v; want a look again in %v", res, err, admit.CompiledWait)
 	}
 	if m := message(); m != "webhook ledger.deletion.policy.rampart.io registered; enforced; compiling its static rules to ValidatingAdmissionPolicy ledger.deletion.policy.rampart.io (not loaded by every API server yet)" {
 		t.Errorf("while the API servers load it: %q", m)
@@ -125,8 +125,8 @@ func TestReadySaysWhichEngineEnforces(t *testing.T) {
 	// at again (another policy may free the name).
 	why := `ProtectionPolicy "ledger.replicas.w.x" already compiles to a policy named "x"; rename one of the two ProtectionPolicies (names without dots never clash)`
 	state.names, state.inForce, state.left = []string{"ledger.deletion.policy.rampart.io"}, true, []compiled.Left{{Policy: "ledger", Name: "x", Why: why}}
-	if res, err := r.Reconcile(context.Background(), req); err != nil || res.RequeueAfter != leftWait {
-		t.Fatalf("reconcile with a rule left to the webhook = %v, %v; want a look again in %v", res, err, leftWait)
+	if res, err := r.Reconcile(context.Background(), req); err != nil || res.RequeueAfter != admit.LeftWait {
+		t.Fatalf("reconcile with a rule left to the webhook = %v, %v; want a look again in %v", res, err, admit.LeftWait)
 	}
 	if m := message(); !strings.HasSuffix(m, "(ValidatingAdmissionPolicy ledger.deletion.policy.rampart.io); some static rules left to its webhooks, so not enforced while Rampart is down: "+why) {
 		t.Errorf("a rule left to the webhook: %q", m)
@@ -143,7 +143,7 @@ func TestACRDChangeLooksAgainAtGuardingPolicies(t *testing.T) {
 	protects := &v1alpha1.ProtectionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ledger"}, Spec: v1alpha1.ProtectionPolicySpec{
 		Resources:  []v1alpha1.ResourceRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}}},
 		Protection: v1alpha1.ProtectionAlways}}
-	got := guarding(context.Background(), readytest.Client(t, guards, protects))
+	got := admit.Guarding(context.Background(), readytest.Client(t, guards, protects))
 	if len(got) != 1 || got[0].Name != "fleet" {
 		t.Errorf("looked at again after a CRD change: %v, want policy fleet alone", got)
 	}

@@ -1,10 +1,11 @@
-// Package policystatus declares how a ProtectionPolicy is Ready (the
-// generic controller in internal/protection/ready writes it): True once
-// the registered webhook configuration holds the policy's webhooks as its
-// current spec makes them. Its message also says whether the policy's
-// static rules are compiled to ValidatingAdmissionPolicies and whether
-// every API server enforces them yet, and it follows the CRDs.
-package policystatus
+package admit
+
+// A ProtectionPolicy is Ready (the generic controller of
+// internal/protection/ready writes it) once the registered webhook
+// configuration holds the policy's webhooks as its current spec makes
+// them. Its message also says whether the policy's static rules are
+// compiled to ValidatingAdmissionPolicies and whether every API server
+// enforces them yet, and it follows the CRDs.
 
 import (
 	"context"
@@ -23,14 +24,7 @@ import (
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/policy"
 	"github.com/rampart-io/rampart/internal/protection/ready"
-	"github.com/rampart-io/rampart/internal/protection/registrar"
 )
-
-// Compiled says whether a policy's static rules are also compiled to
-// ValidatingAdmissionPolicies, and in force (registrar.Compiled).
-type Compiled interface {
-	PolicyState(context.Context, *v1alpha1.ProtectionPolicy) (registrar.StaticRules, error)
-}
 
 // compiledWait is how soon the condition is looked at again while the
 // API servers load a policy's compiled rules.
@@ -41,14 +35,14 @@ const compiledWait = 2 * time.Second
 // free the name one needs.
 const leftWait = 30 * time.Second
 
-// Policies is how ProtectionPolicies are Ready (internal/protection/ready
+// Readiness is how ProtectionPolicies are Ready (internal/protection/ready
 // runs it). compiled, nil when static rules are not compiled, says how
 // far they are; onCRDChange, nil when CRDs are not followed, registers a
 // function called after any CRD is added, changed or deleted
 // (clusterview's): which custom resources have a scale subresource
 // decides what of a policy guarding replicas is compiled, and so its
 // message.
-func Policies(compiled Compiled, onCRDChange func(func())) ready.Kind[v1alpha1.ProtectionPolicy] {
+func Readiness(compiled rampartadmission.CompiledPolicies, onCRDChange func(func())) ready.Kind[v1alpha1.ProtectionPolicy] {
 	k := ready.Kind[v1alpha1.ProtectionPolicy]{
 		Status: func(p *v1alpha1.ProtectionPolicy) (*[]metav1.Condition, *int64) {
 			return &p.Status.Conditions, &p.Status.ObservedGeneration
@@ -66,12 +60,12 @@ func Policies(compiled Compiled, onCRDChange func(func())) ready.Kind[v1alpha1.P
 
 // judge says whether p is enforced or warns only, and which engine
 // enforces its static rules.
-func judge(ctx context.Context, p *v1alpha1.ProtectionPolicy, compiled Compiled) (ready.Verdict, error) {
+func judge(ctx context.Context, p *v1alpha1.ProtectionPolicy, compiled rampartadmission.CompiledPolicies) (ready.Verdict, error) {
 	mode := "; enforced"
 	if !policy.Enforced(p) {
 		mode = "; warning only"
 	}
-	var static registrar.StaticRules
+	var static rampartadmission.StaticRules
 	if compiled != nil {
 		var err error
 		if static, err = compiled.PolicyState(ctx, p); err != nil {
@@ -137,4 +131,9 @@ func guarding(ctx context.Context, c client.Reader) []reconcile.Request {
 		}
 	}
 	return out
+}
+
+// Ready is the controller of the policies' Ready condition.
+func (p *Plugin) Ready(c client.Client, reg func() rampartadmission.Registration) rampartadmission.Controller {
+	return ready.New(c, reg, Readiness(p.CompiledPolicies, p.OnCRDChange))
 }

@@ -1,4 +1,4 @@
-package policystatus_test
+package admit_test
 
 import (
 	"context"

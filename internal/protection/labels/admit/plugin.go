@@ -1,4 +1,11 @@
-package admission
+// Package admit is the label protection as the API server sees it: the
+// webhooks that send the deletes of objects labelled rampart.io/protection
+// and the replica changes of workloads labelled
+// rampart.io/explicit-replicas to the deletion and replicas handlers
+// (internal/protection/admission), and what of them it leaves to the
+// compiled policies. The decisions are internal/protection/deletion and
+// internal/protection/replicas.
+package admit
 
 import (
 	"fmt"
@@ -10,41 +17,21 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
 )
 
-// LabelsPlugin is the protection of objects labelled
-// rampart.io/protection and rampart.io/explicit-replicas.
-type LabelsPlugin struct{ Guards }
+// Plugin is the protection of objects labelled rampart.io/protection and
+// rampart.io/explicit-replicas: a deletion and a replicas webhook that
+// reach only labelled objects, served by the handlers it shares with the
+// ProtectionPolicies (admission.Guards).
+type Plugin struct{ rampartadmission.Guards }
 
-// Guards is what the deletion and replicas handlers read, which both the
-// labels and the ProtectionPolicies serve.
-type Guards struct {
-	WantsDeletionView
-	WantsScaleTargets
-	WantsPolicies
-	WantsRecorder
-	WantsMapper
-	WantsInForce
-	WantsReplicas
-	WantsBin
-}
+func (*Plugin) Name() string { return "labels" }
 
-// DeletionHandler is the deletion handler over what g was given.
-func (g *Guards) DeletionHandler() *Deletion {
-	return &Deletion{View: g.Deletion, Policies: g.Policies, Recorder: g.Recorder, Mapper: g.Mapper, Bin: g.Bin}
-}
-
-// ReplicasHandler is the replicas handler over what g was given.
-func (g *Guards) ReplicasHandler() *Replicas {
-	return &Replicas{View: g.ScaleTargets, Policies: g.Policies, Exempt: g.ReplicasExempt, Recorder: g.Recorder,
-		InForce: g.InForce, LiveLabels: g.LiveLabels, Mapper: g.Mapper}
-}
-
-func (*LabelsPlugin) Name() string { return "labels" }
-
-func (l *LabelsPlugin) Routes() []Route {
-	return []Route{{Path: DeletionPath, Handler: l.DeletionHandler()}, {Path: ReplicasPath, Handler: l.ReplicasHandler()}}
+func (l *Plugin) Routes() []rampartadmission.Route {
+	return []rampartadmission.Route{{Path: rampartadmission.DeletionPath, Handler: l.DeletionHandler()},
+		{Path: rampartadmission.ReplicasPath, Handler: l.ReplicasHandler()}}
 }
 
 func labelled(key string, values ...string) *metav1.LabelSelector {
@@ -53,12 +40,12 @@ func labelled(key string, values ...string) *metav1.LabelSelector {
 	}}}
 }
 
-func (*LabelsPlugin) Webhooks(reg Registration, b Builder) []Webhook {
+func (*Plugin) Webhooks(reg rampartadmission.Registration, b rampartadmission.Builder) []rampartadmission.Webhook {
 	// Any resource may carry the labels; the selectors let only labelled
 	// objects through.
-	del := b.Webhook("deletion.rampart.io", DeletionPath, Rule(admissionregistrationv1.Delete, "*", "*"))
+	del := b.Webhook("deletion.rampart.io", rampartadmission.DeletionPath, rampartadmission.Rule(admissionregistrationv1.Delete, "*", "*"))
 	del.ObjectSelector = labelled(v1alpha1.LabelProtection, string(v1alpha1.ProtectionAlways), string(v1alpha1.ProtectionCascading))
-	upd := b.Webhook("replicas.rampart.io", ReplicasPath, Rule(admissionregistrationv1.Update, "*", "*"))
+	upd := b.Webhook("replicas.rampart.io", rampartadmission.ReplicasPath, rampartadmission.Rule(admissionregistrationv1.Update, "*", "*"))
 	upd.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
 	if reg.CompiledLabels {
 		// The API server enforces Always itself, and the replicas of
@@ -73,13 +60,13 @@ func (*LabelsPlugin) Webhooks(reg Registration, b Builder) []Webhook {
 	// before the creation is admitted. Pods copied from a labelled
 	// template never reach Rampart: the API server's match condition
 	// leaves them out.
-	created := b.Webhook("created.replicas.rampart.io", ReplicasPath, Rule(admissionregistrationv1.Create, "*", "*"))
+	created := b.Webhook("created.replicas.rampart.io", rampartadmission.ReplicasPath, rampartadmission.Rule(admissionregistrationv1.Create, "*", "*"))
 	created.ObjectSelector = labelled(v1alpha1.LabelExplicitReplicas, "true")
-	upd.TimeoutSeconds, created.TimeoutSeconds = ptr.To(InForceTimeout), ptr.To(InForceTimeout)
+	upd.TimeoutSeconds, created.TimeoutSeconds = ptr.To(rampartadmission.InForceTimeout), ptr.To(rampartadmission.InForceTimeout)
 	created.MatchConditions = []admissionregistrationv1.MatchCondition{{
 		Name: "not-pods", Expression: `!(request.resource.group == "" && request.resource.resource == "pods")`,
 	}}
-	return Own(Owner{}, del, upd, created)
+	return rampartadmission.Own(rampartadmission.Owner{}, del, upd, created)
 }
 
 // notConfirmedScaled leaves out the confirmed replica changes of custom

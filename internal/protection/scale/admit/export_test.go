@@ -1,0 +1,4 @@
+package admit
+
+// MaxScaleTargets is maxScaleTargets, for the tests.
+const MaxScaleTargets = maxScaleTargets
