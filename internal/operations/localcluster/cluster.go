@@ -361,6 +361,21 @@ func (c *Cluster) Wait(ctx context.Context) error {
 	}
 }
 
+// Exited names the components whose process has ended, stopped or
+// crashed: a test that stops or restarts components (a drill) checks with
+// it that it left the cluster running.
+func (c *Cluster) Exited() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, p := range c.procs {
+		if !p.alive() {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
 // StopComponent stops one component, e.g. "rampart-manager", to show what
 // its outage does; the rest keeps running.
 func (c *Cluster) StopComponent(name string) error {
