@@ -159,6 +159,7 @@ var everything = []string{
 	"--set", "manager.backup.store=s3://rampart-backups/cluster-a?endpoint=https://minio.example:9000&pathStyle=true",
 	"--set", "manager.backup.credentialsSecret=s3-credentials",
 	"--set", "manager.backup.etcdSnapshot.secretNames={etcd-client,etcd-events-client}",
+	"--set", "manager.etcdSpace.secretName=etcd-client",
 	"--set", "nodeGuard.enabled=true",
 }
 
@@ -196,6 +197,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{set: "manager.backup.store=/var/backups", want: "/manager/backup/store"},
 		// A resourceName cannot be a wildcard: a pattern keeps it a name.
 		{set: "manager.backup.etcdSnapshot.secretNames={*}", want: "/manager/backup/etcdSnapshot/secretNames/0"},
+		{set: "manager.etcdSpace.secretName=*", want: "/manager/etcdSpace/secretName"},
 		{set: "manager.networkPolicy.webhookFrom[0].ipblock.cidr=10.0.0.0/8", want: "additional properties 'ipblock' not allowed"},
 		// The gateway forwards by constrained impersonation, which older
 		// API servers do not have.
@@ -1081,5 +1083,34 @@ func TestChartEtcdSnapshotSecrets(t *testing.T) {
 	}
 	if args := strings.Join(containerArgs(t, objs, "rampart-manager"), " "); strings.Contains(args, "--etcd-snapshot-secrets") {
 		t.Errorf("manager args %q name etcd Secrets without etcdSnapshot.secretNames", args)
+	}
+}
+
+// TestChartEtcdSpaceSecret: manager.etcdSpace.secretName gives the
+// manager get on that Secret alone, by name, in its own namespace, and
+// has it watch etcd's space with it; without it, no such Role and no
+// flag.
+func TestChartEtcdSpaceSecret(t *testing.T) {
+	objs := render(t, everything...)
+	role := convert[rbacv1.Role](t, find(t, objs, "Role", "rampart-manager-etcd-space"))
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"etcd-client"}, Verbs: []string{"get"}}}
+	if role.Namespace != releaseNamespace || !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("Role in %q: %+v, want %+v", role.Namespace, role.Rules, want)
+	}
+	binding := convert[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", "rampart-manager-etcd-space"))
+	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "rampart-manager" {
+		t.Errorf("RoleBinding %+v", binding)
+	}
+	if args := containerArgs(t, objs, "rampart-manager"); !slices.Contains(args, "--etcd-space-secret=etcd-client") {
+		t.Errorf("manager args %v lack --etcd-space-secret", args)
+	}
+	objs = render(t)
+	for _, o := range objs {
+		if o.GetName() == "rampart-manager-etcd-space" {
+			t.Errorf("%s rendered without manager.etcdSpace.secretName", o.GetKind())
+		}
+	}
+	if args := strings.Join(containerArgs(t, objs, "rampart-manager"), " "); strings.Contains(args, "--etcd-space-secret") {
+		t.Errorf("manager args %q name an etcd Secret without manager.etcdSpace.secretName", args)
 	}
 }

@@ -83,6 +83,11 @@ type Options struct {
 	GatewayCountCustomResourceGroups []string
 	// GatewayArgs are extra flags for `rampart gateway`.
 	GatewayArgs []string
+	// EtcdSpace has the managers watch etcd's space
+	// (--etcd-space-secret EtcdSnapshotSecret, as the chart's
+	// manager.etcdSpace.secretName): the rampart_etcd_* gauges and the
+	// ConfigMap rampart-etcd-space that rampart status shows.
+	EtcdSpace bool
 	// EtcdQuotaBytes is etcd's --quota-backend-bytes (default
 	// DefaultEtcdQuotaBytes): a small one lets a test or drill fill etcd
 	// to its NOSPACE alarm in seconds.
