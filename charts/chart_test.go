@@ -1062,28 +1062,8 @@ func TestChartGatewayTrafficLog(t *testing.T) {
 // namespace, and tells it those are the only ones Backups may name;
 // without it, no such Role and no flag.
 func TestChartEtcdSnapshotSecrets(t *testing.T) {
-	objs := render(t, everything...)
-	role := convert[rbacv1.Role](t, find(t, objs, "Role", "rampart-manager-etcd-snapshot"))
-	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"etcd-client", "etcd-events-client"}, Verbs: []string{"get"}}}
-	if role.Namespace != releaseNamespace || !reflect.DeepEqual(role.Rules, want) {
-		t.Errorf("Role in %q: %+v, want %+v", role.Namespace, role.Rules, want)
-	}
-	binding := convert[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", "rampart-manager-etcd-snapshot"))
-	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "rampart-manager" {
-		t.Errorf("RoleBinding %+v", binding)
-	}
-	if args := containerArgs(t, objs, "rampart-manager"); !slices.Contains(args, "--etcd-snapshot-secrets=etcd-client,etcd-events-client") {
-		t.Errorf("manager args %v lack --etcd-snapshot-secrets", args)
-	}
-	objs = render(t, "--set", "manager.backup.enabled=true", "--set", "manager.backup.store=s3://backups/p?endpoint=https://minio:9000")
-	for _, o := range objs {
-		if o.GetName() == "rampart-manager-etcd-snapshot" {
-			t.Errorf("%s rendered without etcdSnapshot.secretNames", o.GetKind())
-		}
-	}
-	if args := strings.Join(containerArgs(t, objs, "rampart-manager"), " "); strings.Contains(args, "--etcd-snapshot-secrets") {
-		t.Errorf("manager args %q name etcd Secrets without etcdSnapshot.secretNames", args)
-	}
+	checkEtcdSecretGrant(t, "rampart-manager-etcd-snapshot", []string{"etcd-client", "etcd-events-client"}, "--etcd-snapshot-secrets=etcd-client,etcd-events-client",
+		"--set", "manager.backup.enabled=true", "--set", "manager.backup.store=s3://backups/p?endpoint=https://minio:9000")
 }
 
 // TestChartEtcdSpaceSecret: manager.etcdSpace.secretName gives the
@@ -1091,26 +1071,36 @@ func TestChartEtcdSnapshotSecrets(t *testing.T) {
 // has it watch etcd's space with it; without it, no such Role and no
 // flag.
 func TestChartEtcdSpaceSecret(t *testing.T) {
+	checkEtcdSecretGrant(t, "rampart-manager-etcd-space", []string{"etcd-client"}, "--etcd-space-secret=etcd-client")
+}
+
+// checkEtcdSecretGrant: rendered with everything, the Role and
+// RoleBinding named role grant the manager get on the Secrets names
+// alone, and the manager has flag; rendered with without (the same
+// values but the Secrets), neither the Role nor the flag.
+func checkEtcdSecretGrant(t *testing.T, role string, names []string, flag string, without ...string) {
+	t.Helper()
 	objs := render(t, everything...)
-	role := convert[rbacv1.Role](t, find(t, objs, "Role", "rampart-manager-etcd-space"))
-	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"etcd-client"}, Verbs: []string{"get"}}}
-	if role.Namespace != releaseNamespace || !reflect.DeepEqual(role.Rules, want) {
-		t.Errorf("Role in %q: %+v, want %+v", role.Namespace, role.Rules, want)
+	r := convert[rbacv1.Role](t, find(t, objs, "Role", role))
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: names, Verbs: []string{"get"}}}
+	if r.Namespace != releaseNamespace || !reflect.DeepEqual(r.Rules, want) {
+		t.Errorf("Role %s in %q: %+v, want %+v", role, r.Namespace, r.Rules, want)
 	}
-	binding := convert[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", "rampart-manager-etcd-space"))
-	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "rampart-manager" {
+	binding := convert[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", role))
+	if binding.RoleRef.Name != role || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "rampart-manager" {
 		t.Errorf("RoleBinding %+v", binding)
 	}
-	if args := containerArgs(t, objs, "rampart-manager"); !slices.Contains(args, "--etcd-space-secret=etcd-client") {
-		t.Errorf("manager args %v lack --etcd-space-secret", args)
+	if args := containerArgs(t, objs, "rampart-manager"); !slices.Contains(args, flag) {
+		t.Errorf("manager args %v lack %s", args, flag)
 	}
-	objs = render(t)
+	name, _, _ := strings.Cut(flag, "=")
+	objs = render(t, without...)
 	for _, o := range objs {
-		if o.GetName() == "rampart-manager-etcd-space" {
-			t.Errorf("%s rendered without manager.etcdSpace.secretName", o.GetKind())
+		if o.GetName() == role {
+			t.Errorf("%s %s rendered without the Secrets' value", o.GetKind(), role)
 		}
 	}
-	if args := strings.Join(containerArgs(t, objs, "rampart-manager"), " "); strings.Contains(args, "--etcd-space-secret") {
-		t.Errorf("manager args %q name an etcd Secret without manager.etcdSpace.secretName", args)
+	if args := strings.Join(containerArgs(t, objs, "rampart-manager"), " "); strings.Contains(args, name) {
+		t.Errorf("manager args %q have %s without the Secrets' value", args, name)
 	}
 }
