@@ -159,6 +159,7 @@ var everything = []string{
 	"--set", "manager.backup.store=s3://rampart-backups/cluster-a?endpoint=https://minio.example:9000&pathStyle=true",
 	"--set", "manager.backup.credentialsSecret=s3-credentials",
 	"--set", "manager.backup.etcdSnapshot.secretNames={etcd-client,etcd-events-client}",
+	"--set", "manager.etcdSpace.secretName=etcd-client",
 	"--set", "nodeGuard.enabled=true",
 }
 
@@ -196,6 +197,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{set: "manager.backup.store=/var/backups", want: "/manager/backup/store"},
 		// A resourceName cannot be a wildcard: a pattern keeps it a name.
 		{set: "manager.backup.etcdSnapshot.secretNames={*}", want: "/manager/backup/etcdSnapshot/secretNames/0"},
+		{set: "manager.etcdSpace.secretName=*", want: "/manager/etcdSpace/secretName"},
 		{set: "manager.networkPolicy.webhookFrom[0].ipblock.cidr=10.0.0.0/8", want: "additional properties 'ipblock' not allowed"},
 		// The gateway forwards by constrained impersonation, which older
 		// API servers do not have.
@@ -1060,26 +1062,45 @@ func TestChartGatewayTrafficLog(t *testing.T) {
 // namespace, and tells it those are the only ones Backups may name;
 // without it, no such Role and no flag.
 func TestChartEtcdSnapshotSecrets(t *testing.T) {
+	checkEtcdSecretGrant(t, "rampart-manager-etcd-snapshot", []string{"etcd-client", "etcd-events-client"}, "--etcd-snapshot-secrets=etcd-client,etcd-events-client",
+		"--set", "manager.backup.enabled=true", "--set", "manager.backup.store=s3://backups/p?endpoint=https://minio:9000")
+}
+
+// TestChartEtcdSpaceSecret: manager.etcdSpace.secretName gives the
+// manager get on that Secret alone, by name, in its own namespace, and
+// has it watch etcd's space with it; without it, no such Role and no
+// flag.
+func TestChartEtcdSpaceSecret(t *testing.T) {
+	checkEtcdSecretGrant(t, "rampart-manager-etcd-space", []string{"etcd-client"}, "--etcd-space-secret=etcd-client")
+}
+
+// checkEtcdSecretGrant: rendered with everything, the Role and
+// RoleBinding named role grant the manager get on the Secrets names
+// alone, and the manager has flag; rendered with without (the same
+// values but the Secrets), neither the Role nor the flag.
+func checkEtcdSecretGrant(t *testing.T, role string, names []string, flag string, without ...string) {
+	t.Helper()
 	objs := render(t, everything...)
-	role := convert[rbacv1.Role](t, find(t, objs, "Role", "rampart-manager-etcd-snapshot"))
-	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"etcd-client", "etcd-events-client"}, Verbs: []string{"get"}}}
-	if role.Namespace != releaseNamespace || !reflect.DeepEqual(role.Rules, want) {
-		t.Errorf("Role in %q: %+v, want %+v", role.Namespace, role.Rules, want)
+	r := convert[rbacv1.Role](t, find(t, objs, "Role", role))
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: names, Verbs: []string{"get"}}}
+	if r.Namespace != releaseNamespace || !reflect.DeepEqual(r.Rules, want) {
+		t.Errorf("Role %s in %q: %+v, want %+v", role, r.Namespace, r.Rules, want)
 	}
-	binding := convert[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", "rampart-manager-etcd-snapshot"))
-	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "rampart-manager" {
+	binding := convert[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", role))
+	if binding.RoleRef.Name != role || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "rampart-manager" {
 		t.Errorf("RoleBinding %+v", binding)
 	}
-	if args := containerArgs(t, objs, "rampart-manager"); !slices.Contains(args, "--etcd-snapshot-secrets=etcd-client,etcd-events-client") {
-		t.Errorf("manager args %v lack --etcd-snapshot-secrets", args)
+	if args := containerArgs(t, objs, "rampart-manager"); !slices.Contains(args, flag) {
+		t.Errorf("manager args %v lack %s", args, flag)
 	}
-	objs = render(t, "--set", "manager.backup.enabled=true", "--set", "manager.backup.store=s3://backups/p?endpoint=https://minio:9000")
+	name, _, _ := strings.Cut(flag, "=")
+	objs = render(t, without...)
 	for _, o := range objs {
-		if o.GetName() == "rampart-manager-etcd-snapshot" {
-			t.Errorf("%s rendered without etcdSnapshot.secretNames", o.GetKind())
+		if o.GetName() == role {
+			t.Errorf("%s %s rendered without the Secrets' value", o.GetKind(), role)
 		}
 	}
-	if args := strings.Join(containerArgs(t, objs, "rampart-manager"), " "); strings.Contains(args, "--etcd-snapshot-secrets") {
-		t.Errorf("manager args %q name etcd Secrets without etcdSnapshot.secretNames", args)
+	if args := strings.Join(containerArgs(t, objs, "rampart-manager"), " "); strings.Contains(args, name) {
+		t.Errorf("manager args %q have %s without the Secrets' value", args, name)
 	}
 }

@@ -51,6 +51,7 @@ var ownNamespaceGrants = []grant{
 	{[]string{""}, []string{"configmaps"}, []string{"create"}, nil, "the barrier's dry-run probes (never stored) show that every API server has loaded the webhook configuration (a Role in its namespace only)"},
 	{[]string{""}, []string{"configmaps"}, []string{"get", "update"}, []string{"rampart-quota-peaks"}, "keeps the namespaces' peak use for rampart quota plan (created with the create right above)"},
 	{[]string{""}, []string{"configmaps"}, []string{"get", "update"}, []string{"rampart-recycle-bin"}, "publishes the recycle bin's summary for rampart status (created with the create right above)"},
+	{[]string{""}, []string{"configmaps"}, []string{"get", "update"}, []string{"rampart-etcd-space"}, "publishes its look at etcd's space for rampart status (created with the create right above)"},
 	{[]string{"coordination.k8s.io"}, []string{"leases"}, []string{"get", "list", "watch", "create", "update", "patch", "delete"}, nil, "leader election (a Role in its namespace only)"},
 }
 

@@ -25,7 +25,7 @@ func defaultAssets() string {
 }
 
 func newUpCommand() *cobra.Command {
-	opts := localcluster.Options{Nodes: 3}
+	opts := localcluster.Options{Nodes: 3, EtcdSpace: true}
 	backups := false
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -106,6 +106,7 @@ stops it.`,
 	f.StringSliceVar(&opts.GatewayCountCustomResourceGroups, "gateway-count-custom-resource-groups", nil, "API groups of custom resources the gateway's LIST guard may count per namespace (the chart's gateway.countCustomResourceGroups); others are priced by their cluster-wide count")
 	f.BoolVar(&opts.ComponentsViaGateway, "components-via-gateway", false, "point kube-controller-manager, kube-scheduler and kwok at the gateway (with --gateway)")
 	f.BoolVar(&backups, "backups", false, "run Backup objects of "+localcluster.ManagerNamespace+" into DIR/backups (the manager may then read every resource, as with the chart's manager.backup), etcd snapshots included, with the local etcd's client certificate in Secret "+localcluster.EtcdSnapshotSecret)
+	f.BoolVar(&opts.EtcdSpace, "etcd-space", true, "the manager watches etcd's space with the local etcd's client certificate in Secret "+localcluster.EtcdSnapshotSecret+" (the chart's manager.etcdSpace.secretName): rampart_etcd_* metrics, rampart status's ETCD SPACE")
 	f.StringVar(&opts.Assets, "assets", defaultAssets(), "directory with the binaries `make assets` builds")
 	return cmd
 }

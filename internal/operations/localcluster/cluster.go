@@ -83,6 +83,11 @@ type Options struct {
 	GatewayCountCustomResourceGroups []string
 	// GatewayArgs are extra flags for `rampart gateway`.
 	GatewayArgs []string
+	// EtcdSpace has the managers watch etcd's space
+	// (--etcd-space-secret EtcdSnapshotSecret, as the chart's
+	// manager.etcdSpace.secretName): the rampart_etcd_* gauges and the
+	// ConfigMap rampart-etcd-space that rampart status shows.
+	EtcdSpace bool
 	// EtcdQuotaBytes is etcd's --quota-backend-bytes (default
 	// DefaultEtcdQuotaBytes): a small one lets a test or drill fill etcd
 	// to its NOSPACE alarm in seconds.
@@ -359,6 +364,21 @@ func (c *Cluster) Wait(ctx context.Context) error {
 	case p := <-cases:
 		return fmt.Errorf("%s exited; see %s", p.Name, c.path("logs", p.Name+".log"))
 	}
+}
+
+// Exited names the components whose process has ended, stopped or
+// crashed: a test that stops or restarts components (a drill) checks with
+// it that it left the cluster running.
+func (c *Cluster) Exited() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, p := range c.procs {
+		if !p.alive() {
+			out = append(out, p.Name)
+		}
+	}
+	return out
 }
 
 // StopComponent stops one component, e.g. "rampart-manager", to show what

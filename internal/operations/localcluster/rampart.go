@@ -265,14 +265,23 @@ func backupRights(store string) []*unstructured.Unstructured {
 }
 
 // EtcdSnapshotSecret is the Secret with the local etcd's endpoint and
-// client certificate that a local cluster with a BackupStore makes, for
-// Backups with an etcdSnapshot.
+// client certificate that a local cluster makes when its managers read
+// etcd: for Backups with an etcdSnapshot (BackupStore) and to watch
+// etcd's space (EtcdSpace).
 const EtcdSnapshotSecret = "rampart-etcd-client"
 
-// etcdSnapshotSecret is EtcdSnapshotSecret and, as the chart grants it,
-// get on it alone, when the managers run Backups.
+// etcdSnapshotSecret is EtcdSnapshotSecret and, as the chart grants it
+// (manager.backup.etcdSnapshot.secretNames, manager.etcdSpace.secretName),
+// get on it alone, in a Role per use.
 func (c *Cluster) etcdSnapshotSecret() ([]*unstructured.Unstructured, error) {
-	if c.opts.BackupStore == "" {
+	var roles []string
+	if c.opts.BackupStore != "" {
+		roles = append(roles, "rampart-manager-etcd-snapshot")
+	}
+	if c.opts.EtcdSpace && !c.opts.Unprotected {
+		roles = append(roles, "rampart-manager-etcd-space")
+	}
+	if len(roles) == 0 {
 		return nil, nil
 	}
 	data := map[string]any{"endpoints": base64.StdEncoding.EncodeToString([]byte(c.EtcdURL()))}
@@ -283,17 +292,20 @@ func (c *Cluster) etcdSnapshotSecret() ([]*unstructured.Unstructured, error) {
 		}
 		data[key] = base64.StdEncoding.EncodeToString(b)
 	}
-	name := "rampart-manager-etcd-snapshot"
+	objs := []*unstructured.Unstructured{
+		{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": EtcdSnapshotSecret, "namespace": ManagerNamespace}, "data": data}},
+	}
 	rule := map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "resourceNames": []any{EtcdSnapshotSecret}, "verbs": []any{"get"}}
 	subjects := []any{map[string]any{"kind": "User", "name": ManagerUser, "apiGroup": "rbac.authorization.k8s.io"}}
-	return []*unstructured.Unstructured{
-		{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": EtcdSnapshotSecret, "namespace": ManagerNamespace}, "data": data}},
-		{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-			"metadata": map[string]any{"name": name, "namespace": ManagerNamespace}, "rules": []any{rule}}},
-		{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-			"metadata": map[string]any{"name": name, "namespace": ManagerNamespace},
-			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}, "subjects": subjects}},
-	}, nil
+	for _, name := range roles {
+		objs = append(objs,
+			&unstructured.Unstructured{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+				"metadata": map[string]any{"name": name, "namespace": ManagerNamespace}, "rules": []any{rule}}},
+			&unstructured.Unstructured{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+				"metadata": map[string]any{"name": name, "namespace": ManagerNamespace},
+				"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}, "subjects": subjects}})
+	}
+	return objs, nil
 }
 
 // managerRights are a ClusterRole of one rule bound to the manager's user.
@@ -351,6 +363,9 @@ func (c *Cluster) managerArgs(i int) []string {
 	}
 	if c.opts.BackupStore != "" {
 		bin = append(bin, "--backup-store="+c.opts.BackupStore, "--backup-key-file="+c.pkiFile(RecycleBinKey), "--etcd-snapshot-secrets="+EtcdSnapshotSecret)
+	}
+	if c.opts.EtcdSpace {
+		bin = append(bin, "--etcd-space-secret="+EtcdSnapshotSecret)
 	}
 	args := append([]string{"manager",
 		"--kubeconfig=" + c.path(managerID.file),

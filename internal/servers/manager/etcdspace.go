@@ -107,6 +107,8 @@ func (w *spaceWatch) look(ctx context.Context) SpaceReport {
 	return r
 }
 
+// +kubebuilder:rbac:groups="",namespace=rampart-system,resources=configmaps,verbs=get;update,resourceNames=rampart-etcd-space
+
 func (w *spaceWatch) publish(ctx context.Context, r SpaceReport) error {
 	raw, err := json.Marshal(r)
 	if err != nil {
