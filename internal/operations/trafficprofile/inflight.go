@@ -39,8 +39,8 @@ type flight struct {
 // inFlight is one client's requests being served at the moment the
 // flights have reached.
 type inFlight struct {
-	ends                  endHeap
-	requests, lists, seat int64
+	ends                             endHeap
+	requests, lists, seat, listSeats int64
 }
 
 func (f *flights) add(c *client, e *Entry) {
@@ -71,6 +71,7 @@ func (f *flights) take(x flight) {
 		in.seat -= done.seats
 		if done.list {
 			in.lists -= done.n
+			in.listSeats -= done.seats
 		}
 	}
 	heap.Push(&in.ends, x)
@@ -78,11 +79,13 @@ func (f *flights) take(x flight) {
 	in.seat += x.seats
 	if x.list {
 		in.lists += x.n
+		in.listSeats += x.seats
 	}
 	cp := &x.c.p
 	cp.PeakInFlight = max(cp.PeakInFlight, in.requests)
 	cp.PeakListsInFlight = max(cp.PeakListsInFlight, in.lists)
 	cp.PeakSeats = max(cp.PeakSeats, in.seat)
+	cp.PeakListSeats = max(cp.PeakListSeats, in.listSeats)
 }
 
 // flightHeap orders flights by start.

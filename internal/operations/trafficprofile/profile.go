@@ -293,10 +293,12 @@ type ClientProfile struct {
 	// PeakInFlight is the most of its short requests (not watches) the
 	// API server was serving at once, from each request's receipt and
 	// latency; PeakListsInFlight the same of its LISTs; PeakSeats the
-	// most API Priority and Fairness seats they held at once (see Seats).
+	// most API Priority and Fairness seats they held at once (see Seats),
+	// PeakListSeats those its LISTs held.
 	PeakInFlight      int64 `json:"peakInFlight"`
 	PeakListsInFlight int64 `json:"peakListsInFlight"`
 	PeakSeats         int64 `json:"peakSeats"`
+	PeakListSeats     int64 `json:"peakListSeats"`
 
 	ByVerb     map[string]int64 `json:"byVerb"`
 	ByResource map[string]int64 `json:"byResource"`

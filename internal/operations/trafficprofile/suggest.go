@@ -175,10 +175,19 @@ func slug(user string, i int) string {
 }
 
 // WritePolicies writes policies as YAML documents, ready for kubectl
-// apply and for `rampart traffic check`, without the empty status and
-// creation time a typed object would carry.
+// apply and for `rampart traffic check`.
 func WritePolicies(w io.Writer, policies []v1alpha1.TrafficPolicy) error {
-	for i, p := range policies {
+	docs := make([]any, len(policies))
+	for i := range policies {
+		docs[i] = policies[i]
+	}
+	return WriteDocuments(w, docs)
+}
+
+// WriteDocuments writes API objects as YAML documents, without the empty
+// status and creation time a typed object would carry.
+func WriteDocuments(w io.Writer, objects []any) error {
+	for i, p := range objects {
 		raw, err := json.Marshal(p)
 		if err != nil {
 			return err
