@@ -62,7 +62,8 @@ func (c *Config) Add(schemas []*flowcontrolv1.FlowSchema, levels []*flowcontrolv
 }
 
 // ReadObjects reads FlowSchemas and PriorityLevelConfigurations
-// (flowcontrol.apiserver.k8s.io/v1) from YAML or JSON documents.
+// (flowcontrol.apiserver.k8s.io/v1) from YAML or JSON documents; none is
+// no error.
 func ReadObjects(data []byte, name string) ([]*flowcontrolv1.FlowSchema, []*flowcontrolv1.PriorityLevelConfiguration, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	var schemas []*flowcontrolv1.FlowSchema
@@ -100,9 +101,8 @@ func ReadObjects(data []byte, name string) ([]*flowcontrolv1.FlowSchema, []*flow
 			return nil, nil, fmt.Errorf("%s, document %d: a %s, not a FlowSchema or PriorityLevelConfiguration", name, doc, kind)
 		}
 	}
-	if len(schemas)+len(levels) == 0 {
-		return nil, nil, fmt.Errorf("%s holds no FlowSchema or PriorityLevelConfiguration", name)
-	}
+	// A file of comments alone (a suggestion of nothing) is the built-in
+	// configuration.
 	return schemas, levels, nil
 }
 
