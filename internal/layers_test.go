@@ -24,7 +24,7 @@ var layers = []struct {
 }{
 	{"plumbing", []string{"internal/plumbing"}},
 	{"decisions and operations libraries", []string{"internal/protection", "internal/operations/backup", "internal/operations/restore",
-		"internal/operations/etcdtool", "internal/operations/trafficprofile", "internal/operations/quota"}},
+		"internal/operations/etcdtool", "internal/operations/trafficprofile", "internal/operations/apf", "internal/operations/quota"}},
 	{"admission adapters, registrar, cluster views", []string{"internal/protection/admission", "internal/protection/registrar",
 		"internal/protection/clusterview", "internal/protection/ready", "internal/protection/protections"}},
 	{"servers", []string{"internal/servers"}},

@@ -48,7 +48,7 @@ func NewRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newUpCommand(), newDownCommand(), newManagerCommand(), newScaleCommand(), newStatusCommand(), newFlowControlCommand(), newPUBCommand(), newDrillCommand(), newGatewayCommand(), newNodeGuardCommand(), newTrafficCommand(), newEtcdCommand(), newQuotaCommand(), newExportCommand(), newTrashCommand(), newBackupCommand(), newVersionCommand())
+	root.AddCommand(newUpCommand(), newDownCommand(), newManagerCommand(), newScaleCommand(), newStatusCommand(), newFlowControlCommand(), newPUBCommand(), newDrillCommand(), newGatewayCommand(), newNodeGuardCommand(), newTrafficCommand(), newAPFCommand(), newEtcdCommand(), newQuotaCommand(), newExportCommand(), newTrashCommand(), newBackupCommand(), newVersionCommand())
 	return root
 }
 

@@ -3,14 +3,17 @@ package cli
 import (
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/rampart-io/rampart/internal/operations/apf"
 	"github.com/rampart-io/rampart/internal/operations/trafficprofile"
 )
 
@@ -28,7 +31,10 @@ func newTrafficProfileCommand() *cobra.Command {
 		top, workers   int
 		output, sortBy string
 		htmlPath       string
-		suggest        bool
+		suggest        string
+		gateways       []string
+		serverSeats    int
+		heavyListSeats int64
 		margin         float64
 		baselineUntil  string
 		since, until   string
@@ -48,19 +54,53 @@ rates; p50 and p99 latency of short requests (a streaming quantile sketch);
 and the seconds the API server spent answering it, which ranks clients by
 load when objects are uncounted.
 
---suggest writes TrafficPolicies instead of the table: each client (not
-the control plane's, which is exempted) limited to its peak plus --margin,
-and clients the profile did not see to the largest such limit. Size them
-from a calm period with --baseline-until, then replay the whole log with
-'rampart traffic check' to see who they would have refused.`,
+A client is the user the API server authorised: a request sent through an
+impersonating proxy (kubectl --as, Teleport, Rampart's gateway) is its
+impersonated user's, shown "via PROXY".
+
+--suggest (or --suggest=trafficpolicy) writes TrafficPolicies instead of
+the table: each client (not the control plane's, which is exempted)
+limited to its peak plus --margin, and clients the profile did not see to
+the largest such limit; a client behind a proxy is matched as the gateway
+sees it (the proxy, narrowed by match[].impersonated), unless the proxy is
+a Rampart gateway (--gateway-user). Size them from a calm period with
+--baseline-until, then replay the whole log with 'rampart traffic check'
+to see who they would have refused.
+
+--suggest=apf writes FlowSchemas and PriorityLevelConfigurations for the
+API server's own API Priority and Fairness: the LISTs of heavy listers
+(whose LISTs held --heavy-list-seats or more seats at once) on a level of
+their own sized from their peak plus --margin, queued fairly by user; the
+control plane, nodes and leases left on the built-in levels, which already
+serve them; the other clients fair-shared by user on the built-in levels
+unless they needed more seats than global-default has. Replay a log
+against them with 'rampart traffic check --apf FILE LOG'.`,
 		Example: `  rampart traffic profile /var/log/kube-apiserver/audit.log --html profile.html
   rampart traffic profile audit.log -o json | jq '.clients[0]'
   rampart traffic profile audit.log --suggest --baseline-until 2026-11-23T22:00:00Z > policies.yaml
-  rampart traffic check policies.yaml audit.log`,
+  rampart traffic check policies.yaml audit.log
+  rampart traffic profile audit.log --suggest=apf > apf.yaml
+  rampart traffic check --apf apf.yaml audit.log`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, files []string) error {
 			if output != "table" && output != "json" {
 				return fmt.Errorf("-o %q: use table or json", output)
+			}
+			// "--suggest apf" (with a space) leaves apf as an argument,
+			// since --suggest alone means trafficpolicy: take it back.
+			if suggest != "" {
+				for i, f := range files {
+					if _, err := os.Stat(f); err != nil && (f == suggestAPF || f == suggestTrafficPolicy) {
+						suggest, files = f, slices.Delete(slices.Clone(files), i, i+1)
+						break
+					}
+				}
+				if len(files) == 0 {
+					return errors.New("no log to profile: rampart traffic profile FILE... --suggest=apf")
+				}
+			}
+			if suggest != "" && suggest != suggestAPF && suggest != suggestTrafficPolicy {
+				return fmt.Errorf("--suggest %q: use --suggest=%s (TrafficPolicies for Rampart's gateway) or --suggest=%s (FlowSchemas and PriorityLevelConfigurations)", suggest, suggestTrafficPolicy, suggestAPF)
 			}
 			if margin < 0 {
 				return fmt.Errorf("--margin %g: a margin is 0 or more (0.2 is 20%%)", margin)
@@ -108,7 +148,7 @@ from a calm period with --baseline-until, then replay the whole log with
 				}
 			}
 			out := cmd.OutOrStdout()
-			if suggest {
+			if suggest != "" {
 				sized := r
 				if !baseEnd.IsZero() {
 					if sized, err = baseline.Report(sortBy); err != nil {
@@ -118,7 +158,10 @@ from a calm period with --baseline-until, then replay the whole log with
 						return fmt.Errorf("--baseline-until %s: no request was received before it (the logs start at %s)", baselineUntil, r.From.UTC().Format(time.RFC3339))
 					}
 				}
-				return trafficprofile.WritePolicies(out, trafficprofile.Suggest(sized, trafficprofile.SuggestOptions{Margin: margin}))
+				if suggest == suggestAPF {
+					return apf.Write(out, apf.Suggest(sized, apf.SuggestOptions{Margin: margin, ServerSeats: serverSeats, HeavyListSeats: heavyListSeats}))
+				}
+				return trafficprofile.WritePolicies(out, trafficprofile.Suggest(sized, trafficprofile.SuggestOptions{Margin: margin, Gateways: gateways}))
 			}
 			if output == "json" {
 				enc := json.NewEncoder(out)
@@ -132,7 +175,11 @@ from a calm period with --baseline-until, then replay the whole log with
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json (json: every client)")
 	cmd.Flags().StringVar(&sortBy, "sort", "server-time", "order of clients: "+strings.Join(trafficprofile.SortKeys, ", "))
 	cmd.Flags().StringVar(&htmlPath, "html", "", "also write a self-contained HTML report (charts drawn in the browser, nothing fetched) to this file")
-	cmd.Flags().BoolVar(&suggest, "suggest", false, "write TrafficPolicies sized from the profile (YAML) instead of the table")
+	cmd.Flags().StringVar(&suggest, "suggest", "", "write objects sized from the profile (YAML) instead of the table: "+suggestTrafficPolicy+" (TrafficPolicies, the default of --suggest alone) or "+suggestAPF+" (FlowSchemas and PriorityLevelConfigurations)")
+	cmd.Flags().Lookup("suggest").NoOptDefVal = suggestTrafficPolicy
+	cmd.Flags().StringSliceVar(&gateways, "gateway-user", nil, "with --suggest: users Rampart's gateways reach the API server as (they impersonate every client; their policies see the client itself)")
+	cmd.Flags().IntVar(&serverSeats, "server-seats", apf.DefaultServerSeats, "with --suggest=apf: one API server's --max-requests-inflight plus --max-mutating-requests-inflight")
+	cmd.Flags().Int64Var(&heavyListSeats, "heavy-list-seats", 3, "with --suggest=apf: a client whose LISTs held this many APF seats at once (one per 100 objects) is isolated")
 	cmd.Flags().Float64Var(&margin, "margin", 0.2, "with --suggest: added to each observed peak (0.2 is 20%)")
 	cmd.Flags().StringVar(&baselineUntil, "baseline-until", "", "with --suggest: size policies from the requests received before this time (RFC 3339) only")
 	cmd.Flags().StringVar(&since, "since", "", "profile only requests received at or after this time (RFC 3339), e.g. an incident's start")
@@ -142,10 +189,13 @@ from a calm period with --baseline-until, then replay the whole log with
 }
 
 func newTrafficCheckCommand() *cobra.Command {
-	var output string
+	var (
+		output, apfFile string
+		serverSeats     int
+	)
 	cmd := &cobra.Command{
-		Use:   "check POLICIES FILE...",
-		Short: "Replay logs against TrafficPolicies: who would have been refused, how often and when",
+		Use:   "check POLICIES FILE... | check --apf APF FILE...",
+		Short: "Replay logs against TrafficPolicies (who would have been refused) or against APF objects (who would have been queued or rejected)",
 		Long: `check replays audit logs or the gateway's traffic log against the
 TrafficPolicies in POLICIES (YAML, several documents) with the gateway's own
 decisions (policy selection, the token buckets and in-flight limits, the
@@ -153,11 +203,55 @@ LIST and watch guards), each request judged at the time it was received.
 It is a dry run before applying limits. Every logged request is judged as
 if it had been sent (a refused client would have backed off); the circuit
 breaker is not replayed; LIST object budgets are only charged where the log
-counts objects (traffic log, audit level Response).`,
-		Args: cobra.MinimumNArgs(2),
+counts objects (traffic log, audit level Response).
+
+With --apf APF, it replays the logs through API Priority and Fairness with
+the FlowSchemas and PriorityLevelConfigurations in APF added to the ones
+every API server holds (same names replace them): which flow schema each
+client's requests match, and what the priority levels would have queued or
+rejected. What it models: one API server of --server-seats seats shared by
+the levels' nominalConcurrencyShares (no borrowing between levels); each
+request holding APF's seats (a LIST one per 100 objects it returned, up to
+10) for its logged latency; a full level queuing on the shortest of its
+flow's handSize queues, rejecting when that queue is full or after 15 s of
+waiting; freed seats served round robin over the queues. A log is one API
+server's traffic: replay each server's own.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "text" && output != "json" {
 				return fmt.Errorf("-o %q: use text or json", output)
+			}
+			encode := func(v any) error {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(v)
+			}
+			if apfFile != "" {
+				data, err := os.ReadFile(apfFile)
+				if err != nil {
+					return err
+				}
+				schemas, levels, err := apf.ReadObjects(data, apfFile)
+				if err != nil {
+					return err
+				}
+				cfg := apf.Builtin()
+				cfg.Add(schemas, levels)
+				rp := apf.NewReplay(cfg, serverSeats)
+				for _, f := range args {
+					if _, err := readLog(f, 0, rp.Add); err != nil {
+						return err
+					}
+				}
+				res := rp.Result()
+				if output == "json" {
+					return encode(res)
+				}
+				apf.WriteReplay(cmd.OutOrStdout(), res)
+				return nil
+			}
+			if len(args) < 2 {
+				return errors.New("check POLICIES FILE...: name the TrafficPolicies and at least one log (or --apf APF FILE...)")
 			}
 			data, err := os.ReadFile(args[0])
 			if err != nil {
@@ -175,17 +269,23 @@ counts objects (traffic log, audit level Response).`,
 			}
 			res := rp.Result()
 			if output == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
+				return encode(res)
 			}
 			trafficprofile.WriteReplay(cmd.OutOrStdout(), res)
 			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	cmd.Flags().StringVar(&apfFile, "apf", "", "replay through API Priority and Fairness with the FlowSchemas and PriorityLevelConfigurations of this file (as --suggest=apf writes them)")
+	cmd.Flags().IntVar(&serverSeats, "server-seats", apf.DefaultServerSeats, "with --apf: one API server's --max-requests-inflight plus --max-mutating-requests-inflight")
 	return cmd
 }
+
+// The values of --suggest.
+const (
+	suggestTrafficPolicy = "trafficpolicy"
+	suggestAPF           = "apf"
+)
 
 func parseTimeFlag(name, value string) (time.Time, error) {
 	if value == "" {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -87,9 +88,11 @@ func NewReplay(policies []traffic.Policy) *Replay {
 type ReplayClient struct {
 	User      string `json:"user"`
 	UserAgent string `json:"userAgent"`
-	Kind      string `json:"kind"`
-	Requests  int64  `json:"requests"`
-	Refused   int64  `json:"refused"`
+	// Proxy impersonated User, when one did (see ClientProfile).
+	Proxy    string `json:"proxy,omitempty"`
+	Kind     string `json:"kind"`
+	Requests int64  `json:"requests"`
+	Refused  int64  `json:"refused"`
 	// ByReason counts refusals by policy and reason ("POLICY: rate").
 	ByReason map[string]int64 `json:"byReason,omitempty"`
 	// FirstRefused and LastRefused bound the refusals; RefusedSeconds
@@ -156,7 +159,7 @@ func (rp *Replay) Result() ReplayResult {
 	}
 	res.Unmatched = res.Requests - matched
 	slices.SortFunc(res.Clients, func(a, b ReplayClient) int {
-		return cmp.Or(cmp.Compare(b.Refused, a.Refused), cmp.Compare(b.Requests, a.Requests), cmp.Compare(a.User, b.User), cmp.Compare(a.UserAgent, b.UserAgent))
+		return cmp.Or(cmp.Compare(b.Refused, a.Refused), cmp.Compare(b.Requests, a.Requests), cmp.Compare(a.User, b.User), cmp.Compare(a.UserAgent, b.UserAgent), cmp.Compare(a.Proxy, b.Proxy))
 	})
 	slices.SortFunc(res.Policies, func(a, b PolicyOutcome) int { return cmp.Compare(a.Policy, b.Policy) })
 	return res
@@ -168,11 +171,11 @@ func (rp *Replay) judge(e *Entry) {
 	for len(rp.releases) > 0 && !rp.releases[0].at.After(now) {
 		heap.Pop(&rp.releases).(release).done()
 	}
-	k := clientKey{e.User, e.UserAgent}
+	k := clientKey{e.User, e.UserAgent, e.Proxy}
 	c := rp.clients[k]
 	if c == nil {
 		kind, _ := Classify(e.User, e.Groups)
-		c = &ReplayClient{User: e.User, UserAgent: e.UserAgent, Kind: kind, ByReason: map[string]int64{}}
+		c = &ReplayClient{User: e.User, UserAgent: e.UserAgent, Proxy: e.Proxy, Kind: kind, ByReason: map[string]int64{}}
 		rp.clients[k] = c
 	}
 	c.Requests++
@@ -239,20 +242,24 @@ func (rp *Replay) judge(e *Entry) {
 
 // requestOf describes an entry as the gateway would have: from its URI
 // with the gateway's own classifier where the log has it, else from the
-// logged fields.
+// logged fields. The gateway authenticates the proxy of an impersonated
+// request and knows whom it impersonates (Request.Impersonated).
 func requestOf(e *Entry) traffic.Request {
-	if e.URI != "" {
-		if u, err := url.ParseRequestURI(e.URI); err == nil {
-			r := traffic.Describe(&http.Request{Method: methodOf(e.Verb), URL: u})
-			r.User, r.Groups, r.UserAgent = e.User, e.Groups, e.UserAgent
-			return r
+	var r traffic.Request
+	if u, err := url.ParseRequestURI(e.URI); e.URI != "" && err == nil {
+		r = traffic.Describe(&http.Request{Method: methodOf(e.Verb), URL: u})
+	} else {
+		r = traffic.Request{
+			IsResource: e.Resource != "", Verb: e.Verb, APIGroup: e.APIGroup, Version: e.APIVersion,
+			Resource: e.Resource, Subresource: e.Subresource, Namespace: e.Namespace, Name: e.Name, Path: e.Path,
 		}
 	}
-	return traffic.Request{
-		User: e.User, Groups: e.Groups, UserAgent: e.UserAgent,
-		IsResource: e.Resource != "", Verb: e.Verb, APIGroup: e.APIGroup, Version: e.APIVersion,
-		Resource: e.Resource, Subresource: e.Subresource, Namespace: e.Namespace, Name: e.Name, Path: e.Path,
+	r.User, r.Groups, r.UserAgent = e.User, e.Groups, e.UserAgent
+	if e.Proxy != "" {
+		r.User, r.Groups = e.Proxy, e.ProxyGroups
+		r.Impersonated = &authenticationv1.UserInfo{Username: e.User, Groups: e.Groups}
 	}
+	return r
 }
 
 // methodOf is the HTTP method of an audit verb, for the classifier.
@@ -277,8 +284,8 @@ func WriteReplay(w io.Writer, r ReplayResult) {
 		if c.Refused == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "\nREFUSED %s (%s, %s): %d of %d requests, in %d seconds between %s and %s\n",
-			c.User, c.UserAgent, c.Kind, c.Refused, c.Requests, c.RefusedSeconds, c.FirstRefused.UTC().Format("15:04:05"), c.LastRefused.UTC().Format("15:04:05"))
+		fmt.Fprintf(w, "\nREFUSED %s (%s, %s%s): %d of %d requests, in %d seconds between %s and %s\n",
+			c.User, c.UserAgent, c.Kind, via(c.Proxy), c.Refused, c.Requests, c.RefusedSeconds, c.FirstRefused.UTC().Format("15:04:05"), c.LastRefused.UTC().Format("15:04:05"))
 		reasons := make([]string, 0, len(c.ByReason))
 		for k := range c.ByReason {
 			reasons = append(reasons, k)
@@ -330,4 +337,12 @@ func (h *releaseHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// via names the proxy of an impersonated client.
+func via(proxy string) string {
+	if proxy == "" {
+		return ""
+	}
+	return ", via " + proxy
 }

@@ -21,9 +21,16 @@ type Entry struct {
 	// Latency is from receipt to the answer's end (a watch's duration).
 	Latency time.Duration
 
+	// User and Groups are who the API server authorised: the user a
+	// client impersonated (kubectl --as, an impersonating proxy, Rampart's
+	// gateway), as API Priority and Fairness and RBAC see it.
 	User      string
 	Groups    []string
 	UserAgent string
+	// Proxy and ProxyGroups are the client that authenticated and
+	// impersonated User; empty when it impersonated no one.
+	Proxy       string
+	ProxyGroups []string
 
 	Verb        string
 	APIGroup    string
@@ -86,6 +93,9 @@ func fromAudit(ev *auditv1.Event, e *Entry) bool {
 		Bytes:     -1,
 		Weight:    1,
 	}
+	if imp := ev.ImpersonatedUser; imp != nil && imp.Username != "" {
+		e.User, e.Groups, e.Proxy, e.ProxyGroups = imp.Username, imp.Groups, ev.User.Username, ev.User.Groups
+	}
 	if !ev.StageTimestamp.IsZero() && !e.Time.IsZero() {
 		e.Latency = ev.StageTimestamp.Sub(e.Time)
 	}
@@ -131,6 +141,10 @@ func fromRecord(r *trafficlog.Record, e *Entry) {
 	}
 	if r.Objects != nil {
 		e.Objects = *r.Objects
+	}
+	if r.Impersonated != "" {
+		// The traffic log names the impersonated user, not its groups.
+		e.User, e.Groups, e.Proxy, e.ProxyGroups = r.Impersonated, nil, r.User, r.Groups
 	}
 }
 

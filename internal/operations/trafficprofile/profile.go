@@ -41,16 +41,20 @@ type Profiler struct {
 	bucket    int64 // seconds per series point
 	from, to  time.Time
 	requests  int64
+	flights   flights
 }
 
-type clientKey struct{ user, agent string }
+// clientKey is a client: the user the API server authorised, its user
+// agent, and the proxy that impersonated it (none: "").
+type clientKey struct{ user, agent, proxy string }
 
 type client struct {
-	p       ClientProfile
-	latency *quantile.Stream
-	ring    [peakWindow]second
-	latest  int64
-	series  []int64
+	p        ClientProfile
+	latency  *quantile.Stream
+	ring     [peakWindow]second
+	latest   int64
+	series   []int64
+	inFlight inFlight
 }
 
 // second counts one second of a client's requests, for its peaks.
@@ -81,6 +85,7 @@ func (p *Profiler) Add(e *Entry) {
 	}
 	c := p.client(e)
 	c.add(e, p)
+	p.flights.add(c, e)
 	res := p.resources[resourceName(e)]
 	if res == nil {
 		res = &ResourceCost{Resource: resourceName(e)}
@@ -104,12 +109,12 @@ func (p *Profiler) Add(e *Entry) {
 }
 
 func (p *Profiler) client(e *Entry) *client {
-	k := clientKey{e.User, e.UserAgent}
+	k := clientKey{e.User, e.UserAgent, e.Proxy}
 	if c, ok := p.clients[k]; ok {
 		return c
 	}
 	if len(p.clients) >= maxClients {
-		k = clientKey{OtherClients, ""}
+		k = clientKey{OtherClients, "", ""}
 		if c, ok := p.clients[k]; ok {
 			return c
 		}
@@ -117,7 +122,7 @@ func (p *Profiler) client(e *Entry) *client {
 	kind, component := Classify(e.User, e.Groups)
 	c := &client{
 		p: ClientProfile{
-			User: k.user, UserAgent: k.agent, Groups: e.Groups, Kind: kind, Component: component,
+			User: k.user, UserAgent: k.agent, Groups: e.Groups, Proxy: k.proxy, Kind: kind, Component: component,
 			ByVerb: map[string]int64{}, ByResource: map[string]int64{},
 		},
 		latency: quantile.NewTargeted(sketchTargets),
@@ -259,11 +264,18 @@ type Report struct {
 	Resources []ResourceCost  `json:"resources"`
 }
 
-// ClientProfile is one client: a user with one user agent.
+// ClientProfile is one client: a user with one user agent (and one
+// proxy, when it came through one).
 type ClientProfile struct {
+	// User and Groups are whom the API server authorised: for a request
+	// that impersonated someone, the impersonated user.
 	User      string   `json:"user"`
 	UserAgent string   `json:"userAgent"`
 	Groups    []string `json:"groups,omitempty"`
+	// Proxy is the client that authenticated and impersonated User
+	// (kubectl --as, an impersonating proxy, Rampart's gateway); empty
+	// when User sent its requests itself.
+	Proxy string `json:"proxy,omitempty"`
 	// Kind is control-plane, node, service-account or user; Component
 	// names a control-plane or node component.
 	Kind      string `json:"kind"`
@@ -278,6 +290,15 @@ type ClientProfile struct {
 	PeakAt                   time.Time `json:"peakAt"`
 	PeakListsPerSecond       int64     `json:"peakListsPerSecond"`
 	PeakListObjectsPerSecond int64     `json:"peakListObjectsPerSecond"`
+	// PeakInFlight is the most of its short requests (not watches) the
+	// API server was serving at once, from each request's receipt and
+	// latency; PeakListsInFlight the same of its LISTs; PeakSeats the
+	// most API Priority and Fairness seats they held at once (see Seats),
+	// PeakListSeats those its LISTs held.
+	PeakInFlight      int64 `json:"peakInFlight"`
+	PeakListsInFlight int64 `json:"peakListsInFlight"`
+	PeakSeats         int64 `json:"peakSeats"`
+	PeakListSeats     int64 `json:"peakListSeats"`
 
 	ByVerb     map[string]int64 `json:"byVerb"`
 	ByResource map[string]int64 `json:"byResource"`
@@ -326,6 +347,9 @@ func (c *ClientProfile) Name() string {
 	if len(agent) > 40 {
 		agent = agent[:37] + "..."
 	}
+	if c.Proxy != "" {
+		return fmt.Sprintf("%s (%s) via %s", c.User, agent, c.Proxy)
+	}
 	return fmt.Sprintf("%s (%s)", c.User, agent)
 }
 
@@ -353,6 +377,7 @@ func (p *Profiler) Report(sortBy string) (Report, error) {
 		SeriesStart: p.origin, BucketSeconds: p.bucket, LatencySketch: SketchName, SortedBy: sortBy,
 	}
 	span := max(r.Seconds, 1)
+	p.flights.flush()
 	for _, c := range p.clients {
 		for i := range c.ring {
 			c.settle(&c.ring[i])
@@ -375,7 +400,7 @@ func (p *Profiler) Report(sortBy string) (Report, error) {
 		"list-objects": func(c *ClientProfile) float64 { return float64(c.ListObjects) },
 	}[sortBy]
 	slices.SortFunc(r.Clients, func(a, b ClientProfile) int {
-		return cmp.Or(cmp.Compare(key(&b), key(&a)), cmp.Compare(b.Requests, a.Requests), cmp.Compare(a.User, b.User), cmp.Compare(a.UserAgent, b.UserAgent))
+		return cmp.Or(cmp.Compare(key(&b), key(&a)), cmp.Compare(b.Requests, a.Requests), cmp.Compare(a.User, b.User), cmp.Compare(a.UserAgent, b.UserAgent), cmp.Compare(a.Proxy, b.Proxy))
 	})
 	for _, res := range p.resources {
 		r.Resources = append(r.Resources, *res)

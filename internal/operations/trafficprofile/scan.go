@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
@@ -70,22 +71,13 @@ func (s *scanner) event(line []byte, ev *auditv1.Event) error {
 			if s.null() {
 				return nil
 			}
-			return s.object(func(key []byte) error {
-				switch string(key) {
-				case "username":
-					v, err := s.str()
-					ev.User.Username = v
-					return err
-				case "groups":
-					if s.null() {
-						return nil
-					}
-					v, err := s.strings()
-					ev.User.Groups = v
-					return err
-				}
-				return s.skip()
-			})
+			return s.user(&ev.User)
+		case "impersonatedUser":
+			if s.null() {
+				return nil
+			}
+			ev.ImpersonatedUser = &authenticationv1.UserInfo{}
+			return s.user(ev.ImpersonatedUser)
 		case "objectRef":
 			if s.null() {
 				return nil
@@ -155,6 +147,26 @@ func (s *scanner) event(line []byte, ev *auditv1.Event) error {
 	})
 }
 
+// user reads a user's name and groups.
+func (s *scanner) user(u *authenticationv1.UserInfo) error {
+	return s.object(func(key []byte) error {
+		switch string(key) {
+		case "username":
+			v, err := s.str()
+			u.Username = v
+			return err
+		case "groups":
+			if s.null() {
+				return nil
+			}
+			v, err := s.strings()
+			u.Groups = v
+			return err
+		}
+		return s.skip()
+	})
+}
+
 // null consumes a null value and says whether there was one.
 func (s *scanner) null() bool {
 	if s.ws()+4 <= len(s.buf) && string(s.buf[s.pos:s.pos+4]) == "null" {
@@ -189,7 +201,7 @@ func (s *scanner) expect(c byte) error {
 // the same in lower case.
 var fieldsRead, foldedFieldsRead = func() (map[string]bool, map[string]bool) {
 	m, f := map[string]bool{}, map[string]bool{}
-	for _, k := range []string{"apiGroup", "apiVersion", "code", "groups", "kind", "name", "namespace",
+	for _, k := range []string{"apiGroup", "apiVersion", "code", "groups", "impersonatedUser", "kind", "name", "namespace",
 		"objectRef", "requestReceivedTimestamp", "requestURI", "resource", "responseObject",
 		"responseStatus", "stage", "stageTimestamp", "subresource", "user", "userAgent", "username", "verb"} {
 		m[k], f[strings.ToLower(k)] = true, true

@@ -21,6 +21,9 @@ func read(ev *auditv1.Event) map[string]any {
 	if r := ev.ObjectRef; r != nil {
 		m["ref"] = [6]string{r.Resource, r.Namespace, r.Name, r.APIGroup, r.APIVersion, r.Subresource}
 	}
+	if u := ev.ImpersonatedUser; u != nil {
+		m["impersonated"] = [2]any{u.Username, u.Groups}
+	}
 	if ev.ResponseStatus != nil {
 		m["code"] = ev.ResponseStatus.Code
 	}
@@ -40,6 +43,8 @@ func TestScannerAgreesWithTheDecoder(t *testing.T) {
 	}
 	lines := [][]byte{
 		[]byte(`{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Response","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/a/pods?labelSelector=app%3D%22x%22","verb":"list","user":{"username":"dev\"ops\\team","groups":["a","b\u00e9"]},"userAgent":"curl/8 \"quoted\"","objectRef":{"resource":"pods","namespace":"a","apiVersion":"v1"},"responseStatus":{"metadata":{},"code":200},"responseObject":{"kind":"PodList","items":[{"a":"}]"},{"b":[1,{"c":"\\"}]}]},"requestReceivedTimestamp":"2026-11-23T20:48:56.478920Z","stageTimestamp":"2026-11-23T21:48:56.000001+01:00","annotations":{"k":"v \"q\""}}`),
+		[]byte(`{"kind":"Event","stage":"ResponseComplete","verb":"get","user":{"username":"proxy","groups":["system:authenticated"]},"impersonatedUser":{"username":"alice","groups":["dev","system:authenticated"]},"requestReceivedTimestamp":"2026-11-23T20:48:56.000000Z"}`),
+		[]byte(`{"kind":"Event","stage":"ResponseComplete","verb":"get","user":{"username":"proxy"},"impersonatedUser":null,"requestReceivedTimestamp":"2026-11-23T20:48:56.000000Z"}`),
 		[]byte(` { "kind" : "Event" , "stage":"Panic", "verb":"get", "user":{"username":"x","groups":null}, "objectRef":null, "responseStatus":{"code":500 }, "requestReceivedTimestamp":"2026-11-23T20:48:56.000000Z", "stageTimestamp":null } `),
 	}
 	sc := bufio.NewScanner(bytes.NewReader(data))

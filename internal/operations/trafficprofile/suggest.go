@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +31,10 @@ type SuggestOptions struct {
 	Margin float64
 	// Prefix starts every policy's name.
 	Prefix string
+	// Gateways are the users Rampart's gateways reach the API server as:
+	// they impersonate every client they forward, and a gateway's
+	// policies see that client as itself, not as impersonated.
+	Gateways []string
 }
 
 // Suggest writes TrafficPolicies sized from the clients of r: for each
@@ -57,18 +62,39 @@ func Suggest(r Report, o SuggestOptions) []v1alpha1.TrafficPolicy {
 	})}
 	var maxPeak, maxLists, maxObjects int64
 	n := 0
-	for i := range r.Clients {
-		c := &r.Clients[i]
+	// Clients behind an impersonating proxy come first: the gateway sees
+	// the proxy as the client, and a policy for the proxy's own requests
+	// would otherwise hold them too.
+	clients := slices.Clone(r.Clients)
+	behind := func(c *ClientProfile) bool { return c.Proxy != "" && !slices.Contains(o.Gateways, c.Proxy) }
+	slices.SortStableFunc(clients, func(a, b ClientProfile) int {
+		switch {
+		case behind(&a) && !behind(&b):
+			return -1
+		case behind(&b) && !behind(&a):
+			return 1
+		}
+		return 0
+	})
+	for i := range clients {
+		c := &clients[i]
 		if Exempt(c.Kind) || c.User == OtherClients {
 			continue
 		}
 		maxPeak, maxLists, maxObjects = max(maxPeak, c.PeakPerSecond), max(maxLists, c.PeakListsPerSecond), max(maxObjects, c.PeakListObjectsPerSecond)
 		match := []v1alpha1.TrafficMatch{{Subjects: v1alpha1.Subjects{Users: []string{c.User}}}}
+		who := c.User
+		if behind(c) {
+			// As the gateway matches it: the proxy it authenticates,
+			// narrowed to the user the proxy impersonates.
+			match[0] = v1alpha1.TrafficMatch{Subjects: v1alpha1.Subjects{Users: []string{c.Proxy}}, Impersonated: &v1alpha1.Subjects{Users: []string{c.User}}}
+			who = c.User + " via " + c.Proxy
+		}
 		if c.UserAgent != "" && !strings.Contains(c.UserAgent, "*") {
 			match[0].UserAgents = []string{c.UserAgent}
 		}
 		name := fmt.Sprintf("%s-%s", o.Prefix, slug(c.User, n))
-		why := fmt.Sprintf("%s (%s): peak %d requests/s at %s", c.User, c.UserAgent, c.PeakPerSecond, c.PeakAt.Format("15:04:05"))
+		why := fmt.Sprintf("%s (%s): peak %d requests/s at %s", who, c.UserAgent, c.PeakPerSecond, c.PeakAt.Format("15:04:05"))
 		if c.Lists > 0 {
 			lm := []v1alpha1.TrafficMatch{match[0]}
 			lm[0].Verbs = []string{"list"}
@@ -149,10 +175,19 @@ func slug(user string, i int) string {
 }
 
 // WritePolicies writes policies as YAML documents, ready for kubectl
-// apply and for `rampart traffic check`, without the empty status and
-// creation time a typed object would carry.
+// apply and for `rampart traffic check`.
 func WritePolicies(w io.Writer, policies []v1alpha1.TrafficPolicy) error {
-	for i, p := range policies {
+	docs := make([]any, len(policies))
+	for i := range policies {
+		docs[i] = policies[i]
+	}
+	return WriteDocuments(w, docs)
+}
+
+// WriteDocuments writes API objects as YAML documents, without the empty
+// status and creation time a typed object would carry.
+func WriteDocuments(w io.Writer, objects []any) error {
+	for i, p := range objects {
 		raw, err := json.Marshal(p)
 		if err != nil {
 			return err
