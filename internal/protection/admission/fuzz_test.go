@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -172,6 +173,8 @@ spec: {minAvailable: 1, rate: {count: 1000000, window: 10m}}`).(*v1alpha1.NodeDi
 	reg(rampartadmission.ProbePath, rampartadmission.Probe{}, nil)
 	reg(nodebudget.Prefix, &nodebudget.Handler{Client: c, Nodes: fuzzNodes{}}, rampartadmission.PolicyFromPath(nodebudget.Prefix))
 	reg(recycle.Prefix, &recycle.Recycle{Reader: c, Bin: fuzzBin{}}, rampartadmission.PolicyFromPath(recycle.Prefix))
+	reg(recycle.ContentsPath, &recycle.Contents{Bin: fuzzBin{}, Namespaces: view, Policies: fuzzPolicies{},
+		Tally: &recyclebin.NamespaceContents{Max: 1 << 20}, Clock: clock.RealClock{}}, nil)
 	return mux
 }
 
@@ -200,6 +203,7 @@ var fuzzPaths = []string{
 	budgets.Path,
 	rampartadmission.ProbePath,
 	recycle.Prefix + "rc",
+	recycle.ContentsPath,
 	nodebudget.Prefix + "nb",
 }
 
