@@ -90,6 +90,11 @@ func MetadataLiveness(c metadata.Interface) Liveness {
 			if nsErr == nil && len(nss.Items) == 0 {
 				return false, false, nil
 			}
+			if nsErr == nil && nss.Items[0].DeletionTimestamp != nil {
+				// Going with its namespace (the namespace controller's
+				// delete): looked at again until the namespace is gone.
+				return true, true, nil
+			}
 		}
 		if err != nil {
 			return false, false, err
