@@ -10,15 +10,18 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/plumbing/installation"
+
 	"github.com/rampart-io/rampart/internal/protection/budget"
 	"github.com/rampart-io/rampart/internal/protection/recyclebin"
 	"github.com/rampart-io/rampart/internal/servers/manager"
 )
 
 func newManagerCommand() *cobra.Command {
-	o := manager.Options{}
+	o := manager.Options{RecycleBinNamespaceMaxBytes: recyclebin.DefaultNamespaceContentsMax}
 	var kubeconfig string
 	var exemptSAs []string
 	var installedBy string
@@ -87,6 +90,8 @@ func newManagerCommand() *cobra.Command {
 		"32-byte key that seals Secrets in the recycle bin (AES-256-GCM); without it, deletes of protected Secrets are refused")
 	f.DurationVar(&o.RecycleBinRetention, "recycle-bin-retention", 30*24*time.Hour,
 		"how long the recycle bin keeps copies of protected objects (RecyclePolicies set their own retention)")
+	f.Var(&byteQuantity{n: &o.RecycleBinNamespaceMaxBytes}, "recycle-bin-namespace-max-size",
+		"what the recycle bin keeps of a protected namespace's contents (rampart.io/protection label or ProtectionPolicy on the namespace) as the namespace controller deletes them, per namespace (each replica counts its own share), such as 64Mi; past it the rest goes without a copy, with a ContentsNotKept Event on the namespace; 0 keeps none (RecyclePolicies still keep what they select)")
 	f.DurationVar(&o.RecycleBinMaintainEvery, "recycle-bin-maintain-every", manager.DefaultMaintainEvery,
 		"how often the leader evicts copies past their retention or size cap and publishes the bin's summary (ConfigMap rampart-recycle-bin, shown by rampart status)")
 	f.DurationVar(&o.RecycleBinNotDeletedAfter, "recycle-bin-not-deleted-after", recyclebin.DefaultNotDeletedAfter,
@@ -127,3 +132,25 @@ func exemptServiceAccounts(s *v1alpha1.Subjects, flag []string) error {
 	}
 	return nil
 }
+
+// byteQuantity is a flag of a size as Kubernetes writes one (64Mi, 1G,
+// 0), as the chart's values and RecyclePolicy's maxSize are written.
+type byteQuantity struct{ n *int64 }
+
+func (q *byteQuantity) String() string {
+	if q.n == nil {
+		return ""
+	}
+	return resource.NewQuantity(*q.n, resource.BinarySI).String()
+}
+
+func (q *byteQuantity) Set(s string) error {
+	v, err := resource.ParseQuantity(s)
+	if err != nil || v.Sign() < 0 {
+		return fmt.Errorf("%q is not a size such as 64Mi or 0", s)
+	}
+	*q.n = v.Value()
+	return nil
+}
+
+func (*byteQuantity) Type() string { return "size" }

@@ -95,12 +95,7 @@ func TestTrashRestoresANamespaceWithItsContents(t *testing.T) {
 	if err := core.Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := core.Namespaces().Get(ctx, ns, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
-		t.Fatal("the namespace was never deleted")
-	}
+	waitNamespaceGone(ctx, t, core, ns, time.Minute)
 
 	run := func(args ...string) (string, error) {
 		out, err := exec.CommandContext(ctx, rampart, append(append([]string{"trash"}, args...), "--dir", filepath.Join(dir, "bin"), "--kubeconfig", env.Kubeconfig)...).CombinedOutput()
@@ -175,22 +170,13 @@ spec:
   namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ` + ns + `}}
   retention: 24h
 `
-	cmd := exec.CommandContext(ctx, env.KubectlPath(), "--kubeconfig", env.Kubeconfig, "apply", "-f", "-")
-	cmd.Stdin = strings.NewReader(policy)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply the RecyclePolicy: %v\n%s", err, out)
-	}
+	kubectlApply(ctx, t, env, policy)
 	core := env.Client.CoreV1()
 	createSettingsNamespace(ctx, t, core, ns, map[string]string{"rampart.io/protection": "Cascading"}, "canary-kept-91c2")
 	if err := core.Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete of an empty Cascading namespace: %v", err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := core.Namespaces().Get(ctx, ns, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
-		t.Fatal("the namespace was never deleted")
-	}
+	waitNamespaceGone(ctx, t, core, ns, 2*time.Minute)
 	dir := filepath.Join(env.Dir, localcluster.RecycleBinDir)
 	keyFile := env.PKIFile(localcluster.RecycleBinKey)
 	list := run("trash", "list", "-A", "--dir", dir, "--key-file", keyFile)
@@ -208,17 +194,7 @@ spec:
 		t.Errorf("rampart status never showed the 4 copies and the policy Ready:\n%s", run("status", "--rampart-namespace", localcluster.ManagerNamespace))
 	}
 	t.Log(run("trash", "restore", "namespace/"+ns, "--with-dependents", "--dir", dir, "--key-file", keyFile))
-	restored, err := core.ConfigMaps(ns).Get(ctx, "settings", metav1.GetOptions{})
-	if err != nil || restored.Data["mode"] != "live" {
-		t.Fatalf("settings after the restore: %+v, %v", restored, err)
-	}
-	derived, err := core.ConfigMaps(ns).Get(ctx, "derived", metav1.GetOptions{})
-	if err != nil || len(derived.OwnerReferences) != 1 || derived.OwnerReferences[0].UID != restored.UID {
-		t.Fatalf("derived after the restore: %+v, %v; want it owned by the restored settings (uid %s)", derived, err, restored.UID)
-	}
-	if secret, err := core.Secrets(ns).Get(ctx, "db", metav1.GetOptions{}); err != nil || string(secret.Data["password"]) != "canary-kept-91c2" {
-		t.Fatalf("the Secret after the restore: %v", err)
-	}
+	restored := settingsRestored(ctx, t, core, ns, "canary-kept-91c2")
 	// Changed since: a dry run shows the diff, --overwrite puts the copy
 	// back over the live object.
 	restored.Data["mode"] = "changed"
@@ -256,4 +232,34 @@ func createSettingsNamespace(ctx context.Context, t *testing.T, core typedcorev1
 		t.Fatal(err)
 	}
 	return settings
+}
+
+// waitNamespaceGone waits until namespace ns is deleted.
+func waitNamespaceGone(ctx context.Context, t *testing.T, core typedcorev1.CoreV1Interface, ns string, within time.Duration) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		_, err := core.Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("namespace %s was never deleted", ns)
+	}
+}
+
+// settingsRestored checks what createSettingsNamespace made is back in ns
+// after a restore: settings with its data, derived owned by the restored
+// settings (its new UID), and Secret db with password. It returns settings.
+func settingsRestored(ctx context.Context, t *testing.T, core typedcorev1.CoreV1Interface, ns, password string) *corev1.ConfigMap {
+	t.Helper()
+	restored, err := core.ConfigMaps(ns).Get(ctx, "settings", metav1.GetOptions{})
+	if err != nil || restored.Data["mode"] != "live" {
+		t.Fatalf("settings after the restore: %+v, %v", restored, err)
+	}
+	derived, err := core.ConfigMaps(ns).Get(ctx, "derived", metav1.GetOptions{})
+	if err != nil || len(derived.OwnerReferences) != 1 || derived.OwnerReferences[0].UID != restored.UID {
+		t.Fatalf("derived after the restore: %+v, %v; want it owned by the restored settings (uid %s)", derived, err, restored.UID)
+	}
+	if secret, err := core.Secrets(ns).Get(ctx, "db", metav1.GetOptions{}); err != nil || string(secret.Data["password"]) != password {
+		t.Fatalf("the Secret after the restore: %v; want its value back", err)
+	}
+	return restored
 }

@@ -144,7 +144,7 @@ spec: {minAvailable: 1, rate: {count: 1000000, window: 10m}}`).(*v1alpha1.NodeDi
 	// Every protection, as the manager serves it (protections.All): a new
 	// one is fuzzed without an edit here.
 	deps := rampartadmission.Deps{Cache: c, Direct: c, InForce: fuzzInForce{}, Policies: fuzzPolicies{},
-		Deletion: view, ScaleTargets: view, Pods: view, Namespaces: view, BudgetIndex: budget.NewIndex(), Nodes: fuzzNodes{}, Bin: fuzzBin{},
+		Deletion: view, ScaleTargets: view, Pods: view, Namespaces: view, BudgetIndex: budget.NewIndex(), Nodes: fuzzNodes{}, Bin: fuzzBin{}, NamespaceContentsMax: 1 << 20,
 		LiveLabels: func(context.Context, schema.GroupVersionResource, string, string) (map[string]string, bool, error) {
 			return map[string]string{v1alpha1.LabelExplicitReplicas: "true"}, true, nil
 		}}
@@ -182,6 +182,7 @@ var fuzzPaths = []string{
 	budgets.Path,
 	rampartadmission.ProbePath,
 	recycle.Prefix + "rc",
+	recycle.ContentsPath,
 	nodebudget.Prefix + "nb",
 }
 

@@ -159,7 +159,7 @@ type Deps struct {
 	Owners       OwnerView
 	// BudgetPartitionThreshold: see Budgets.PartitionThreshold.
 	BudgetPartitionThreshold float64
-	Namespaces               interface{ NamespaceTerminating(string) bool }
+	Namespaces               NamespaceView
 	Scales                   Scales
 	// ReplicasExempt and LiveLabels: see Replicas.
 	ReplicasExempt v1alpha1.Subjects
@@ -167,6 +167,10 @@ type Deps struct {
 	// Bin keeps a copy of each protected object before its delete is
 	// admitted; nil when the recycle bin is off.
 	Bin Capturer
+	// NamespaceContentsMax is what the bin keeps of a protected
+	// namespace's contents as the namespace controller deletes them, per
+	// namespace (0: none).
+	NamespaceContentsMax int64
 	// Kinds are every protection's kinds, and Protections every
 	// protection (Initialize sets them).
 	Kinds       []ObjectKind

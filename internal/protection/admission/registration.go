@@ -72,6 +72,10 @@ type Registration struct {
 	// RecycleBin is on (the manager keeps copies): RecyclePolicies then
 	// get webhooks of their own.
 	RecycleBin bool
+	// NamespaceContents: with RecycleBin, the bin keeps what the
+	// namespace controller deletes in a protected namespace (a cap above
+	// zero).
+	NamespaceContents bool
 	// GeneratedBudgets registers the webhook that admits workloads
 	// annotated rampart.io/generate-pub once their budget exists.
 	GeneratedBudgets bool

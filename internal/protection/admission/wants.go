@@ -100,6 +100,22 @@ type WantsKinds struct{ Kinds []ObjectKind }
 // WantsBin keeps a copy of each object before its delete is admitted.
 type WantsBin struct{ Bin Capturer }
 
+// WantsNamespaceContents keeps what the namespace controller deletes in a
+// protected namespace, up to MaxBytes a namespace, and reads namespaces'
+// labels and whether they are being deleted.
+type WantsNamespaceContents struct {
+	Namespaces NamespaceView
+	MaxBytes   int64
+}
+
+// NamespaceView is a namespace's labels and deletion
+// (clusterview.Namespaces).
+type NamespaceView interface {
+	// NamespaceLabels are a namespace's labels; ok is false if it is unknown.
+	NamespaceLabels(ns string) (map[string]string, bool)
+	NamespaceTerminating(ns string) bool
+}
+
 // WantsProtections knows every protection, initialized (a protection
 // serving what others declare).
 type WantsProtections struct{ Protections []Protection }
@@ -129,8 +145,11 @@ func (w *WantsReplicas) giveReplicas(d Deps) {
 func (w *WantsCompiledPolicies) giveCompiledPolicies(d Deps) {
 	w.CompiledPolicies, w.OnCRDChange = d.CompiledPolicies, d.OnCRDChange
 }
-func (w *WantsKinds) giveKinds(d Deps)             { w.Kinds = d.Kinds }
-func (w *WantsBin) giveBin(d Deps)                 { w.Bin = d.Bin }
+func (w *WantsKinds) giveKinds(d Deps) { w.Kinds = d.Kinds }
+func (w *WantsBin) giveBin(d Deps)     { w.Bin = d.Bin }
+func (w *WantsNamespaceContents) giveNamespaceContents(d Deps) {
+	w.Namespaces, w.MaxBytes = d.Namespaces, d.NamespaceContentsMax
+}
 func (w *WantsScaleKeys) giveScaleKeys(d Deps)     { w.ScaleKeys = d.ScaleKeys }
 func (w *WantsProtections) giveProtections(d Deps) { w.Protections = d.Protections }
 func (w *WantsInstalledBy) giveInstalledBy(d Deps) { w.InstalledBy = d.InstalledBy }
@@ -152,6 +171,9 @@ var initializers = []func(Protection, Deps){
 	func(p Protection, d Deps) { call(p, func(w interface{ giveBudgets(Deps) }) { w.giveBudgets(d) }) },
 	func(p Protection, d Deps) { call(p, func(w interface{ giveReplicas(Deps) }) { w.giveReplicas(d) }) },
 	func(p Protection, d Deps) { call(p, func(w interface{ giveBin(Deps) }) { w.giveBin(d) }) },
+	func(p Protection, d Deps) {
+		call(p, func(w interface{ giveNamespaceContents(Deps) }) { w.giveNamespaceContents(d) })
+	},
 	func(p Protection, d Deps) { call(p, func(w interface{ giveKinds(Deps) }) { w.giveKinds(d) }) },
 	func(p Protection, d Deps) {
 		call(p, func(w interface{ giveCompiledPolicies(Deps) }) { w.giveCompiledPolicies(d) })

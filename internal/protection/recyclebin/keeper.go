@@ -90,6 +90,11 @@ func MetadataLiveness(c metadata.Interface) Liveness {
 			if nsErr == nil && len(nss.Items) == 0 {
 				return false, false, nil
 			}
+			if nsErr == nil && nss.Items[0].DeletionTimestamp != nil {
+				// Going with its namespace (the namespace controller's
+				// delete): looked at again until the namespace is gone.
+				return true, true, nil
+			}
 		}
 		if err != nil {
 			return false, false, err
@@ -207,7 +212,7 @@ func (k *Keeper) capture(ctx context.Context, e Entry) (string, error) {
 	captureSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		captureFailures.WithLabelValues(resource).Inc()
-		k.Log.Warn("recycle bin: storing a copy before a delete failed; the delete is refused", "object", e.Described(), "err", err)
+		k.Log.Warn("recycle bin: storing a copy before a delete failed; the delete is refused, unless it empties a protected namespace (those copies fail open)", "object", e.Described(), "err", err)
 		return "", fmt.Errorf("%w: %w", ErrStore, err)
 	}
 	captures.WithLabelValues(resource).Inc()

@@ -31,6 +31,10 @@ var (
 		Name: "rampart_recyclebin_bytes",
 		Help: "Bytes the recycle bin's copies take in its store, as of the leader's last pass.",
 	})
+	contentsNotKept = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rampart_recyclebin_namespace_contents_not_kept_total",
+		Help: "Objects of a protected namespace being deleted that went without a copy, by reason: cap (the namespace's contents reached --recycle-bin-namespace-max-size) or store (the store failed or was slow).",
+	}, []string{"reason"})
 	settled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rampart_recyclebin_settled_total",
 		Help: "Captures settled, by what became of the object: Deleted, or NotDeleted (the delete was refused or failed after the capture).",
@@ -39,5 +43,5 @@ var (
 
 // Collectors are the metrics to register.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{captures, captureSeconds, captureFailures, settled, evictions, storedEntries, storedBytes, deletedOutside, watched}
+	return []prometheus.Collector{captures, captureSeconds, captureFailures, settled, evictions, storedEntries, storedBytes, deletedOutside, watched, contentsNotKept}
 }

@@ -152,6 +152,10 @@ type Options struct {
 	// RecycleBinRetention is how long copies of protected objects (and of
 	// RecyclePolicies since deleted) are kept.
 	RecycleBinRetention time.Duration
+	// RecycleBinNamespaceMaxBytes is what the recycle bin keeps of a
+	// protected namespace's contents as the namespace controller deletes
+	// them, per namespace and replica; 0 keeps none.
+	RecycleBinNamespaceMaxBytes int64
 	// RecycleBinMaintainEvery is how often the leader evicts what
 	// retention and size caps no longer keep and publishes the summary.
 	RecycleBinMaintainEvery time.Duration
@@ -343,7 +347,7 @@ func (w wired) protections(ctx context.Context) (*registrar.Registrar, error) {
 		Client: direct, Reader: mgr.GetCache(), Protections: protections,
 		Barrier: rampartadmission.Barrier{Servers: servers, Namespace: o.Namespace},
 		Base: rampartadmission.Registration{Endpoint: o.endpoint(), CABundle: w.caBundle, OwnNamespace: o.Namespace, GeneratedBudgets: true,
-			RecycleBin: w.bin != nil},
+			RecycleBin: w.bin != nil, NamespaceContents: w.bin != nil && o.RecycleBinNamespaceMaxBytes > 0},
 		Log: o.Log.WithName("registration"),
 	})
 	// The compiled policies are kept from the same caches; the policies'
@@ -357,7 +361,7 @@ func (w wired) protections(ctx context.Context) (*registrar.Registrar, error) {
 		Policies: policies, Deletion: views.Deletion, ScaleTargets: views.ScaleTargets, Pods: views.Budgets,
 		BudgetIndex: views.Budgets.Index(), Nodes: views.Budgets, Owners: views.Budgets, BudgetPartitionThreshold: o.BudgetPartitionThreshold,
 		Namespaces: views.Namespaces, ReplicasExempt: o.ReplicasExempt,
-		Bin: w.bin.capturer(), ScaleKeys: views.ScaleTargets, BudgetsSynced: views.Budgets.HasSynced, InstalledBy: o.InstalledBy,
+		Bin: w.bin.capturer(), NamespaceContentsMax: o.RecycleBinNamespaceMaxBytes, ScaleKeys: views.ScaleTargets, BudgetsSynced: views.Budgets.HasSynced, InstalledBy: o.InstalledBy,
 		CompiledPolicies: keeper, OnCRDChange: views.OnCRDChange,
 	})
 	if err != nil {

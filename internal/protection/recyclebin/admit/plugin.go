@@ -2,16 +2,20 @@ package admit
 
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	"github.com/rampart-io/rampart/internal/protection/recyclebin"
 )
 
 // Plugin is the recycle bin's own scope: a webhook per
 // RecyclePolicy that keeps a copy of each object the policy selects
-// before its delete is admitted. Protected objects need none: the
-// deletion webhooks keep them (admission.Deletion.Bin).
+// before its delete is admitted, and the webhooks that keep what the
+// namespace controller deletes in a protected namespace (contents.go).
+// Protected objects need neither: the deletion webhooks keep them
+// (admission.Deletion.Bin).
 type Plugin struct {
 	rampartadmission.WantsCache
 	rampartadmission.WantsDirect
@@ -19,6 +23,8 @@ type Plugin struct {
 	rampartadmission.WantsRecorder
 	rampartadmission.WantsMapper
 	rampartadmission.WantsInstalledBy
+	rampartadmission.WantsPolicies
+	rampartadmission.WantsNamespaceContents
 }
 
 // Kind is the kind whose objects are RecyclePolicies.
@@ -34,8 +40,12 @@ func (*Plugin) Objects() rampartadmission.ObjectKind {
 }
 
 func (p *Plugin) Routes() []rampartadmission.Route {
-	return []rampartadmission.Route{{Path: Prefix, Handler: &Recycle{Reader: p.Cache, Live: p.Direct, Bin: p.Bin, Recorder: p.Recorder, Mapper: p.Mapper},
-		WithContext: rampartadmission.PolicyFromPath(Prefix)}}
+	return []rampartadmission.Route{
+		{Path: Prefix, Handler: &Recycle{Reader: p.Cache, Live: p.Direct, Bin: p.Bin, Recorder: p.Recorder, Mapper: p.Mapper},
+			WithContext: rampartadmission.PolicyFromPath(Prefix)},
+		{Path: ContentsPath, Handler: &Contents{Bin: p.Bin, Namespaces: p.Namespaces, Policies: p.Policies,
+			Tally: &recyclebin.NamespaceContents{Max: p.MaxBytes}, Recorder: p.Recorder, Clock: clock.RealClock{}}},
+	}
 }
 
 func (*Plugin) Webhooks(reg rampartadmission.Registration, b rampartadmission.Builder) []rampartadmission.Webhook {
@@ -44,6 +54,9 @@ func (*Plugin) Webhooks(reg rampartadmission.Registration, b rampartadmission.Bu
 		return nil
 	}
 	var out []rampartadmission.Webhook
+	if reg.NamespaceContents {
+		out = contentsWebhooks(reg, b)
+	}
 	for _, p := range rampartadmission.ObjectsOf[*v1alpha1.RecyclePolicy](reg, Kind) {
 		var rules []admissionregistrationv1.RuleWithOperations
 		for _, r := range p.Spec.Resources {
