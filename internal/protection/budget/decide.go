@@ -124,7 +124,15 @@ func setPending(st *v1alpha1.PodUnavailableBudgetStatus, pending map[string]meta
 
 // evictionInFlight says whether an eviction of this very pod (by UID when
 // both are known) is recorded and not yet seen done.
+//
+// Only a delete is refused so: the same eviction asked again is the way
+// kubectl drain retries one that Rampart admitted and a
+// PodDisruptionBudget then refused (seen: a drain held 30 s, the
+// disruption timeout, when this refused it), and is free (samePodDisrupted).
 func evictionInFlight(st v1alpha1.PodUnavailableBudgetStatus, r Request) bool {
+	if r.Op == v1alpha1.DisruptEvict {
+		return false
+	}
 	if _, disrupted := st.Disruptions[r.Pod]; !disrupted || st.DisruptionOps[r.Pod] != v1alpha1.DisruptEvict {
 		return false
 	}
@@ -133,7 +141,9 @@ func evictionInFlight(st v1alpha1.PodUnavailableBudgetStatus, r Request) bool {
 }
 
 // samePodDisrupted says whether the request's pod, this very pod, has a
-// disruption in progress. Not a new pod that took the name (a
+// disruption in progress (for an eviction: an eviction of it, asked
+// again, as kubectl drain retries one a PodDisruptionBudget refused after
+// Rampart admitted it). Not a new pod that took the name (a
 // StatefulSet's): its UID differs, or, for a disruption recorded without
 // one, it was created after it (or in the same second). Not for an
 // eviction either: it names no pod, only a name, and is carried out after
@@ -141,7 +151,7 @@ func evictionInFlight(st v1alpha1.PodUnavailableBudgetStatus, r Request) bool {
 // the very object it removes.
 func samePodDisrupted(st v1alpha1.PodUnavailableBudgetStatus, r Request) bool {
 	at, disrupted := st.Disruptions[r.Pod]
-	if !disrupted || r.Op == v1alpha1.DisruptEvict {
+	if !disrupted || (r.Op == v1alpha1.DisruptEvict && st.DisruptionOps[r.Pod] != v1alpha1.DisruptEvict) {
 		return false
 	}
 	if uid, ok := st.DisruptionUIDs[r.Pod]; ok && uid != "" {
