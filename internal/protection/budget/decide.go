@@ -234,8 +234,10 @@ func (n NodeCount) Partitioned(threshold float64) bool {
 
 // Decide decides one disruption against one budget's status (the latest
 // written). consume is set when the disruption must be recorded in the
-// budget's status (pod added to disruptions, one fewer allowed) before it
-// is admitted. A pod already unavailable costs nothing, as the budget's
+// budget's status before it is admitted: with Consume (pod added to
+// disruptions, one fewer allowed), or with Record when Free says it costs
+// nothing (an eviction of a pod already unavailable, recorded and not
+// paid for). A pod already unavailable costs nothing, as the budget's
 // unhealthyPodPolicy says (see Free), unless the budget's nodes look
 // partitioned (threshold, see NodeCount.Partitioned). A denial answers 429,
 // as the Eviction API does for a PodDisruptionBudget: kubectl drain and
@@ -353,8 +355,20 @@ func deny(message string) verdict.Verdict {
 	return verdict.Verdict{Reason: Rule, Message: message, Refusal: verdict.Throttled}
 }
 
-// Consume records an admitted disruption in a budget's status.
+// Consume records an admitted disruption in a budget's status, at its
+// cost: one fewer allowed.
 func Consume(b *v1alpha1.PodUnavailableBudget, r Request, now time.Time) {
+	Record(b, r, now)
+	b.Status.UnavailableAllowed = max(b.Status.UnavailableAllowed-1, 0)
+	if Grouped(b.Spec) {
+		consumeGroup(b, r)
+	}
+}
+
+// Record records an admitted disruption that costs the budget nothing (an
+// eviction of a pod already unavailable, see Decide): pending until its
+// pod is seen going, allowing no fewer.
+func Record(b *v1alpha1.PodUnavailableBudget, r Request, now time.Time) {
 	st := &b.Status
 	if st.Disruptions == nil {
 		st.Disruptions = map[string]metav1.Time{}
@@ -371,10 +385,6 @@ func Consume(b *v1alpha1.PodUnavailableBudget, r Request, now time.Time) {
 			st.DisruptionOps = map[string]v1alpha1.DisruptionOperation{}
 		}
 		st.DisruptionOps[r.Pod] = r.Op
-	}
-	st.UnavailableAllowed = max(st.UnavailableAllowed-1, 0)
-	if Grouped(b.Spec) {
-		consumeGroup(b, r)
 	}
 }
 

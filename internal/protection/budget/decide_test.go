@@ -411,3 +411,28 @@ func TestNothingDisruptsAPodWhoseEvictionIsInFlight(t *testing.T) {
 		t.Fatalf("a new pod of the name: %+v", v)
 	}
 }
+
+// An eviction of a pod already unavailable is recorded, so that it is not
+// counted available if it turns Ready before the eviction lands, but costs
+// the budget nothing.
+func TestFreeEvictionIsRecordedNotPaid(t *testing.T) {
+	now := time.Now()
+	b := &v1alpha1.PodUnavailableBudget{Spec: maxUnavailable(1)}
+	b.Status = v1alpha1.PodUnavailableBudgetStatus{TotalReplicas: 3, CurrentAvailable: 2, DesiredAvailable: 2, UnavailableAllowed: 1}
+	r := Request{Namespace: "ns", Pod: "web-2", Op: v1alpha1.DisruptEvict, Verb: "evict", Unavailable: "it is not Ready", UID: "u2"}
+	v, consume := Decide(b, r, 0)
+	if !v.Allowed || !consume {
+		t.Fatalf("eviction of a pod not Ready: allowed %v, recorded %v", v.Allowed, consume)
+	}
+	if free, _ := Free(b, r, 0); !free {
+		t.Fatal("eviction of a pod not Ready is not free")
+	}
+	Record(b, r, now)
+	if b.Status.UnavailableAllowed != 1 || b.Status.DisruptionOps["web-2"] != v1alpha1.DisruptEvict || b.Status.DisruptionUIDs["web-2"] != "u2" {
+		t.Fatalf("after recording the free eviction: %+v", b.Status)
+	}
+	// An available pod still gets the one disruption allowed.
+	if v, consume := Decide(b, Request{Namespace: "ns", Pod: "web-0", Op: v1alpha1.DisruptEvict, Verb: "evict", UID: "u0"}, 0); !v.Allowed || !consume {
+		t.Fatalf("eviction of an available pod after a free one: %+v", v)
+	}
+}
