@@ -386,6 +386,13 @@ func Record(b *v1alpha1.PodUnavailableBudget, r Request, now time.Time) {
 		}
 		st.DisruptionOps[r.Pod] = r.Op
 	}
+	if Grouped(b.Spec) {
+		// The group it is counted in until seen going (computeGroups).
+		if st.DisruptionGroups == nil {
+			st.DisruptionGroups = map[string]string{}
+		}
+		st.DisruptionGroups[r.Pod] = r.Group
+	}
 }
 
 func past(verb string) string {

@@ -311,14 +311,11 @@ func decideGroup(b *v1alpha1.PodUnavailableBudget, r Request, held string) (v ve
 	return verdict.Allow, true
 }
 
-// consumeGroup records an admitted disruption in a grouped budget's
-// status: its group becomes (or stays) a listed, disrupted group.
+// consumeGroup counts an admitted disruption (recorded by Record) in a
+// grouped budget's status: its group becomes (or stays) a listed,
+// disrupted group.
 func consumeGroup(b *v1alpha1.PodUnavailableBudget, r Request) {
 	st := &b.Status
-	if st.DisruptionGroups == nil {
-		st.DisruptionGroups = map[string]string{}
-	}
-	st.DisruptionGroups[r.Pod] = r.Group
 	g := listedGroup(st, r.Group)
 	if g == nil {
 		w, _ := wholeGroup(b.Spec, r.Group, r.GroupPods)

@@ -285,3 +285,27 @@ func TestGroupsByTheNodesZone(t *testing.T) {
 		t.Fatalf("group %q", g)
 	}
 }
+
+// A free eviction in a grouped budget is recorded in its pod's group, so
+// that the recompute counts it there and in no made-up group.
+func TestFreeEvictionInAGroupIsRecordedInItsGroup(t *testing.T) {
+	now := time.Now()
+	b := &v1alpha1.PodUnavailableBudget{Spec: maxUnavailable(1)}
+	b.Spec.GroupBy = &v1alpha1.PodGroupBy{LabelKey: "shard"}
+	r := Request{Namespace: "ns", Pod: "s0-1", Op: v1alpha1.DisruptEvict, Verb: "evict", Unavailable: "it is not Ready", Group: "s0", UID: "u"}
+	Record(b, r, now)
+	if b.Status.DisruptionGroups["s0-1"] != "s0" || b.Status.UnavailableAllowed != 0 || b.Status.DisruptedGroups != 0 {
+		t.Fatalf("after recording a free eviction: %+v", b.Status)
+	}
+	pods := []Pod{
+		{Name: "s0-0", Ready: true, Labels: map[string]string{"shard": "s0"}, Node: "n"},
+		{Name: "s0-1", Ready: false, Labels: map[string]string{"shard": "s0"}, Node: "n"},
+	}
+	st, err := ComputeGrouped(b, pods, map[string]int32{"s0": 2}, now, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Groups != 1 || len(st.GroupStatus) != 1 || st.GroupStatus[0].Name != "s0" {
+		t.Fatalf("groups after the recompute: %+v", st)
+	}
+}
