@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/operations/localcluster"
 	pub "github.com/rampart-io/rampart/internal/protection/budget/admit"
 )
@@ -35,13 +36,14 @@ const deadNodeToleration = 5
 // tolerate an unreachable node for 5 s. The node lifecycle controller
 // marks it Unknown after its grace period and taints it; the taint
 // eviction controller deletes the pod; the ReplicaSet replaces it on a
-// spare node. Protected, a PodUnavailableBudget (maxUnavailable 1) covers
-// the pods: a pod already unavailable on a dead node should cost it
-// nothing.
+// spare node. Protected, a PodUnavailableBudget (maxUnavailable 1) and a
+// gang budget per node (groupBy kubernetes.io/hostname, read from the
+// pods' nodes, at most one node's pods disrupted at once) cover the pods:
+// a pod already unavailable on a dead node should cost either nothing.
 var nodeDies = Operation{
 	Name: "node-dies",
 	What: "a node stops its heartbeat under a 3-replica Deployment whose pods tolerate an unreachable node for 5 s; " +
-		"until its pod is deleted and a replacement Ready (protected: a PodUnavailableBudget, maxUnavailable 1)",
+		"until its pod is deleted and a replacement Ready (protected: a PodUnavailableBudget, maxUnavailable 1, and a gang budget per node)",
 	Beside: true,
 	Run: func(ctx context.Context, t Target) (Timing, error) {
 		var tm Timing
@@ -100,13 +102,26 @@ spec:
   maxUnavailable: 1`); err != nil {
 				return tm, err
 			}
+			if err := t.budget(ctx, ns, `
+apiVersion: rampart.io/v1alpha1
+kind: PodUnavailableBudget
+metadata: {name: web-per-node}
+spec:
+  selector: {matchLabels: {app: web}}
+  groupBy: {labelKey: kubernetes.io/hostname}
+  gang: true
+  maxGroupsDisrupted: 1`); err != nil {
+				return tm, err
+			}
 		}
 		if err := t.createApp(ctx, ns, d, 0); err != nil {
 			return tm, err
 		}
 		if t.Protected {
-			if err := t.waitBudget(ctx, ns, "web", 1); err != nil {
-				return tm, err
+			for _, b := range []string{"web", "web-per-node"} {
+				if err := t.waitBudget(ctx, ns, b, 1); err != nil {
+					return tm, err
+				}
 			}
 		}
 		onDoomed, err := t.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + doomed})
@@ -240,13 +255,15 @@ const kubectlDrainRetry = 5 * time.Second
 // kubectl drain does it: cordoned, every pod evicted at once, an eviction
 // refused with 429 asked again 5 s later, until every pod is gone. The
 // application ships a PodDisruptionBudget (maxUnavailable 1) on both
-// sides; the protected side also asks for a generated budget. A budget's
+// sides; the protected side also asks for a generated budget per node
+// (rampart.io/generate-pub-group-by: kubernetes.io/hostname, the
+// rollout's 25% of each node's pods). A budget's
 // 429 to an eviction is what drain waits on, like the PDB's, and is not
 // counted as a refusal: the time says whether it held the drain back.
 var drainNode = Operation{
 	Name: "drain",
 	What: "kubectl drain (cordon, evict, retry a 429 after 5 s) of a node holding a third of a 12-replica Deployment " +
-		"under a PodDisruptionBudget, maxUnavailable 1 (protected: also rampart.io/generate-pub)",
+		"under a PodDisruptionBudget, maxUnavailable 1 (protected: also rampart.io/generate-pub per node)",
 	Run: func(ctx context.Context, t Target) (Timing, error) {
 		var tm Timing
 		ns := t.Prefix + "-drain"
@@ -278,7 +295,14 @@ var drainNode = Operation{
 		if _, err := t.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
 			return tm, err
 		}
-		if err := t.createApp(ctx, ns, d, t.generatedBudget(d)); err != nil {
+		allows := t.generatedBudget(d)
+		if t.Protected {
+			// Per node: each node's pods allow the rollout's 25% (at least
+			// one), and no cap on the nodes at once.
+			d.Annotations[v1alpha1.AnnotationGeneratePUBGroupBy] = corev1.LabelHostname
+			allows = int64(len(nodes))
+		}
+		if err := t.createApp(ctx, ns, d, allows); err != nil {
 			return tm, err
 		}
 		if err := poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
