@@ -1,9 +1,11 @@
 package clusterview
 
 import (
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,7 +44,7 @@ type Budgets struct {
 func newBudgets(c *Informers) *Budgets {
 	b := &Budgets{informers: c, index: budget.NewIndex()}
 	c.handle(pods, b.budgetPodsHandler())
-	for _, gr := range workloadResources {
+	for _, gr := range append(slices.Clone(workloadResources), jobs) {
 		c.handle(gr, b.workloadReplicasHandler())
 	}
 	return b
@@ -91,7 +93,8 @@ func (v *Budgets) budgetPodsHandler() cache.ResourceEventHandler {
 }
 
 // workloadReplicasHandler recomputes the budgets of a namespace when a
-// workload there changes its replicas: their totals follow.
+// workload there changes its replicas (a Job, the pods it runs at once):
+// their totals follow.
 func (v *Budgets) workloadReplicasHandler() cache.ResourceEventHandler {
 	changed := func(obj any) {
 		m, err := meta.Accessor(obj)
@@ -105,8 +108,8 @@ func (v *Budgets) workloadReplicasHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: changed,
 		UpdateFunc: func(old, obj any) {
-			a, _ := scaledWorkloadReplicas(old)
-			b, _ := scaledWorkloadReplicas(obj)
+			a, _ := budgetTotal(old)
+			b, _ := budgetTotal(obj)
 			if a != b {
 				changed(obj)
 			}
@@ -122,7 +125,8 @@ func (v *Budgets) workloadReplicasHandler() cache.ResourceEventHandler {
 
 // ControllerReplicas follows a pod's controller ("Kind/name", see
 // BudgetPod) up through a ReplicaSet to its Deployment and returns the top
-// workload ("Kind/name") and its desired replicas; ok is false when the
+// workload ("Kind/name") and its desired replicas (a Job's: the pods it
+// runs at once, see jobPods); ok is false when the
 // workload is not cached.
 func (v *Budgets) ControllerReplicas(ns, controller string) (top string, replicas int32, ok bool) {
 	kind, name, _ := strings.Cut(controller, "/")
@@ -158,6 +162,12 @@ func (v *Budgets) ControllerReplicas(ns, controller string) (top string, replica
 	case "ReplicationController":
 		if obj, found := get(v.informers.informer(replicationControllers)); found {
 			return controller, orOne(obj.(*corev1.ReplicationController).Spec.Replicas), true
+		}
+	case "Job":
+		// A gang of a Job's workers is sized by the Job, so that a worker
+		// deleted and not yet replaced is still missed.
+		if obj, found := get(v.informers.informer(jobs)); found {
+			return controller, jobPods(obj.(*batchv1.Job)), true
 		}
 	default:
 		// A custom workload with a scale subresource.

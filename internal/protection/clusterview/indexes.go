@@ -4,8 +4,10 @@ import (
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/cache"
@@ -52,6 +54,10 @@ func slim(obj any) (any, error) {
 	case *corev1.ReplicationController:
 		o.Spec = corev1.ReplicationControllerSpec{Replicas: o.Spec.Replicas}
 		o.Status = corev1.ReplicationControllerStatus{}
+	case *batchv1.Job:
+		// Budgets size a Job's pods by how many it runs at once.
+		o.Spec = batchv1.JobSpec{Parallelism: o.Spec.Parallelism, Completions: o.Spec.Completions}
+		o.Status = batchv1.JobStatus{Succeeded: o.Status.Succeeded}
 	case *appsv1.DaemonSet:
 		o.Spec, o.Status = appsv1.DaemonSetSpec{}, appsv1.DaemonSetStatus{}
 	case *appsv1.ControllerRevision:
@@ -127,6 +133,27 @@ func scaledWorkloadReplicas(obj any) (int32, bool) {
 		return 1, true
 	}
 	return *r, true
+}
+
+// jobPods is how many pods a Job runs at once while it runs: its
+// parallelism (1 when unset), no more than the completions it still needs.
+// What a budget over a Job's pods counts them against, as replicas are for
+// other workloads.
+func jobPods(j *batchv1.Job) int32 {
+	n := ptr.Deref(j.Spec.Parallelism, 1)
+	if c := j.Spec.Completions; c != nil {
+		n = min(n, max(*c-j.Status.Succeeded, 0))
+	}
+	return n
+}
+
+// budgetTotal is the pods a workload (or Job) wants, for a budget's
+// total.
+func budgetTotal(obj any) (int32, bool) {
+	if j, ok := obj.(*batchv1.Job); ok {
+		return jobPods(j), true
+	}
+	return scaledWorkloadReplicas(obj)
 }
 
 // ownerUIDs indexes an object by the UIDs of its owners, unless it is

@@ -77,10 +77,10 @@ var typed = []schema.GroupVersionResource{
 	pods.WithVersion("v1"), claims.WithVersion("v1"), configMaps.WithVersion("v1"), services.WithVersion("v1"),
 	replicationControllers.WithVersion("v1"), deployments.WithVersion("v1"), statefulSets.WithVersion("v1"),
 	replicaSets.WithVersion("v1"), daemonSets.WithVersion("v1"), controllerRevisions.WithVersion("v1"),
-	nodes.WithVersion("v1"),
+	nodes.WithVersion("v1"), jobs.WithVersion("v1"),
 }
 
-var metadataOnly = []schema.GroupVersionResource{jobs.WithVersion("v1"), namespaces.WithVersion("v1")}
+var metadataOnly = []schema.GroupVersionResource{namespaces.WithVersion("v1")}
 
 // Informers are the informers every view reads, keyed by resource: the
 // built-in ones from one shared factory, and those started as custom
@@ -189,8 +189,10 @@ func newInformers(cs kubernetes.Interface, md metadata.Interface, dyn dynamic.In
 		c.fixed[gvr.GroupResource()] = inf
 	}
 	// ReplicaSets and Jobs are looked up by owner to reach their pods.
-	if err := c.fixed[replicaSets].AddIndexers(cache.Indexers{byOwner: ownerUIDs}); err != nil {
-		return nil, err
+	for _, gr := range []schema.GroupResource{replicaSets, jobs} {
+		if err := c.fixed[gr].AddIndexers(cache.Indexers{byOwner: ownerUIDs}); err != nil {
+			return nil, err
+		}
 	}
 	c.crds = c.crdInfs.Apiextensions().V1().CustomResourceDefinitions().Informer()
 	c.handle(pods, c.podUse.handler())

@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsfake "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/fake"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,6 +58,8 @@ func add(t testing.TB, v *Views, objs ...any) {
 			gr = deployments
 		case *appsv1.ReplicaSet:
 			gr = replicaSets
+		case *batchv1.Job:
+			gr = jobs
 		case *corev1.ConfigMap:
 			gr = configMaps
 		default:

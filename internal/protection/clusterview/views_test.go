@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -72,6 +73,15 @@ func TestBudgetsControllerReplicas(t *testing.T) {
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "uid", Controller: ptr.To(true)}}},
 			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](5)}},
 		&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "bare"}, Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](2)}},
+		// A training job of 8 workers; an indexed job with 2 of its 5
+		// completions left; a job with no parallelism set; one done.
+		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "train"},
+			Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](8), Completions: ptr.To[int32](8)}},
+		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "indexed"},
+			Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](4), Completions: ptr.To[int32](5)}, Status: batchv1.JobStatus{Succeeded: 3}},
+		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "one"}},
+		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "done"},
+			Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](2), Completions: ptr.To[int32](2)}, Status: batchv1.JobStatus{Succeeded: 2}},
 	)
 	for _, tt := range []struct {
 		controller string
@@ -83,6 +93,11 @@ func TestBudgetsControllerReplicas(t *testing.T) {
 		{"ReplicaSet/bare", "ReplicaSet/bare", 2, true},
 		{"Deployment/default", "Deployment/default", 1, true},
 		{"StatefulSet/db", "StatefulSet/db", 0, false},
+		{"Job/train", "Job/train", 8, true},
+		{"Job/indexed", "Job/indexed", 2, true},
+		{"Job/one", "Job/one", 1, true},
+		{"Job/done", "Job/done", 0, true},
+		{"Job/unseen", "Job/unseen", 0, false},
 		{"Widget/w", "Widget/w", 0, false},
 	} {
 		top, n, ok := v.Budgets.ControllerReplicas("shop", tt.controller)
