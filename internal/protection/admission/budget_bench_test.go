@@ -3,7 +3,10 @@ package admission_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/metadata"
 
 	"github.com/rampart-io/rampart/internal/operations/localcluster"
 	"github.com/rampart-io/rampart/internal/operations/localcluster/clustertest"
@@ -25,12 +29,27 @@ import (
 // measures the same decision. Run:
 //
 //	go test -run '^$' -bench EvictionWithManyBudgets -benchtime 300x ./internal/protection/admission/
+//
+// RAMPART_BENCH_BUDGETS picks the cases, e.g. "rampart=10,rampart=50000".
 func BenchmarkEvictionWithManyBudgets(b *testing.B) {
-	env := clustertest.Start(b, localcluster.Options{Nodes: 1})
-	for _, c := range []struct {
+	type benchCase struct {
 		kind string
 		n    int
-	}{{"rampart", 10}, {"rampart", 10000}, {"native", 10}, {"native", 8000}} {
+	}
+	cases := []benchCase{{"rampart", 10}, {"rampart", 10000}, {"native", 10}, {"native", 8000}}
+	if v := os.Getenv("RAMPART_BENCH_BUDGETS"); v != "" {
+		cases = nil
+		for _, c := range strings.Split(v, ",") {
+			kind, n, _ := strings.Cut(c, "=")
+			count, err := strconv.Atoi(n)
+			if (kind != "rampart" && kind != "native") || err != nil || count < 1 {
+				b.Fatalf("RAMPART_BENCH_BUDGETS: %q is not rampart=N or native=N", c)
+			}
+			cases = append(cases, benchCase{kind, count})
+		}
+	}
+	env := clustertest.Start(b, localcluster.Options{Nodes: 1})
+	for _, c := range cases {
 		b.Run(fmt.Sprintf("%s-budgets=%d", c.kind, c.n), func(b *testing.B) {
 			ctx := context.Background()
 			ns := env.Namespace(b)
@@ -84,6 +103,21 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 			}
 			b.StopTimer()
 			reportPercentiles(b, lat)
+			if c.kind == "rampart" {
+				// What the budget webhook reads live on each disruption (see
+				// Budgets.covering): the namespace's budgets, metadata only.
+				md := metadata.NewForConfigOrDie(env.Config)
+				var list []time.Duration
+				for range 20 {
+					start := time.Now()
+					if _, err := md.Resource(budgetsGVR).Namespace(ns).List(ctx, metav1.ListOptions{}); err != nil {
+						b.Fatal(err)
+					}
+					list = append(list, time.Since(start))
+				}
+				slices.Sort(list)
+				b.ReportMetric(float64(list[len(list)/2].Microseconds()), "metadata-list-p50-us")
+			}
 			// Leave the API server as it was for the next case.
 			_ = env.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 		})
