@@ -100,7 +100,13 @@ func (h *GeneratedBudgets) Handle(ctx context.Context, req admission.Request) ad
 		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading PodUnavailableBudget %s/%s: %w", req.Namespace, name, err))
 	}
 	pub := GeneratedBudget(req.Namespace, kind, name, spec)
-	if meta.UID != "" {
+	// Owned only by a workload already stored. A workload being created
+	// has its UID here (validating admission runs after the API server
+	// assigns it) but is not stored yet: the garbage collector, seeing
+	// the budget's owner missing, would delete the budget at once (seen:
+	// 7 ms after its creation). The controller adopts it once the
+	// workload is stored (generatedbudgets.adoptable).
+	if meta.UID != "" && req.Operation == admissionv1.Update {
 		pub.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: name, UID: meta.UID,
 			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(false)}}
 	}

@@ -50,4 +50,22 @@ func TestGeneratedBudgetIsCreatedBeforeAdmission(t *testing.T) {
 	if pub.Spec.MaxUnavailable.String() != "2" || pub.Spec.TargetRef.Name != "web" || metav1.GetControllerOf(pub).UID != "u1" {
 		t.Fatalf("generated budget %+v", pub)
 	}
+	// At a workload's creation it has a UID but is not stored yet: a
+	// budget owned by it would be deleted by the garbage collector at
+	// once. Created without an owner; the controller adopts it.
+	if err := c.Delete(context.Background(), pub); err != nil {
+		t.Fatal(err)
+	}
+	create := review(map[string]string{v1alpha1.AnnotationGeneratePUB: "true"})
+	create.Operation = admissionv1.Create
+	if r := h.Handle(context.Background(), create); !r.Allowed {
+		t.Fatalf("create denied: %v", r.Result)
+	}
+	pub = &v1alpha1.PodUnavailableBudget{}
+	if err := c.Get(context.Background(), key, pub); err != nil {
+		t.Fatalf("no budget created before the workload's creation was admitted: %v", err)
+	}
+	if ref := metav1.GetControllerOf(pub); ref != nil || pub.Annotations[AnnotationGeneratedFor] != "Deployment/web" {
+		t.Fatalf("budget generated at the workload's creation: owner %+v, annotations %v", ref, pub.Annotations)
+	}
 }

@@ -250,6 +250,18 @@ func TestGeneratedBudgetPerZone(t *testing.T) {
 	}
 	waitReadyPods(t, env, ns, "app=web", 4)
 	waitWhole(t, env, ns, "web", 4)
+	// Adopted by its workload once stored (the garbage collector deletes
+	// it with the Deployment); not deleted meanwhile as an orphan.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		u, err := env.Dynamic.Resource(pubs).Namespace(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		refs := u.GetOwnerReferences()
+		return len(refs) == 1 && refs[0].Kind == "Deployment" && refs[0].Name == "web", nil
+	}); err != nil {
+		t.Fatalf("the generated budget was not adopted by its Deployment: %v", err)
+	}
 	pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 	if err != nil {
 		t.Fatal(err)
