@@ -234,10 +234,9 @@ func (n NodeCount) Partitioned(threshold float64) bool {
 
 // Decide decides one disruption against one budget's status (the latest
 // written). consume is set when the disruption must be recorded in the
-// budget's status before it is admitted: with Consume (pod added to
-// disruptions, one fewer allowed), or with Record when Free says it costs
-// nothing (an eviction of a pod already unavailable, recorded and not
-// paid for). A pod already unavailable costs nothing, as the budget's
+// budget's status before it is admitted (Consume: pod added to
+// disruptions, one fewer allowed). A pod already unavailable costs
+// nothing, as the budget's
 // unhealthyPodPolicy says (see Free), unless the budget's nodes look
 // partitioned (threshold, see NodeCount.Partitioned). A denial answers 429,
 // as the Eviction API does for a PodDisruptionBudget: kubectl drain and
@@ -270,7 +269,11 @@ func Decide(b *v1alpha1.PodUnavailableBudget, r Request, threshold float64) (v v
 		// was admitted as not Ready). Recorded, the pod is not counted
 		// available until it is seen going, and the next disruption of
 		// its budget is decided knowing it; a delete is decided on the
-		// very object it removes.
+		// very object it removes. It is counted, too (one fewer allowed
+		// until the status is computed again, its group disrupted): the
+		// status may be older than the pod's turn to not Ready, and still
+		// count it available and its group whole (seen: two gangs broken
+		// at once when it was only recorded).
 		return verdict.Allow, r.Op == v1alpha1.DisruptEvict
 	}
 	computed := b.Status.ObservedGeneration == b.Generation && (b.Spec.TargetRef == nil || b.Status.Selector != "")
@@ -365,9 +368,8 @@ func Consume(b *v1alpha1.PodUnavailableBudget, r Request, now time.Time) {
 	}
 }
 
-// Record records an admitted disruption that costs the budget nothing (an
-// eviction of a pod already unavailable, see Decide): pending until its
-// pod is seen going, allowing no fewer.
+// Record records an admitted disruption in a budget's status, pending
+// until its pod is seen going; Consume also counts it.
 func Record(b *v1alpha1.PodUnavailableBudget, r Request, now time.Time) {
 	st := &b.Status
 	if st.Disruptions == nil {

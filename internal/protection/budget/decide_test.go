@@ -412,27 +412,32 @@ func TestNothingDisruptsAPodWhoseEvictionIsInFlight(t *testing.T) {
 	}
 }
 
-// An eviction of a pod already unavailable is recorded, so that it is not
-// counted available if it turns Ready before the eviction lands, but costs
-// the budget nothing.
-func TestFreeEvictionIsRecordedNotPaid(t *testing.T) {
+// An eviction of a pod already unavailable is admitted and counted: the
+// status may be older than the pod's turn to not Ready and still count it
+// available, so the next healthy pod waits for the status to be computed
+// again rather than go beside it.
+func TestFreeEvictionCountsAgainstAStaleStatus(t *testing.T) {
 	now := time.Now()
 	b := &v1alpha1.PodUnavailableBudget{Spec: maxUnavailable(1)}
-	b.Status = v1alpha1.PodUnavailableBudgetStatus{TotalReplicas: 3, CurrentAvailable: 2, DesiredAvailable: 2, UnavailableAllowed: 1}
+	// Computed while web-2 was Ready: 3 of 3 available.
+	b.Status = v1alpha1.PodUnavailableBudgetStatus{TotalReplicas: 3, CurrentAvailable: 3, DesiredAvailable: 2, UnavailableAllowed: 1}
 	r := Request{Namespace: "ns", Pod: "web-2", Op: v1alpha1.DisruptEvict, Verb: "evict", Unavailable: "it is not Ready", UID: "u2"}
 	v, consume := Decide(b, r, 0)
-	if !v.Allowed || !consume {
-		t.Fatalf("eviction of a pod not Ready: allowed %v, recorded %v", v.Allowed, consume)
+	if free, _ := Free(b, r, 0); !v.Allowed || !consume || !free {
+		t.Fatalf("eviction of a pod not Ready: allowed %v, recorded %v, free %v", v.Allowed, consume, free)
 	}
-	if free, _ := Free(b, r, 0); !free {
-		t.Fatal("eviction of a pod not Ready is not free")
+	Consume(b, r, now)
+	if b.Status.UnavailableAllowed != 0 || b.Status.DisruptionOps["web-2"] != v1alpha1.DisruptEvict || b.Status.DisruptionUIDs["web-2"] != "u2" {
+		t.Fatalf("after the free eviction: %+v", b.Status)
 	}
-	Record(b, r, now)
-	if b.Status.UnavailableAllowed != 1 || b.Status.DisruptionOps["web-2"] != v1alpha1.DisruptEvict || b.Status.DisruptionUIDs["web-2"] != "u2" {
-		t.Fatalf("after recording the free eviction: %+v", b.Status)
+	if v, _ := Decide(b, Request{Namespace: "ns", Pod: "web-0", Op: v1alpha1.DisruptEvict, Verb: "evict", UID: "u0"}, 0); v.Allowed {
+		t.Fatal("a healthy pod's eviction admitted beside a free one the stale status did not count")
 	}
-	// An available pod still gets the one disruption allowed.
-	if v, consume := Decide(b, Request{Namespace: "ns", Pod: "web-0", Op: v1alpha1.DisruptEvict, Verb: "evict", UID: "u0"}, 0); !v.Allowed || !consume {
-		t.Fatalf("eviction of an available pod after a free one: %+v", v)
+	// Computed again, the budget counts what the pods say: web-2 is
+	// missed until it is replaced.
+	pods := []Pod{{Name: "web-0", Ready: true, UID: "u0"}, {Name: "web-1", Ready: true, UID: "u1"}}
+	st, err := Compute(b, pods, 3, now, 30*time.Second)
+	if err != nil || st.UnavailableAllowed != 0 {
+		t.Fatalf("recomputed with web-2 gone: %+v %v", st, err)
 	}
 }

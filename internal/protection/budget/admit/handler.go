@@ -438,14 +438,14 @@ func (h *Budgets) consume(ctx context.Context, k budget.Key, r budget.Request, p
 				r.GroupPods = h.Index.GroupPods(k, r.Group)
 			}
 			v, consume = budget.Decide(b, r, h.PartitionThreshold)
-			free, _ := budget.Free(b, r, h.PartitionThreshold)
-			switch {
-			case consume && free:
-				budget.Record(b, r, now)
-			case consume:
+			if free, _ := budget.Free(b, r, h.PartitionThreshold); !free {
+				*paid = true
+			}
+			if consume {
+				// A free eviction too (see Decide): the status may still
+				// count its pod available, and its group whole.
 				budget.Consume(b, r, now)
 			}
-			*paid = *paid || !free
 			return ledger.Decision{Verdict: v, Write: consume}, nil
 		})
 	switch {
