@@ -141,8 +141,10 @@ func runStatefulMaintenance(ctx context.Context, t Target) (Loss, error) {
 	if !t.Protected {
 		return loss, nil
 	}
-	// The same maintenance of the other half under one budget over the
-	// whole store: one pod of 3×shards at a time.
+	// The same maintenance under one budget over the whole store: one pod
+	// of 3×shards at a time. Every pod now runs on the other half, so it
+	// drains as many of those nodes as hold the store pods the first
+	// drain had: the same work.
 	if err := t.budgets().Namespace(ns).Delete(ctx, "store", metav1.DeleteOptions{}); err != nil {
 		return loss, err
 	}
@@ -153,7 +155,11 @@ func runStatefulMaintenance(ctx context.Context, t Target) (Loss, error) {
 	if err := t.waitBudget(ctx, ns, "store-whole", 1); err != nil {
 		return loss, fmt.Errorf("the whole store's budget: %w", err)
 	}
-	whole, err := t.maintain(ctx, ns, m, pool[m.nodes/2:])
+	nodes, err := t.nodesHolding(ctx, ns, pool[m.nodes/2:], run.storePods)
+	if err != nil {
+		return loss, err
+	}
+	whole, err := t.maintain(ctx, ns, m, nodes)
 	if err != nil {
 		return loss, err
 	}
@@ -298,6 +304,7 @@ func (t Target) cleanupMaintenance(ns string) {
 type maintenanceRun struct {
 	drain             time.Duration
 	drained, left     int
+	storePods         int
 	storeLeft         int
 	deleted, refused  int
 	refusal           string
@@ -314,6 +321,7 @@ func (r maintenanceRun) figures(prefix string) map[string]float64 {
 		prefix + "drain_seconds":              seconds(r.drain),
 		prefix + "drained_pods":               float64(r.drained),
 		prefix + "pods_left_on_drained":       float64(r.left),
+		prefix + "store_pods_to_drain":        float64(r.storePods),
 		prefix + "store_pods_left_on_drained": float64(r.storeLeft),
 		prefix + "runaway_deletes":            float64(r.deleted),
 		prefix + "runaway_refused":            float64(r.refused),
@@ -364,8 +372,13 @@ func (t Target) maintain(ctx context.Context, ns string, m maintenance, nodes []
 		}
 	}()
 
-	total, left, err := t.drainNodes(ctx, ns, nodes, start.Add(m.window))
-	run.drain, run.drained = time.Since(start), total-len(left)
+	all, left, err := t.drainNodes(ctx, ns, nodes, start.Add(m.window))
+	run.drain, run.drained = time.Since(start), len(all)-len(left)
+	for _, p := range all {
+		if p.Labels["app"] == "store" {
+			run.storePods++
+		}
+	}
 	for _, p := range left {
 		run.left++
 		if p.Labels["app"] == "store" {
@@ -382,7 +395,7 @@ func (t Target) maintain(ctx context.Context, ns string, m maintenance, nodes []
 		}
 	}
 	if err := t.waitReady(ctx, ns, "app in (store,train)", m.shards*shardReplicas+m.jobs*m.workers); err != nil {
-		return run, fmt.Errorf("after the maintenance: %w", err)
+		return run, fmt.Errorf("after the maintenance: %w (%s)", err, t.notReady(ctx, ns))
 	}
 	// The watch's last events.
 	sleep(ctx, time.Second)
@@ -392,20 +405,38 @@ func (t Target) maintain(ctx context.Context, ns string, m maintenance, nodes []
 	return run, nil
 }
 
+// nodesHolding returns the first of candidates that together hold at
+// least want of the store's pods.
+func (t Target) nodesHolding(ctx context.Context, ns string, candidates []string, want int) ([]string, error) {
+	var out []string
+	held := 0
+	for _, n := range candidates {
+		if held >= want {
+			break
+		}
+		list, err := t.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=store", FieldSelector: "spec.nodeName=" + n})
+		if err != nil {
+			return nil, err
+		}
+		out, held = append(out, n), held+len(list.Items)
+	}
+	return out, nil
+}
+
 // drainNodes cordons the nodes and evicts the drill's pods on them, all
-// at once, until each is gone or the deadline passes; it returns how many
+// at once, until each is gone or the deadline passes; it returns the pods
 // it had to drain and those left.
-func (t Target) drainNodes(ctx context.Context, ns string, nodes []string, deadline time.Time) (int, []corev1.Pod, error) {
+func (t Target) drainNodes(ctx context.Context, ns string, nodes []string, deadline time.Time) ([]corev1.Pod, []corev1.Pod, error) {
 	var pods []corev1.Pod
 	for _, n := range nodes {
 		if _, err := t.Client.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
-			return 0, nil, err
+			return nil, nil, err
 		}
 	}
 	for _, n := range nodes {
 		list, err := t.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n})
 		if err != nil {
-			return 0, nil, err
+			return nil, nil, err
 		}
 		pods = append(pods, list.Items...)
 	}
@@ -419,13 +450,13 @@ func (t Target) drainNodes(ctx context.Context, ns string, nodes []string, deadl
 	var left []corev1.Pod
 	for i := range pods {
 		if errs[i] != nil {
-			return 0, nil, fmt.Errorf("draining pod %s: %w", pods[i].Name, errs[i])
+			return nil, nil, fmt.Errorf("draining pod %s: %w", pods[i].Name, errs[i])
 		}
 		if !gone[i] {
 			left = append(left, pods[i])
 		}
 	}
-	return len(pods), left, nil
+	return pods, left, nil
 }
 
 // evictUntilGone evicts a pod, retrying a 429, until the pod of that name
@@ -591,4 +622,25 @@ func (w *quorumWatch) result(run *maintenanceRun) {
 	}
 	run.mostShardsShort, run.jobBreaks, run.breaksBeyondCap = w.run.mostShardsShort, w.run.jobBreaks, w.run.breaksBeyondCap
 	run.jobsBeyondCap, run.mostJobsBroken = len(w.beyond), w.run.mostJobsBroken
+}
+
+// notReady says which of the drill's pods are not Ready and why, for an
+// error: the first few, with their phase, node and conditions.
+func (t Target) notReady(ctx context.Context, ns string) string {
+	pods, err := t.Client.CoreV1().Pods(ns).List(context.WithoutCancel(ctx), metav1.ListOptions{LabelSelector: "app in (store,train)"})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if podReady(&p) && p.DeletionTimestamp == nil {
+			continue
+		}
+		var conds []string
+		for _, c := range p.Status.Conditions {
+			conds = append(conds, fmt.Sprintf("%s=%s %s", c.Type, c.Status, c.Message))
+		}
+		out = append(out, fmt.Sprintf("%s %s on %q deleting=%v [%s]", p.Name, p.Status.Phase, p.Spec.NodeName, p.DeletionTimestamp != nil, strings.Join(conds, "; ")))
+	}
+	return fmt.Sprintf("%d pods, %d not Ready: %s", len(pods.Items), len(out), strings.Join(out[:min(len(out), 8)], ", "))
 }
