@@ -11,9 +11,9 @@ import (
 // checkStatefulMaintenance: what the budgets promise beyond the loss. The
 // grouped budgets keep at most their cap of jobs broken, refuse the
 // runaway with the way to proceed, and let the drain finish within the
-// drill's time; one budget over the whole store, under the same runaway,
-// leaves pods on the drained nodes at the end of that time or takes at
-// least twice as long.
+// drill's time; at full scale, one budget over the whole store, under the
+// same runaway, leaves pods on the drained nodes at the end of that time
+// or takes at least twice as long.
 func checkStatefulMaintenance(t *testing.T, r drill.Result) {
 	t.Helper()
 	m := r.Protected.Measured
@@ -25,6 +25,10 @@ func checkStatefulMaintenance(t *testing.T, r drill.Result) {
 	}
 	if d := r.Protected.Denied; !strings.Contains(d, "kubectl rampart pub status") {
 		t.Errorf("stateful-maintenance: the runaway was not refused with the way to proceed: %q", d)
+	}
+	// The whole-store comparison runs at full scale only (rampart drill).
+	if _, ran := m["whole_store_budget_drain_seconds"]; !ran {
+		return
 	}
 	if left, whole, grouped := m["whole_store_budget_store_pods_left_on_drained"], m["whole_store_budget_drain_seconds"], m["drain_seconds"]; left == 0 && whole < 2*grouped {
 		t.Errorf("stateful-maintenance: under one budget over the whole store the drain took %gs, under the grouped budgets %gs: the shape does not matter here", whole, grouped)
