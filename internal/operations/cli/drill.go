@@ -120,12 +120,16 @@ or if an operation missed its bound.`,
 }
 
 // incidentClusters are the options of the incident drills' local
-// clusters: both run a gateway, and the meta-cluster drill wants one
-// simulated node per custom resource.
+// clusters: both run a gateway, the meta-cluster drill wants one
+// simulated node per custom resource, and stateful-maintenance a pool of
+// nodes to drain half of.
 func incidentClusters(drills []drill.Drill, scale int) func(protected bool) localcluster.Options {
 	nodes := 3
 	if slices.ContainsFunc(drills, func(d drill.Drill) bool { return d.Name == "crd-deletion" }) {
 		nodes = max(1000/max(scale, 1), 3)
+	}
+	if slices.ContainsFunc(drills, func(d drill.Drill) bool { return d.Name == "stateful-maintenance" }) {
+		nodes = max(nodes, drill.StatefulMaintenanceNodes(scale))
 	}
 	return func(protected bool) localcluster.Options {
 		return localcluster.Options{Nodes: nodes, Unprotected: !protected, Gateway: true, CustomResourceGroups: drill.CustomResourceGroups}

@@ -205,60 +205,68 @@ func (t Target) drain(ctx context.Context, ns, node string, retry func(func() er
 // and returns a function giving the lowest number of them Ready (and not
 // going away) seen since the watch started.
 func (t Target) watchLowestReady(ctx context.Context, ns, selector string) (func() int, error) {
-	f := informers.NewSharedInformerFactoryWithOptions(t.Client, 0, informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	inf := f.Core().V1().Pods().Informer()
 	var mu sync.Mutex
 	ready := map[string]bool{}
-	lowest := -1
-	record := func(obj any, gone bool) {
-		p, ok := obj.(*corev1.Pod)
-		if !ok {
-			if d, isD := obj.(cache.DeletedFinalStateUnknown); isD {
-				p, ok = d.Obj.(*corev1.Pod)
-			}
-			if !ok {
-				return
-			}
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		ready[p.Name] = !gone && p.DeletionTimestamp == nil && podReady(p)
+	lowest := 0
+	count := func() int {
 		n := 0
 		for _, r := range ready {
 			if r {
 				n++
 			}
 		}
-		if inf.HasSynced() && (lowest < 0 || n < lowest) {
+		return n
+	}
+	measuring := false
+	err := t.watchPods(ctx, ns, selector, func(p *corev1.Pod, gone bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		ready[p.Name] = !gone && p.DeletionTimestamp == nil && podReady(p)
+		if n := count(); measuring && n < lowest {
 			lowest = n
 		}
-	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { record(o, false) },
-		UpdateFunc: func(_, o any) { record(o, false) },
-		DeleteFunc: func(o any) { record(o, true) },
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return nil, fmt.Errorf("watching pods %s in %s: not synced", selector, ns)
-	}
+	// From the whole list on, not while it is being read.
 	mu.Lock()
-	n := 0
-	for _, r := range ready {
-		if r {
-			n++
-		}
-	}
-	lowest = n
+	lowest, measuring = count(), true
 	mu.Unlock()
 	return func() int {
 		mu.Lock()
 		defer mu.Unlock()
 		return lowest
 	}, nil
+}
+
+// watchPods calls record for every pod matching selector in ns as it is
+// listed, changes or goes (gone), from an informer that runs until ctx
+// ends; it returns once the informer has synced.
+func (t Target) watchPods(ctx context.Context, ns, selector string, record func(p *corev1.Pod, gone bool)) error {
+	f := informers.NewSharedInformerFactoryWithOptions(t.Client, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	inf := f.Core().V1().Pods().Informer()
+	handle := func(obj any, gone bool) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if p, ok := obj.(*corev1.Pod); ok {
+			record(p, gone)
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { handle(o, false) },
+		UpdateFunc: func(_, o any) { handle(o, false) },
+		DeleteFunc: func(o any) { handle(o, true) },
+	}); err != nil {
+		return err
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return fmt.Errorf("watching pods %s in %s: not synced", selector, ns)
+	}
+	return nil
 }
 
 func podReady(p *corev1.Pod) bool {

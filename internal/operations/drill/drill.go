@@ -91,7 +91,7 @@ type Drill struct {
 
 // All are the drills, in the order they run.
 func All() []Drill {
-	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout, runawayController, nodeOfflining, concurrentDisruptions, listStorm, gatewayRestart, podCreationSurge, namespaceRestore, etcdDirectDelete, kubeletBadRestart, orphanedPods, etcdNoSpace}
+	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout, runawayController, nodeOfflining, concurrentDisruptions, statefulMaintenance, listStorm, gatewayRestart, podCreationSurge, namespaceRestore, etcdDirectDelete, kubeletBadRestart, orphanedPods, etcdNoSpace}
 }
 
 // Select returns the named incident drills and everyday operations, or all

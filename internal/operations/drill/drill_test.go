@@ -114,6 +114,9 @@ func checkDrill(t *testing.T, r drill.Result) {
 		checkNoSpace(t, r)
 		return
 	}
+	if r.Drill == "stateful-maintenance" {
+		checkStatefulMaintenance(t, r)
+	}
 	if r.Drill == "namespace-restore" || r.Drill == "etcd-direct-delete" {
 		checkRecovery(t, r)
 		return

@@ -1,7 +1,6 @@
 package drill_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/rampart-io/rampart/internal/operations/drill"
@@ -22,15 +21,7 @@ func TestGatewayRestartDrill(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed.Local, drained.Local = env.Cluster, env.Cluster
-	d, _, err := drill.Select([]string{"gateway-restart"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	results, err := drill.Run(context.Background(), d, killed, drained, testWriter{t})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := results[0]
+	r := runOneDrill(t, "gateway-restart", killed, drained)
 	t.Logf("killed:  %s %v", r.Unprotected, r.Unprotected.Measured)
 	t.Logf("drained: %s %v", r.Protected, r.Protected.Measured)
 	// What the drain does for certain: the watches end over the spread
