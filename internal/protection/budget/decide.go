@@ -361,16 +361,16 @@ func deny(message string) verdict.Verdict {
 // Consume records an admitted disruption in a budget's status, at its
 // cost: one fewer allowed.
 func Consume(b *v1alpha1.PodUnavailableBudget, r Request, now time.Time) {
-	Record(b, r, now)
+	record(b, r, now)
 	b.Status.UnavailableAllowed = max(b.Status.UnavailableAllowed-1, 0)
 	if Grouped(b.Spec) {
 		consumeGroup(b, r)
 	}
 }
 
-// Record records an admitted disruption in a budget's status, pending
-// until its pod is seen going; Consume also counts it.
-func Record(b *v1alpha1.PodUnavailableBudget, r Request, now time.Time) {
+// record writes an admitted disruption into a budget's status, pending
+// until its pod is seen going (Consume then counts it).
+func record(b *v1alpha1.PodUnavailableBudget, r Request, now time.Time) {
 	st := &b.Status
 	if st.Disruptions == nil {
 		st.Disruptions = map[string]metav1.Time{}

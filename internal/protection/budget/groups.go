@@ -311,7 +311,7 @@ func decideGroup(b *v1alpha1.PodUnavailableBudget, r Request, held string) (v ve
 	return verdict.Allow, true
 }
 
-// consumeGroup counts an admitted disruption (recorded by Record) in a
+// consumeGroup counts an admitted disruption (recorded by record) in a
 // grouped budget's status: its group becomes (or stays) a listed,
 // disrupted group.
 func consumeGroup(b *v1alpha1.PodUnavailableBudget, r Request) {
