@@ -78,6 +78,8 @@ func newManagerCommand() *cobra.Command {
 		"how long the manager keeps serving webhook calls after SIGTERM, unready, before it stops: calls in flight and those sent before its Service's endpoints drop it are answered, not failed closed (0: stop at once)")
 	f.Float64Var(&o.BudgetPartitionThreshold, "budget-partition-threshold", budget.DefaultPartitionThreshold,
 		"share of the nodes a PodUnavailableBudget's pods run on that, NotReady at once (two at least), is taken for a partition: pods there are then decided like healthy ones, whatever the budget's unhealthyPodPolicy (kube-controller-manager's --unhealthy-zone-threshold default)")
+	f.IntVar(&o.BudgetFenceAbove, "budget-fence-above", budget.DefaultFenceAbove,
+		"number of PodUnavailableBudgets in a namespace from which a disruption there is judged after one write of the budget fence (rampart-fence in --namespace) instead of a live list of the namespace's budgets: the list's cost grows with the budgets, the fence's does not")
 	addReplicasExemptFlags(f, &o.ReplicasExempt, &exemptSAs)
 	f.BoolVar(&o.CompiledPolicies, "compiled-policies", true,
 		"have the API server enforce the static rules itself as ValidatingAdmissionPolicies kept applied by the leader (the label rules, and each enforced ProtectionPolicy's Always and built-in workloads' replicas), and narrow the label webhooks once every API server does: those rules then hold while Rampart is down")

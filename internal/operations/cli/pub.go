@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/protection/budget"
 	"github.com/rampart-io/rampart/internal/servers/manager/controller/budgetstatus"
 )
 
@@ -129,6 +130,9 @@ func printPUBStatus(ctx context.Context, out io.Writer, cfg *rest.Config, ns str
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMESPACE\tNAME\tCOVERS\tTOTAL\tAVAILABLE\tDESIRED\tALLOWED\tIN PROGRESS\tREADY")
 	for _, b := range list.Items {
+		if b.Labels[budget.FenceLabel] == "true" {
+			continue // the manager's fence, no budget (see docs/budgets.md)
+		}
 		covers := b.Status.Selector
 		if b.Spec.Selector != nil {
 			covers = metav1.FormatLabelSelector(b.Spec.Selector)

@@ -240,12 +240,7 @@ func TestBudgetHoldsAcrossManagerFailover(t *testing.T) {
 func TestBudgetHoldsFromCreation(t *testing.T) {
 	env := clustertest.Get(t)
 	for i := range inForceIterations() {
-		disrupted, took := budgetActAtOnce(t, env)
-		t.Logf("iteration %d: budget created in %v; %d of 10 pods disrupted by 10 concurrent deletes and evictions sent at once (budget allows 2)",
-			i, took.Round(time.Millisecond), disrupted)
-		if disrupted > 2 {
-			t.Fatalf("iteration %d: %d pods disrupted right after the budget was created, it allows 2", i, disrupted)
-		}
+		budgetHoldsAtOnce(t, env, i)
 	}
 }
 
@@ -255,18 +250,61 @@ func TestBudgetHoldsFromCreation(t *testing.T) {
 func TestBudgetHoldsFromCreationWithSeveralReplicas(t *testing.T) {
 	env := clustertest.Start(t, localcluster.Options{Nodes: 1, Managers: 3})
 	for i := range inForceIterations() {
-		disrupted, took := budgetActAtOnce(t, env)
-		t.Logf("iteration %d: budget created in %v; %d of 10 pods disrupted by 10 concurrent deletes and evictions sent at once (budget allows 2)",
-			i, took.Round(time.Millisecond), disrupted)
-		if disrupted > 2 {
-			t.Fatalf("iteration %d: %d pods disrupted right after the budget was created, it allows 2", i, disrupted)
-		}
-		disrupted, took = generatedActAtOnce(t, env)
+		budgetHoldsAtOnce(t, env, i)
+		disrupted, took := generatedActAtOnce(t, env)
 		t.Logf("iteration %d: annotation accepted in %v; %d of 10 pods disrupted by 10 concurrent deletes and evictions sent at once (budget allows 2)",
 			i, took.Round(time.Millisecond), disrupted)
 		if disrupted > 2 {
 			t.Fatalf("iteration %d: %d pods disrupted right after the workload asked for a budget of maxUnavailable 2", i, disrupted)
 		}
+	}
+}
+
+// The same through the budget fence (--budget-fence-above=1: every
+// namespace holding a budget is judged after a fence write, not a live
+// list of its budgets): the replica judging the disruptions has filed the
+// new budget before it decides, or the fence makes it wait until it has.
+func TestBudgetHoldsFromCreationThroughTheFence(t *testing.T) {
+	env := clustertest.Start(t, localcluster.Options{Nodes: 1, Managers: 3, ManagerArgs: []string{"--budget-fence-above=1"}})
+	for i := range inForceIterations() {
+		budgetHoldsAtOnce(t, env, i)
+	}
+	if n := fenceWrites(t, env, 3); n == 0 {
+		t.Fatal("no disruption went through the fence (rampart_budget_fence_writes_total{outcome=\"ok\"} is 0 on every replica)")
+	} else {
+		t.Logf("fence writes: %v", n)
+	}
+}
+
+// fenceWrites sums rampart_budget_fence_writes_total{outcome="ok"} over
+// the manager replicas.
+func fenceWrites(t *testing.T, env *clustertest.Env, replicas int) float64 {
+	t.Helper()
+	var sum float64
+	for i := range replicas {
+		text, err := env.ScrapeManagerMetrics(context.Background(), i)
+		if err != nil {
+			t.Fatalf("scraping manager %d: %v", i, err)
+		}
+		for _, line := range strings.Split(text, "\n") {
+			if v, ok := strings.CutPrefix(line, `rampart_budget_fence_writes_total{outcome="ok"} `); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				sum += f
+			}
+		}
+	}
+	return sum
+}
+
+// budgetHoldsAtOnce fails the test if a budget created over 10 pods
+// (minAvailable 8) lets more than 2 of 10 disruptions sent at once through.
+func budgetHoldsAtOnce(t *testing.T, env *clustertest.Env, iteration int) {
+	t.Helper()
+	disrupted, took := budgetActAtOnce(t, env)
+	t.Logf("iteration %d: budget created in %v; %d of 10 pods disrupted by 10 concurrent deletes and evictions sent at once (budget allows 2)",
+		iteration, took.Round(time.Millisecond), disrupted)
+	if disrupted > 2 {
+		t.Fatalf("iteration %d: %d pods disrupted right after the budget was created, it allows 2", iteration, disrupted)
 	}
 }
 

@@ -51,6 +51,14 @@ func (p Pod) Available() bool { return p.Ready && !p.Gone }
 type Index struct {
 	mu sync.RWMutex
 	ns map[string]*nsIndex
+
+	// fence is the budget whose writes order this index's reads (see
+	// Fence); it is never filed. fenceRV is the newest resourceVersion of
+	// it filed, and fenced is closed and replaced when it changes.
+	fence      Key
+	fenceAbove int
+	fenceRV    string
+	fenced     chan struct{}
 }
 
 type nsIndex struct {
@@ -60,6 +68,9 @@ type nsIndex struct {
 	// scan are the budgets with no such pair.
 	scan map[*entry]struct{}
 	pods map[string]*podEntry
+	// unresolved are the targetRef budgets whose selector is not known
+	// yet, or known for an older spec: not filed, or filed as they were.
+	unresolved map[string]struct{}
 }
 
 type entry struct {
@@ -100,13 +111,13 @@ type podEntry struct {
 }
 
 // NewIndex returns an empty index.
-func NewIndex() *Index { return &Index{ns: map[string]*nsIndex{}} }
+func NewIndex() *Index { return &Index{ns: map[string]*nsIndex{}, fenced: make(chan struct{})} }
 
 func (x *Index) namespace(ns string) *nsIndex {
 	n := x.ns[ns]
 	if n == nil {
 		n = &nsIndex{budgets: map[string]*entry{}, byPair: map[string]map[*entry]struct{}{},
-			scan: map[*entry]struct{}{}, pods: map[string]*podEntry{}}
+			scan: map[*entry]struct{}{}, pods: map[string]*podEntry{}, unresolved: map[string]struct{}{}}
 		x.ns[ns] = n
 	}
 	return n
@@ -151,10 +162,21 @@ func CoversLabels(b *v1alpha1.PodUnavailableBudget, l map[string]string) (bool, 
 // covers may have changed. A budget whose selector cannot be resolved yet
 // covers nothing.
 func (x *Index) SetBudget(b *v1alpha1.PodUnavailableBudget) (changed bool) {
+	if x.IsFence(b.Namespace, b.Name) {
+		x.sawFence(b.ResourceVersion)
+		return false
+	}
 	sel, ignored, ok, err := Selectors(b)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	n := x.namespace(b.Namespace)
+	// A targetRef whose selector is not written yet, or was written for
+	// an older spec (the target may have changed): read live by a reader.
+	if (!ok && err == nil) || (b.Spec.TargetRef != nil && b.Status.ObservedGeneration != b.Generation) {
+		n.unresolved[b.Name] = struct{}{}
+	} else {
+		delete(n.unresolved, b.Name)
+	}
 	if old := n.budgets[b.Name]; old != nil {
 		if ok && err == nil && old.selector.String() == sel.String() && selString(old.ignored) == selString(ignored) && old.groupBy == groupBy(b) {
 			old.generation = b.Generation
@@ -203,9 +225,13 @@ func selString(s labels.Selector) string {
 
 // DeleteBudget forgets a budget.
 func (x *Index) DeleteBudget(k Key) {
+	if x.IsFence(k.Namespace, k.Name) {
+		return
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if n := x.ns[k.Namespace]; n != nil {
+		delete(n.unresolved, k.Name)
 		if e := n.budgets[k.Name]; e != nil {
 			n.remove(e)
 		}
@@ -354,7 +380,7 @@ func (x *Index) DeletePod(ns, name string) []Key {
 		e.drop(p)
 		out = append(out, e.key)
 	}
-	if len(n.pods) == 0 && len(n.budgets) == 0 {
+	if len(n.pods) == 0 && len(n.budgets) == 0 && len(n.unresolved) == 0 {
 		delete(x.ns, ns)
 	}
 	return out
@@ -421,6 +447,38 @@ func (x *Index) CoveringFiled(ns string, l map[string]string) (keys []Key, filed
 		keys = append(keys, e.key)
 	}
 	return keys, filed
+}
+
+// CoveringUnresolved is Covering, with the budgets of ns whose selector
+// is not resolved for their current spec (they may cover the pod or not:
+// the caller reads them), read at the same instant; keys leaves those out.
+func (x *Index) CoveringUnresolved(ns string, l map[string]string) (keys []Key, unresolved []string) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	n := x.ns[ns]
+	if n == nil {
+		return nil, nil
+	}
+	for _, e := range n.covering(l) {
+		if _, ok := n.unresolved[e.key.Name]; !ok {
+			keys = append(keys, e.key)
+		}
+	}
+	for name := range n.unresolved {
+		unresolved = append(unresolved, name)
+	}
+	slices.Sort(unresolved)
+	return keys, unresolved
+}
+
+// Count is how many budgets ns holds, filed or not resolved yet.
+func (x *Index) Count(ns string) int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if n := x.ns[ns]; n != nil {
+		return len(n.budgets) + len(n.unresolved) // at most twice what is there: it picks a path, no more
+	}
+	return 0
 }
 
 // Keys are the budgets of ns, sorted by name.

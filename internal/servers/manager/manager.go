@@ -17,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -34,6 +35,8 @@ import (
 	"github.com/rampart-io/rampart/internal/plumbing/installation"
 	"github.com/rampart-io/rampart/internal/plumbing/tlsprofile"
 	rampartadmission "github.com/rampart-io/rampart/internal/protection/admission"
+	"github.com/rampart-io/rampart/internal/protection/budget"
+	budgetadmit "github.com/rampart-io/rampart/internal/protection/budget/admit"
 	"github.com/rampart-io/rampart/internal/protection/clusterview"
 	"github.com/rampart-io/rampart/internal/protection/compiled"
 	"github.com/rampart-io/rampart/internal/protection/protections"
@@ -59,6 +62,10 @@ import (
 
 // Options configure the manager.
 type Options struct {
+	// BudgetFenceAbove is the number of budgets in a namespace from which
+	// a disruption there is judged through the budget fence rather than a
+	// live list of the namespace's budgets (0: budget.DefaultFenceAbove).
+	BudgetFenceAbove int
 	// Namespace holds the leader-election lease; Rampart's webhooks never
 	// judge objects in it.
 	Namespace string
@@ -264,6 +271,20 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
+	// The budget fence orders the budget index against the API server
+	// (see budget.Index.SetFence); the leader creates it if it is missing.
+	views.Budgets.Index().SetFence(budget.Key{Namespace: o.Namespace, Name: budgetadmit.FenceName}, o.BudgetFenceAbove)
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		return wait.PollUntilContextCancel(ctx, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+			if err := budgetadmit.EnsureFence(ctx, direct, o.Namespace); err != nil {
+				o.Log.Info("the budget fence is not there yet; disruptions list their namespace's budgets live meanwhile", "error", err.Error())
+				return false, nil
+			}
+			return true, nil
+		})
+	})); err != nil {
+		return err
+	}
 	bin, err := recycleBin(ctx, cfg, o)
 	if err != nil {
 		return err
@@ -307,6 +328,9 @@ func (o Options) validate() error {
 	}
 	if o.WebhookURLHost == "" && o.WebhookService == "" {
 		return errors.New("set --webhook-url-host (local) or --webhook-service (in a cluster)")
+	}
+	if o.BudgetFenceAbove < 0 {
+		return fmt.Errorf("--budget-fence-above %d: want a number of budgets, 1 or more (1: always through the fence)", o.BudgetFenceAbove)
 	}
 	if t := o.BudgetPartitionThreshold; t < 0 || t > 1 {
 		return fmt.Errorf("--budget-partition-threshold %v: want a share of the nodes from 0 to 1, such as 0.55", t)

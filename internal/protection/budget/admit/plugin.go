@@ -42,14 +42,19 @@ func (p *Plugin) Keys() rampartadmission.KeySet {
 }
 
 func (p *Plugin) Routes() []rampartadmission.Route {
+	var fence *Fence
+	if p.BudgetIndex != nil && p.BudgetIndex.Fence().Name != "" {
+		fence = &Fence{Client: p.Direct, Index: p.BudgetIndex}
+	}
 	return []rampartadmission.Route{{Path: Path, Handler: &Budgets{Client: p.Direct, Cache: p.Cache, Index: p.BudgetIndex, Pods: p.Pods,
-		Namespaces: p.Namespaces, Recorder: p.Recorder, Targets: p.Scales, Nodes: p.Nodes, PartitionThreshold: p.PartitionThreshold, Owners: p.Owners}}}
+		Namespaces: p.Namespaces, Recorder: p.Recorder, Targets: p.Scales, Nodes: p.Nodes, PartitionThreshold: p.PartitionThreshold, Owners: p.Owners,
+		Fence: fence}}}
 }
 
 // ObjectHandlers: a new budget is admitted once the budget webhooks reach
 // its namespace.
 func (p *Plugin) ObjectHandlers() map[string]admission.Handler {
-	return map[string]admission.Handler{"podunavailablebudgets": &BudgetAdmission{InForce: p.InForce}}
+	return map[string]admission.Handler{"podunavailablebudgets": &BudgetAdmission{InForce: p.InForce, Index: p.BudgetIndex}}
 }
 
 // ObjectRules send the creations of budgets to the objects webhook.

@@ -21,8 +21,10 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -138,7 +140,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, rea
 		r.Now = time.Now
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("podunavailablebudget-status").
-		For(&v1alpha1.PodUnavailableBudget{}).
+		// The fence is written on disruptions and is no budget: no status.
+		For(&v1alpha1.PodUnavailableBudget{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return !index.IsFence(o.GetNamespace(), o.GetName())
+		}))).
 		WatchesRawSource(statusQ).
 		Complete(r); err != nil {
 		return err
