@@ -30,7 +30,10 @@ import (
 //
 //	go test -run '^$' -bench EvictionWithManyBudgets -benchtime 300x ./internal/protection/admission/
 //
-// RAMPART_BENCH_BUDGETS picks the cases, e.g. "rampart=10,rampart=50000".
+// RAMPART_BENCH_BUDGETS picks the cases, e.g. "rampart=10,rampart=50000";
+// RAMPART_BENCH_FENCE_ABOVE sets the manager's --budget-fence-above (1:
+// every case through the fence). ready-s is how long the last budget's
+// status took to allow the disruption after the creates ended.
 func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 	type benchCase struct {
 		kind string
@@ -48,7 +51,11 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 			cases = append(cases, benchCase{kind, count})
 		}
 	}
-	env := clustertest.Start(b, localcluster.Options{Nodes: 1})
+	var args []string
+	if v := os.Getenv("RAMPART_BENCH_FENCE_ABOVE"); v != "" {
+		args = []string{"--budget-fence-above=" + v}
+	}
+	env := clustertest.Start(b, localcluster.Options{Nodes: 1, ManagerArgs: args})
 	for _, c := range cases {
 		b.Run(fmt.Sprintf("%s-budgets=%d", c.kind, c.n), func(b *testing.B) {
 			ctx := context.Background()
@@ -73,14 +80,17 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 				_, err := env.Dynamic.Resource(budgetsGVR).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
 				return err
 			}
+			began := time.Now()
 			if err := parallelDo(others, func(name string) error { return create(name, name) }); err != nil {
 				b.Fatal(err)
 			}
+			createRate := float64(len(others)) / time.Since(began).Seconds()
 			if err := create("target", "target"); err != nil {
 				b.Fatal(err)
 			}
 			// Wait until the target's budget allows the disruption (its pods
 			// have no controller: minAvailable, as PodDisruptionBudgets need).
+			created := time.Now()
 			if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 				if c.kind == "native" {
 					pdb, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "target", metav1.GetOptions{})
@@ -90,6 +100,7 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 			}); err != nil {
 				b.Fatal("the target's budget never allowed a disruption")
 			}
+			ready := time.Since(created)
 			evict := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "target-0", Namespace: ns},
 				DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}}
 			var lat []time.Duration
@@ -103,6 +114,8 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 			}
 			b.StopTimer()
 			reportPercentiles(b, lat)
+			b.ReportMetric(ready.Seconds(), "ready-s")
+			b.ReportMetric(createRate, "creates-per-s")
 			if c.kind == "rampart" {
 				// What the budget webhook reads live on each disruption (see
 				// Budgets.covering): the namespace's budgets, metadata only.
