@@ -272,19 +272,8 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return err
 	}
 	// The budget fence orders the budget index against the API server
-	// (see budget.Index.SetFence); the leader creates it if it is missing.
+	// (see budget.Index.SetFence).
 	views.Budgets.Index().SetFence(budget.Key{Namespace: o.Namespace, Name: budgetadmit.FenceName}, o.BudgetFenceAbove)
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		return wait.PollUntilContextCancel(ctx, 5*time.Second, true, func(ctx context.Context) (bool, error) {
-			if err := budgetadmit.EnsureFence(ctx, direct, o.Namespace); err != nil {
-				o.Log.Info("the budget fence is not there yet; disruptions list their namespace's budgets live meanwhile", "error", err.Error())
-				return false, nil
-			}
-			return true, nil
-		})
-	})); err != nil {
-		return err
-	}
 	bin, err := recycleBin(ctx, cfg, o)
 	if err != nil {
 		return err
@@ -398,6 +387,19 @@ func (w wired) protections(ctx context.Context) (*registrar.Registrar, error) {
 		return nil, err
 	}
 	reg.SetOwner(owner)
+	// The leader creates the fence if it is missing, owned as the webhook
+	// configuration is.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		return wait.PollUntilContextCancel(ctx, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+			if err := budgetadmit.EnsureFence(ctx, direct, o.Namespace, owner); err != nil {
+				o.Log.Info("the budget fence is not there yet; disruptions list their namespace's budgets live meanwhile", "error", err.Error())
+				return false, nil
+			}
+			return true, nil
+		})
+	})); err != nil {
+		return nil, err
+	}
 	// A CRD added, changed or removed recompiles its custom resources'
 	// replicas at once (and the label webhook's condition reading them).
 	views.OnCRDChange(keeper.Poke)

@@ -130,9 +130,11 @@ func (f *Fence) write() error {
 	return f.Index.WaitFence(ctx, b.ResourceVersion)
 }
 
-// EnsureFence creates the fence budget in namespace ns if it is missing.
-// It covers no pod: its selector requires a label both present and absent.
-func EnsureFence(ctx context.Context, c client.Client, ns string) error {
+// EnsureFence creates the fence budget in namespace ns if it is missing,
+// owned by owner if set (the chart's ClusterRole: helm uninstall removes
+// it as it does the webhook configuration). It covers no pod: its
+// selector requires a label both present and absent.
+func EnsureFence(ctx context.Context, c client.Client, ns string, owner *metav1.OwnerReference) error {
 	b := &v1alpha1.PodUnavailableBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: FenceName,
 		Labels: map[string]string{budget.FenceLabel: "true", "app.kubernetes.io/managed-by": "rampart"},
 		Annotations: map[string]string{"rampart.io/description": "Not a budget: Rampart's manager writes it to know its view of the budgets " +
@@ -141,6 +143,9 @@ func EnsureFence(ctx context.Context, c client.Client, ns string) error {
 			{Key: budget.FenceLabel, Operator: metav1.LabelSelectorOpExists},
 			{Key: budget.FenceLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}},
 			MaxUnavailable: ptr.To(intstr.FromInt32(0))}}
+	if owner != nil {
+		b.OwnerReferences = []metav1.OwnerReference{*owner}
+	}
 	if err := c.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating the budget fence %s/%s: %w", ns, FenceName, err)
 	}

@@ -51,10 +51,10 @@ func TestFenceSharesWritesAndWaitsForTheIndex(t *testing.T) {
 	if err := f.Pass(ctx); err == nil {
 		t.Fatal("Pass without the fence budget returned no error")
 	}
-	if err := EnsureFence(ctx, c, "rampart-system"); err != nil {
+	if err := EnsureFence(ctx, c, "rampart-system", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := EnsureFence(ctx, c, "rampart-system"); err != nil {
+	if err := EnsureFence(ctx, c, "rampart-system", nil); err != nil {
 		t.Fatalf("EnsureFence again: %v", err)
 	}
 	var wg sync.WaitGroup
