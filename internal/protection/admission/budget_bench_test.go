@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
@@ -24,15 +26,17 @@ import (
 // BenchmarkEvictionWithManyBudgets measures a dry-run eviction of one pod
 // through the real API server, in a namespace with n other budgets:
 // Rampart's PodUnavailableBudgets (10 and 10,000) and native
-// PodDisruptionBudgets (10 and 8,000, the count kubernetes#79697 reported).
-// Dry runs are judged in full and consume nothing, so every iteration
+// PodDisruptionBudgets (10 and 8,000, the count kubernetes#79697 reported);
+// or (groups=n) in a namespace with one budget grouped by shard over n
+// groups. Dry runs are judged in full and consume nothing, so every iteration
 // measures the same decision. Run:
 //
 //	go test -run '^$' -bench EvictionWithManyBudgets -benchtime 300x ./internal/protection/admission/
 //
 // RAMPART_BENCH_BUDGETS picks the cases, e.g. "rampart=10,rampart=50000";
 // RAMPART_BENCH_FENCE_ABOVE sets the manager's --budget-fence-above (1:
-// every case through the fence). ready-s is how long the last budget's
+// every case through the fence); RAMPART_BENCH_BACKGROUND_WRITES=N writes
+// N times a second while it measures. ready-s is how long the last budget's
 // status took to allow the disruption after the creates ended.
 func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 	type benchCase struct {
@@ -45,8 +49,8 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 		for _, c := range strings.Split(v, ",") {
 			kind, n, _ := strings.Cut(c, "=")
 			count, err := strconv.Atoi(n)
-			if (kind != "rampart" && kind != "native") || err != nil || count < 1 {
-				b.Fatalf("RAMPART_BENCH_BUDGETS: %q is not rampart=N or native=N", c)
+			if (kind != "rampart" && kind != "native" && kind != "groups") || err != nil || count < 1 {
+				b.Fatalf("RAMPART_BENCH_BUDGETS: %q is not rampart=N, native=N or groups=N", c)
 			}
 			cases = append(cases, benchCase{kind, count})
 		}
@@ -57,10 +61,18 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 	}
 	env := clustertest.Start(b, localcluster.Options{Nodes: 1, ManagerArgs: args})
 	for _, c := range cases {
-		b.Run(fmt.Sprintf("%s-budgets=%d", c.kind, c.n), func(b *testing.B) {
+		name := fmt.Sprintf("%s-budgets=%d", c.kind, c.n)
+		if c.kind == "groups" {
+			name = fmt.Sprintf("rampart-groups=%d", c.n)
+		}
+		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
 			ns := env.Namespace(b)
-			createPods(b, env, ns, "target", 2, map[string]string{"app": "target"}, nil)
+			target := map[string]string{"app": "target"}
+			if c.kind == "groups" {
+				target["shard"] = "target"
+			}
+			createPods(b, env, ns, "target", 2, target, nil)
 			env.WaitPodsRunning(b, ns, "app=target", 2, time.Minute)
 			others := make([]string, c.n-1)
 			for i := range others {
@@ -80,6 +92,25 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 				_, err := env.Dynamic.Resource(budgetsGVR).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
 				return err
 			}
+			if c.kind == "groups" {
+				// One budget over the target's group and n-1 others of one
+				// pod each (Pending: they need no node), grouped by shard.
+				create = func(name, app string) error {
+					if name == "target" {
+						u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "rampart.io/v1alpha1", "kind": "PodUnavailableBudget",
+							"metadata": map[string]any{"name": name},
+							"spec": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "target"}},
+								"groupBy": map[string]any{"labelKey": "shard"}, "minAvailable": int64(1)}}}
+						_, err := env.Dynamic.Resource(budgetsGVR).Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
+						return err
+					}
+					p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "target", "shard": name}},
+						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "web:1"}},
+							NodeSelector: map[string]string{"rampart.io/bench": "nowhere"}}}
+					_, err := env.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+					return err
+				}
+			}
 			began := time.Now()
 			if err := parallelDo(others, func(name string) error { return create(name, name) }); err != nil {
 				b.Fatal(err)
@@ -96,6 +127,10 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 					pdb, err := env.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "target", metav1.GetOptions{})
 					return err == nil && pdb.Status.DisruptionsAllowed == 1, nil
 				}
+				if c.kind == "groups" {
+					// Its groups' status is bounded: ask as a drain would.
+					return evict(env, ns, "target-0", true) == nil, nil
+				}
 				return getBudget(b, env, ns, "target").Status.UnavailableAllowed == 1, nil
 			}); err != nil {
 				b.Fatal("the target's budget never allowed a disruption")
@@ -109,7 +144,7 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 			// for the watch cache to catch up with etcd, up to the 100 ms
 			// of its progress requests (consistent reads from cache).
 			webhook := func() (sum, count float64) {
-				if c.kind != "rampart" {
+				if c.kind == "native" {
 					return 0, 0
 				}
 				text, err := env.ScrapeManagerMetrics(ctx, 0)
@@ -127,6 +162,7 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 				return sum, count
 			}
 			sum0, count0 := webhook()
+			stopWrites := backgroundWrites(b, env, ns)
 			var lat []time.Duration
 			b.ResetTimer()
 			for b.Loop() {
@@ -137,13 +173,14 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 				lat = append(lat, time.Since(start))
 			}
 			b.StopTimer()
+			stopWrites()
 			reportPercentiles(b, lat)
 			if sum1, count1 := webhook(); count1 > count0 {
 				b.ReportMetric((sum1-sum0)/(count1-count0)*1e6, "webhook-mean-us")
 			}
 			b.ReportMetric(ready.Seconds(), "ready-s")
 			b.ReportMetric(createRate, "creates-per-s")
-			if c.kind == "rampart" {
+			if c.kind != "native" {
 				// The manager's memory with this case's budgets filed (the
 				// previous case's namespace is deleted, its budgets gone
 				// from the index; Go may hold on to the freed heap).
@@ -157,8 +194,9 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 				}
 			}
 			if c.kind == "rampart" {
-				// What the budget webhook reads live on each disruption (see
-				// Budgets.covering): the namespace's budgets, metadata only.
+				// What the budget webhook reads live on each disruption in a
+				// namespace of fewer than --budget-fence-above budgets (see
+				// Budgets.covering): its budgets, metadata only.
 				md := metadata.NewForConfigOrDie(env.Config)
 				var list []time.Duration
 				for range 20 {
@@ -175,6 +213,37 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 			_ = env.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 		})
 	}
+}
+
+// backgroundWrites patches a ConfigMap of ns RAMPART_BENCH_BACKGROUND_WRITES
+// times a second until stopped, as a cluster's lease renewals and events
+// write all the time (none if unset): every write moves etcd's revision.
+func backgroundWrites(b *testing.B, env *clustertest.Env, ns string) (stop func()) {
+	rate, _ := strconv.Atoi(os.Getenv("RAMPART_BENCH_BACKGROUND_WRITES"))
+	if rate <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "background", Namespace: ns}}
+	if _, err := env.Client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			patch := fmt.Sprintf(`{"data":{"n":"%d"}}`, i)
+			_, _ = env.Client.CoreV1().ConfigMaps(ns).Patch(ctx, "background", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 func ptrTo[T any](v T) *T { return &v }

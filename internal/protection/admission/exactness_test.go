@@ -43,8 +43,11 @@ import (
 // Deployment under a PodUnavailableBudget (maxUnavailable 1-3, its
 // replacements held Pending) and 40 bare pods under a DeletionFlowControl
 // (one limit of 6-25 per 10m; its pods picked out by an objectSelector, or
-// in a namespace of their own), and a storm of deletes and evictions from 12
-// clients spread over both API servers (plus dry runs from 2 more) meets
+// in a namespace of their own), and beside the Deployment a sharded store
+// (8 shards of 3 bare pods under one budget grouped by shard, minAvailable
+// 2: issue 39's "never a shard below 2 of 3"); a storm of deletes and
+// evictions from 30 workers over 12 clients spread over both API servers
+// (plus dry runs from 2 more) meets
 // one random fault: a replica SIGKILLed or stopped (SIGTERM), a replica
 // paused (SIGSTOP) and resumed, an API server SIGKILLed and started again, or a replica
 // SIGKILLed and started again while the storm goes on. What was admitted is counted twice,
@@ -52,7 +55,7 @@ import (
 // distinct pods a storm client deleted or evicted with 200/201, dry runs
 // left out) and from the pods themselves (those gone or terminating at
 // the end, which also sees a write whose audit event died with a killed
-// API server). Neither may exceed the limit.
+// API server). Neither may exceed the limit, nor take a shard below 2.
 //
 // RAMPART_EXACTNESS_ROUNDS sets the rounds (2 here; hack/exactness-loop.sh
 // runs more), RAMPART_EXACTNESS_SEED the first round's seed (round i uses
@@ -74,8 +77,10 @@ func TestLedgerExactUnderFaults(t *testing.T) {
 	for round := range rounds {
 		c := exactRound(t, env, s, round, seed+uint64(round))
 		worst.budget, worst.flow = max(worst.budget, c.budget-c.budgetLimit), max(worst.flow, c.flow-c.flowLimit)
+		worst.shard = max(worst.shard, c.shard)
 	}
-	t.Logf("EXACTNESS %d rounds: worst over the limit: budget %d, flow control %d", rounds, worst.budget, worst.flow)
+	t.Logf("EXACTNESS %d rounds: worst over the limit: budget %d, flow control %d; most pods of one shard disrupted: %d (of %d, minAvailable 2)",
+		rounds, worst.budget, worst.flow, worst.shard, shardPods)
 }
 
 const (
@@ -86,13 +91,18 @@ const (
 	dryRunAgent = "rampart-exactness-dryrun"
 	webPods     = 10
 	batchPods   = 40
+	// The sharded store: shards of shardPods bare pods each, under one
+	// budget grouped by shard (minAvailable 2 per shard).
+	shards    = 8
+	shardPods = 3
 )
 
 // exactCounts are one round's admissions as the oracles count them.
 type exactCounts struct {
 	budgetLimit, flowLimit int
-	// budget and flow are the worst of the two oracles.
-	budget, flow int
+	// budget and flow are the worst of the two oracles; shard is the
+	// most pods of one shard disrupted (at most 1 may be).
+	budget, flow, shard int
 }
 
 // fault is what happens to the control plane during one round's storm.
@@ -247,7 +257,16 @@ func exactRound(t *testing.T, env *clustertest.Env, s *storm, round int, seed ui
 			t.Fatal(err)
 		}
 	}
+	for i := range shards * shardPods {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("store-%d-%d", i/shardPods, i%shardPods),
+			Labels: map[string]string{"app": "store", "shard": fmt.Sprint(i / shardPods)}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "store:1"}}, TerminationGracePeriodSeconds: ptr.To(int64(0))}}
+		if _, err := env.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	createBudget(t, env, ns, "web", fmt.Sprintf(`{targetRef: {apiVersion: apps/v1, kind: Deployment, name: web}, maxUnavailable: %d}`, c.budgetLimit))
+	createBudget(t, env, ns, "store", `{selector: {matchLabels: {app: store}}, groupBy: {labelKey: shard}, minAvailable: 2}`)
 	objectSelector := ""
 	if selector {
 		objectSelector = "objectSelector: {matchLabels: {app: batch}}"
@@ -262,8 +281,12 @@ spec:
   breaker: %s`, ns, batchNS, objectSelector, c.flowLimit, breaker))
 	webList := env.WaitPodsRunning(t, ns, "app=web", webPods, 2*time.Minute)
 	batchList := env.WaitPodsRunning(t, batchNS, "app=batch", batchPods, 2*time.Minute)
+	storeList := env.WaitPodsRunning(t, ns, "app=store", shards*shardPods, 2*time.Minute)
 	waitBudget(t, env, ns, "web", time.Minute, func(st v1alpha1.PodUnavailableBudgetStatus) bool {
 		return st.TotalReplicas == webPods && st.CurrentAvailable == webPods && st.UnavailableAllowed == int32(c.budgetLimit) && len(st.Disruptions) == 0
+	})
+	waitBudget(t, env, ns, "store", time.Minute, func(st v1alpha1.PodUnavailableBudgetStatus) bool {
+		return st.TotalReplicas == shards*shardPods && st.CurrentAvailable == shards*shardPods && st.UnavailableAllowed >= 1 && len(st.Disruptions) == 0
 	})
 	// Replacements stay Pending: every disruption shows until the round ends.
 	pool(false)
@@ -273,7 +296,7 @@ spec:
 	stop := make(chan struct{})
 	start := time.Now()
 	var wg sync.WaitGroup
-	for w := range 24 {
+	for w := range 30 {
 		wr := rand.New(rand.NewPCG(seed, uint64(w)+1))
 		wg.Go(func() {
 			for {
@@ -287,9 +310,9 @@ spec:
 				var pods []corev1.Pod
 				switch {
 				case since >= webFrom && since >= batchFrom:
-					pods = [][]corev1.Pod{webList, batchList}[wr.IntN(2)]
+					pods = [][]corev1.Pod{webList, batchList, storeList}[wr.IntN(3)]
 				case since >= webFrom:
-					pods = webList
+					pods = [][]corev1.Pod{webList, storeList}[wr.IntN(2)]
 				case since >= batchFrom:
 					pods = batchList
 				default:
@@ -378,13 +401,45 @@ spec:
 		fcStatus = fmt.Sprintf("counts %v, breaker %s", counts, state)
 	}
 	c.budget, c.flow = max(len(webAudit), len(webGone)), max(len(batchAudit), len(batchGone))
+	// The store, by shard: from each oracle, the pods of each shard
+	// disrupted.
+	storeGone, _, storeUnready := disruptedPods(t, env, storeList, batchList)
+	storeAudit := inSet(audited, storeList)
+	shardOf := map[string]string{}
+	for _, p := range storeList {
+		shardOf[p.Namespace+"/"+p.Name] = p.Labels["shard"]
+	}
+	byShard := func(keys []string) map[string]int {
+		out := map[string]int{}
+		for _, k := range keys {
+			out[shardOf[k]]++
+		}
+		return out
+	}
+	auditByShard, goneByShard, unreadyByShard := byShard(slices.Collect(maps.Keys(storeAudit))), byShard(storeGone), byShard(storeUnready)
+	for shard := range shards {
+		k := fmt.Sprint(shard)
+		n := max(auditByShard[k], goneByShard[k])
+		c.shard = max(c.shard, n)
+		if n > 1+unreadyByShard[k] {
+			t.Errorf("round %d seed %d (%v): shard %s of the store lost %d of its %d pods (audit %d, pods' state %d), its budget allows 1 (minAvailable 2)",
+				round, seed, f, k, n, shardPods, auditByShard[k], goneByShard[k])
+		}
+	}
+	for key := range storeAudit {
+		if !slices.Contains(storeGone, key) {
+			t.Errorf("round %d: the audit logs say pod %s was disrupted, the pods' state does not: the oracles disagree", round, key)
+		}
+	}
 	t.Logf("EXACTNESS round %d seed %d fault %s: %v; storm %v (web from +%v, batch from +%v): %d requests, %d admitted, %d denied, %d failed, %d dry runs; "+
 		"budget maxUnavailable %d: audit %d, pods %d (status: %d available, %d disruptions pending); "+
-		"flow control %d per 10m (%s breaker, by %s): audit %d, pods %d (status: %s)",
+		"flow control %d per 10m (%s breaker, by %s): audit %d, pods %d (status: %s); "+
+		"store of %d shards x %d: %d pods disrupted by the audit logs, %d by the pods' state, at most %d of one shard",
 		round, seed, f.kind, f, took.Round(100*time.Millisecond), webFrom.Round(time.Millisecond), batchFrom.Round(time.Millisecond),
 		sent.Load(), admitted.Load(), denied.Load(), failed.Load(), dry.Load(),
 		c.budgetLimit, len(webAudit), len(webGone), st.CurrentAvailable, len(st.Disruptions),
-		c.flowLimit, breaker, scope, len(batchAudit), len(batchGone), fcStatus)
+		c.flowLimit, breaker, scope, len(batchAudit), len(batchGone), fcStatus,
+		shards, shardPods, len(storeAudit), len(storeGone), c.shard)
 	if len(unready) > 0 {
 		// A pod that went unready by itself may cost the budget nothing:
 		// the bound below would not hold for the right reason.

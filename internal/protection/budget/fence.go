@@ -37,9 +37,13 @@ func (x *Index) Fence() Key {
 
 // DefaultFenceAbove is the number of budgets in a namespace from which a
 // disruption there reads the index through the fence rather than listing
-// the namespace's budgets live: below it, the list is the cheaper of the
-// two (BenchmarkEvictionWithManyBudgets measures both).
-const DefaultFenceAbove = 100
+// the namespace's budgets live. The list costs about 0.03 ms a budget;
+// the fence a write, and with it the wait of the API server's next
+// consistent read (the eviction's own list of PodDisruptionBudgets) for
+// its watch cache's progress tick, up to 100 ms: below about a thousand
+// budgets the list is the cheaper (BenchmarkEvictionWithManyBudgets,
+// docs/budgets.md).
+const DefaultFenceAbove = 1000
 
 // FenceAbove is the number of budgets in a namespace from which its
 // readers go through the fence (DefaultFenceAbove unless set).

@@ -130,6 +130,8 @@ func (f *Fence) write() error {
 	return f.Index.WaitFence(ctx, b.ResourceVersion)
 }
 
+// +kubebuilder:rbac:groups=rampart.io,resources=podunavailablebudgets,verbs=create;patch
+
 // EnsureFence creates the fence budget in namespace ns if it is missing,
 // owned by owner if set (the chart's ClusterRole: helm uninstall removes
 // it as it does the webhook configuration). It covers no pod: its
