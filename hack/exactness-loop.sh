@@ -3,8 +3,9 @@
 # counted by oracles Rampart does not control: the API servers' audit logs
 # and the pods' own state. ROUNDS rounds of TestLedgerExactUnderFaults on
 # one local cluster (three manager replicas, two API servers): in each, a
-# PodUnavailableBudget and a DeletionFlowControl meet a storm of deletes
-# and evictions from 12 clients and one random fault (a replica SIGKILLed,
+# PodUnavailableBudget, a sharded store under a budget grouped by shard (8
+# shards of 3, minAvailable 2) and a DeletionFlowControl meet a storm of
+# deletes and evictions from 30 workers over 12 clients and one random fault (a replica SIGKILLed,
 # stopped with SIGTERM, paused and resumed, or SIGKILLed and started again
 # mid-storm; an API server SIGKILLed and started again mid-storm).
 #
