@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
 
+	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/operations/localcluster"
 	"github.com/rampart-io/rampart/internal/operations/localcluster/clustertest"
 )
@@ -28,7 +29,7 @@ import (
 // Rampart's PodUnavailableBudgets (10 and 10,000) and native
 // PodDisruptionBudgets (10 and 8,000, the count kubernetes#79697 reported);
 // or (groups=n) in a namespace with one budget grouped by shard over n
-// groups. Dry runs are judged in full and consume nothing, so every iteration
+// groups (one running pod each; kwok nodes enough for them). Dry runs are judged in full and consume nothing, so every iteration
 // measures the same decision. Run:
 //
 //	go test -run '^$' -bench EvictionWithManyBudgets -benchtime 300x ./internal/protection/admission/
@@ -59,7 +60,15 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 	if v := os.Getenv("RAMPART_BENCH_FENCE_ABOVE"); v != "" {
 		args = []string{"--budget-fence-above=" + v}
 	}
-	env := clustertest.Start(b, localcluster.Options{Nodes: 1, ManagerArgs: args})
+	// A group's pods run (kwok), or the group counts as disrupted: 250
+	// pods fit on a node.
+	nodes := 1
+	for _, c := range cases {
+		if c.kind == "groups" {
+			nodes = max(nodes, c.n/200+1)
+		}
+	}
+	env := clustertest.Start(b, localcluster.Options{Nodes: nodes, ManagerArgs: args})
 	for _, c := range cases {
 		name := fmt.Sprintf("%s-budgets=%d", c.kind, c.n)
 		if c.kind == "groups" {
@@ -94,7 +103,7 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 			}
 			if c.kind == "groups" {
 				// One budget over the target's group and n-1 others of one
-				// pod each (Pending: they need no node), grouped by shard.
+				// running pod each, grouped by shard.
 				create = func(name, app string) error {
 					if name == "target" {
 						u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "rampart.io/v1alpha1", "kind": "PodUnavailableBudget",
@@ -105,8 +114,7 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 						return err
 					}
 					p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "target", "shard": name}},
-						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "web:1"}},
-							NodeSelector: map[string]string{"rampart.io/bench": "nowhere"}}}
+						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "web:1"}}}}
 					_, err := env.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 					return err
 				}
@@ -128,7 +136,9 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 					return err == nil && pdb.Status.DisruptionsAllowed == 1, nil
 				}
 				if c.kind == "groups" {
-					// Its groups' status is bounded: ask as a drain would.
+					// Its groups' status is bounded: ask as a drain would
+					// (allowed once the others' pods run, or few enough of
+					// them do not that the status lists them all).
 					return evict(env, ns, "target-0", true) == nil, nil
 				}
 				return getBudget(b, env, ns, "target").Status.UnavailableAllowed == 1, nil
@@ -136,6 +146,14 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 				b.Fatal("the target's budget never allowed a disruption")
 			}
 			ready := time.Since(created)
+			if c.kind == "groups" {
+				// Measured once every group's pod runs and the manager has
+				// counted it, not while the pods still start.
+				env.WaitPodsRunning(b, ns, "app=target", c.n+1, 10*time.Minute)
+				waitBudget(b, env, ns, "target", 5*time.Minute, func(st v1alpha1.PodUnavailableBudgetStatus) bool {
+					return st.CurrentAvailable == int32(c.n+1)
+				})
+			}
 			evict := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "target-0", Namespace: ns},
 				DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}}
 			// The budget webhook's own time (controller-runtime's histogram
