@@ -183,19 +183,29 @@ const PodReadyDelayAnnotation = "pod-ready.stage.kwok.x-k8s.io/delay"
 // through a directory with a comma in its name would make it exit.
 const kwokStagesFile = "kwok-stages.yaml"
 
-// writeKwokStages writes kwok's own fast stages with one addition: the
-// pod-ready stage waits for PodReadyDelayAnnotation (none without it).
+// PodCompleteDelayAnnotation on a Job's pod delays kwok's completing it
+// (a duration such as "1h"), so that a Job's pods run as a training job's
+// workers do; without it they complete at once.
+const PodCompleteDelayAnnotation = "pod-complete.stage.kwok.x-k8s.io/delay"
+
+// writeKwokStages writes kwok's own fast stages with two additions: the
+// pod-ready stage waits for PodReadyDelayAnnotation and the pod-complete
+// stage for PodCompleteDelayAnnotation (none without them).
 func (c *Cluster) writeKwokStages() error {
 	raw, err := os.ReadFile(c.asset("kwok-stages.yaml"))
 	if err != nil {
 		return err
 	}
-	const anchor = "  name: pod-ready\nspec:\n"
-	delay := "  delay:\n    durationMilliseconds: 0\n    durationFrom:\n      expressionFrom: '.metadata.annotations[\"" + PodReadyDelayAnnotation + "\"]'\n"
-	if !strings.Contains(string(raw), anchor) {
-		return fmt.Errorf("%s: no pod-ready stage to add a start-up delay to", c.asset("kwok-stages.yaml"))
+	stages := string(raw)
+	for stage, annotation := range map[string]string{"pod-ready": PodReadyDelayAnnotation, "pod-complete": PodCompleteDelayAnnotation} {
+		anchor := "  name: " + stage + "\nspec:\n"
+		delay := "  delay:\n    durationMilliseconds: 0\n    durationFrom:\n      expressionFrom: '.metadata.annotations[\"" + annotation + "\"]'\n"
+		if !strings.Contains(stages, anchor) {
+			return fmt.Errorf("%s: no %s stage to add a delay to", c.asset("kwok-stages.yaml"), stage)
+		}
+		stages = strings.Replace(stages, anchor, anchor+delay, 1)
 	}
-	return os.WriteFile(c.path(kwokStagesFile), []byte(strings.Replace(string(raw), anchor, anchor+delay, 1)), 0o644)
+	return os.WriteFile(c.path(kwokStagesFile), []byte(stages), 0o644)
 }
 
 func (c *Cluster) startKwok(ctx context.Context) error {

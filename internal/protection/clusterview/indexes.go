@@ -56,8 +56,8 @@ func slim(obj any) (any, error) {
 		o.Status = corev1.ReplicationControllerStatus{}
 	case *batchv1.Job:
 		// Budgets size a Job's pods by how many it runs at once.
-		o.Spec = batchv1.JobSpec{Parallelism: o.Spec.Parallelism, Completions: o.Spec.Completions}
-		o.Status = batchv1.JobStatus{Succeeded: o.Status.Succeeded}
+		o.Spec = batchv1.JobSpec{Parallelism: o.Spec.Parallelism, Completions: o.Spec.Completions, Suspend: o.Spec.Suspend}
+		o.Status = batchv1.JobStatus{Succeeded: o.Status.Succeeded, Conditions: jobEnding(o.Status.Conditions)}
 	case *appsv1.DaemonSet:
 		o.Spec, o.Status = appsv1.DaemonSetSpec{}, appsv1.DaemonSetStatus{}
 	case *appsv1.ControllerRevision:
@@ -138,13 +138,35 @@ func scaledWorkloadReplicas(obj any) (int32, bool) {
 // jobPods is how many pods a Job runs at once while it runs: its
 // parallelism (1 when unset), no more than the completions it still needs.
 // What a budget over a Job's pods counts them against, as replicas are for
-// other workloads.
+// other workloads. A Job suspended (as Kueue does to preempt it) or ending
+// (failed past its deadline or backoff limit, or succeeded) wants none:
+// the Job controller deletes its pods then, and a budget must not hold
+// them (do no harm).
 func jobPods(j *batchv1.Job) int32 {
+	if ptr.Deref(j.Spec.Suspend, false) || len(jobEnding(j.Status.Conditions)) > 0 {
+		return 0
+	}
 	n := ptr.Deref(j.Spec.Parallelism, 1)
 	if c := j.Spec.Completions; c != nil {
 		n = min(n, max(*c-j.Status.Succeeded, 0))
 	}
 	return n
+}
+
+// jobEnding keeps the conditions of a Job that is finished or about to be
+// (its pods are being removed): Complete, Failed, FailureTarget and
+// SuccessCriteriaMet, when True.
+func jobEnding(cs []batchv1.JobCondition) []batchv1.JobCondition {
+	var out []batchv1.JobCondition
+	for _, c := range cs {
+		switch c.Type {
+		case batchv1.JobComplete, batchv1.JobFailed, batchv1.JobFailureTarget, batchv1.JobSuccessCriteriaMet:
+			if c.Status == corev1.ConditionTrue {
+				out = append(out, batchv1.JobCondition{Type: c.Type, Status: c.Status})
+			}
+		}
+	}
+	return out
 }
 
 // budgetTotal is the pods a workload (or Job) wants, for a budget's

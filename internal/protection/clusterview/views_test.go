@@ -82,6 +82,13 @@ func TestBudgetsControllerReplicas(t *testing.T) {
 		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "one"}},
 		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "done"},
 			Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](2), Completions: ptr.To[int32](2)}, Status: batchv1.JobStatus{Succeeded: 2}},
+		// Suspended (Kueue preempting it) or failed: the Job controller
+		// deletes the pods, which a budget must let go.
+		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "suspended"},
+			Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](4), Suspend: ptr.To(true)}},
+		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "deadline"},
+			Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](4)}, Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{
+				{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "DeadlineExceeded"}}}},
 	)
 	for _, tt := range []struct {
 		controller string
@@ -97,6 +104,8 @@ func TestBudgetsControllerReplicas(t *testing.T) {
 		{"Job/indexed", "Job/indexed", 2, true},
 		{"Job/one", "Job/one", 1, true},
 		{"Job/done", "Job/done", 0, true},
+		{"Job/suspended", "Job/suspended", 0, true},
+		{"Job/deadline", "Job/deadline", 0, true},
 		{"Job/unseen", "Job/unseen", 0, false},
 		{"Widget/w", "Widget/w", 0, false},
 	} {

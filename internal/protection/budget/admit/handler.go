@@ -43,7 +43,7 @@ const (
 
 var budgetDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "rampart_budget_decisions_total",
-	Help: "Pod disruptions judged by PodUnavailableBudgets, by operation and outcome (admitted, denied, dryrun; unavailable: a pod already unavailable, admitted at no cost; ownergone: a delete of a pod whose controller is gone or being deleted, the garbage collector's).",
+	Help: "Pod disruptions judged by PodUnavailableBudgets, by operation and outcome (admitted, denied, dryrun; unavailable: a pod already unavailable, admitted at no cost; ownergone: a delete of a pod whose controller is gone or being deleted, the garbage collector's; jobcontroller: the Job controller removing its Job's pods).",
 }, []string{"operation", "outcome"})
 
 func init() { metrics.Registry.MustRegister(budgetDecisions) }
@@ -99,6 +99,12 @@ type TargetSelector interface {
 }
 
 var _ admission.Handler = (*Budgets)(nil)
+
+// jobController are the names the Job controller acts under: its own
+// service account (kube-controller-manager --use-service-account-credentials,
+// the default of kubeadm and most distributions), or the manager's shared
+// identity.
+var jobController = []string{"system:serviceaccount:kube-system:job-controller", "system:kube-controller-manager"}
 
 // disrupted is what a decision reads of the disrupted pod.
 type disrupted struct {
@@ -308,6 +314,16 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 		// protection), its pods go with it, as in a terminating
 		// namespace.
 		budgetDecisions.WithLabelValues(string(r.Op), "ownergone").Inc()
+		return admission.Allowed("")
+	}
+	if r.Op == v1alpha1.DisruptDelete && pod.owner != nil && pod.owner.Kind == "Job" && slices.Contains(jobController, req.UserInfo.Username) {
+		// The Job controller removing its own Job's pods: parallelism
+		// lowered, the Job suspended (Kueue preempting it), or ended by
+		// its deadline, backoff limit or policies. The Job's spec decided
+		// it; and a refused delete of a Job past its deadline is retried
+		// for ever, as the controller declares the Job failed only once
+		// its pods are gone (do no harm).
+		budgetDecisions.WithLabelValues(string(r.Op), "jobcontroller").Inc()
 		return admission.Allowed("")
 	}
 	now := rampartadmission.ClockOrReal(h.Clock).Now()
