@@ -316,7 +316,8 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 		budgetDecisions.WithLabelValues(string(r.Op), "ownergone").Inc()
 		return admission.Allowed("")
 	}
-	if r.Op == v1alpha1.DisruptDelete && pod.owner != nil && pod.owner.Kind == "Job" && slices.Contains(jobController, req.UserInfo.Username) {
+	if r.Op == v1alpha1.DisruptDelete && pod.owner != nil && pod.owner.Kind == "Job" && pod.owner.APIVersion == "batch/v1" &&
+		slices.Contains(jobController, req.UserInfo.Username) {
 		// The Job controller removing its own Job's pods: parallelism
 		// lowered, the Job suspended (Kueue preempting it), or ended by
 		// its deadline, backoff limit or policies. The Job's spec decided
