@@ -11,9 +11,9 @@ import (
 )
 
 // SavedPodsName is the policy that keeps a pod the node guard saved
-// reading Running: it refuses a node's status write that turns a pod
-// labelled rampart.io/explicit-deletion=true Failed while the node guard
-// reports its containers running.
+// reading Running and Ready: it refuses a node's status write that turns a
+// pod labelled rampart.io/explicit-deletion=true Failed, or not Ready as a
+// failed pod, while the node guard reports its containers running.
 const SavedPodsName = "saved-pods.rampart.io"
 
 // SavedPods compiles the saved-pods rule (SavedPodsName).
@@ -26,6 +26,20 @@ const SavedPodsName = "saved-pods.rampart.io"
 // ReplicaSet replaces it, and Failed is final: once the operator fixes
 // the node the pod stays Failed though it runs. Refusing the write keeps
 // the API's reading (Running, Ready as last reported) true to what runs.
+//
+// Seen on a real kubelet (v1.36): a rejected pod is not written Failed
+// while its containers run (the status manager holds a terminal phase
+// back until they stop, and the guard refuses the kill), but its Ready
+// and ContainersReady conditions are written False with reason PodFailed,
+// and before that, at the rejection, its status is written without its
+// Ready condition and container statuses at all: either takes it out of
+// its Service's ready endpoints just the same. So the policy refuses those
+// writes too: Ready turning False with reason PodFailed, or dropped. A
+// readiness probe that fails writes reason
+// ContainersNotReady and passes, so a sick pod still leaves its
+// endpoints. A kubelet that rejected a pod runs no probes for it: the
+// Ready the API keeps is the last its probes gave, until the node is
+// fixed and the kubelet probes the pod again.
 //
 // Why it is sound: the API server cannot see the runtime, and the
 // kubelet's write carries no evidence either way (a rejected pod's status
@@ -60,8 +74,8 @@ func SavedPods(o Options) Policy {
 	sp.Policy.Spec.MatchConstraints.ObjectSelector = labelIn(v1alpha1.LabelExplicitDeletion, "true")
 	sp.Policy.Spec.MatchConditions = []admissionregistrationv1.MatchCondition{
 		{Name: "by-a-node", Expression: `request.userInfo.username.startsWith("system:node:")`},
-		{Name: "turns-failed", Expression: `has(object.status.phase) && object.status.phase == "Failed" && ` +
-			`!(has(oldObject.status.phase) && oldObject.status.phase in ["Failed", "Succeeded"])`},
+		{Name: "ends-the-pod", Expression: `!(has(oldObject.status.phase) && oldObject.status.phase in ["Failed", "Succeeded"]) && (` +
+			turnsFailed + ` || ` + readyAsFailed("object") + ` && !` + readyAsFailed("oldObject") + `)`},
 		{Name: "not-deleted", Expression: `!has(object.metadata.deletionTimestamp)`},
 		{Name: "restarts-always", Expression: `!has(object.spec.restartPolicy) || object.spec.restartPolicy == "Always"`},
 	}
@@ -70,15 +84,35 @@ func SavedPods(o Options) Policy {
 		admissionregistrationv1.Variable{Name: "containersRunning", Expression: `has(oldObject.status.conditions) && ` +
 			`oldObject.status.conditions.exists(c, c.type == ` + cond + ` && c.status == "True")`},
 		admissionregistrationv1.Variable{Name: "node", Expression: `request.userInfo.username.substring(12)`},
-		admissionregistrationv1.Variable{Name: "why", Expression: `has(object.status.reason) ? object.status.reason : "no reason given"`},
+		admissionregistrationv1.Variable{Name: "why", Expression: turnsFailed + ` ? "Failed (" + (has(object.status.reason) ? object.status.reason : "no reason given") + ")" : ` +
+			`"not Ready as a failed pod (" + (has(object.status.conditions) && object.status.conditions.exists(c, c.type == "Ready") ? ` +
+			`"Ready=False, reason ` + podFailedReason + `" : "its Ready condition and container statuses dropped") + ")"`},
 	)
 	sp.Policy.Spec.Validations = []admissionregistrationv1.Validation{{
 		Expression: "!variables.containersRunning",
 		Reason:     ptr.To(metav1.StatusReasonForbidden),
-		MessageExpression: `"node " + variables.node + " may not turn " + ` + celObj + ` + " Failed (" + variables.why + "): ` +
+		MessageExpression: `"node " + variables.node + " may not turn " + ` + celObj + ` + " " + variables.why + ": ` +
 			`rampart node-guard reports its containers running (condition ` + v1alpha1.ConditionContainersRunning + `=True) and refuses to stop them unless the API asks, ` +
 			`so the pod keeps reading Running and serving. If it is meant to end, delete it: kubectl delete pod " + ` + celNs + ` + variables.name + ` +
 			`", or let it end on the node: kubectl label pod " + ` + celNs + ` + variables.name + " ` + v1alpha1.LabelExplicitDeletion + `-"`,
 	}}
 	return sp
+}
+
+// podFailedReason is the reason the kubelet gives the pod's Ready and
+// ContainersReady conditions when it has ended the pod (k8s.io/kubernetes
+// pkg/kubelet/status, PodFailed). A readiness probe that fails gives
+// ContainersNotReady instead, so the two are told apart.
+const podFailedReason = "PodFailed"
+
+// turnsFailed is the CEL saying the write makes the pod's phase Failed.
+const turnsFailed = `(has(object.status.phase) && object.status.phase == "Failed")`
+
+// readyAsFailed is the CEL saying obj reads not Ready as a pod the
+// kubelet ended: its Ready condition False with reason podFailedReason,
+// or gone (the status the kubelet writes for a pod it rejects carries no
+// condition and no container status of its own).
+func readyAsFailed(obj string) string {
+	return `!(has(` + obj + `.status.conditions) && ` + obj + `.status.conditions.exists(c, c.type == "Ready" && ` +
+		`!(c.status == "False" && has(c.reason) && c.reason == "` + podFailedReason + `")))`
 }

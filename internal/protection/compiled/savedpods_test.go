@@ -25,6 +25,7 @@ func TestSavedPods(t *testing.T) {
 		restart            string
 		phase              string
 		condition          string // ContainersRunning status, "" none
+		ready              string // the Ready condition's reason when False, "" Ready=True
 	}
 	obj := func(p pod) map[string]any {
 		var labels map[string]string
@@ -45,6 +46,13 @@ func TestSavedPods(t *testing.T) {
 			status["reason"] = "NodeAffinity"
 		}
 		conds := []any{map[string]any{"type": "Ready", "status": "True"}}
+		switch p.ready {
+		case "":
+		case "dropped": // what the kubelet writes as it rejects a pod
+			conds = nil
+		default:
+			conds = []any{map[string]any{"type": "Ready", "status": "False", "reason": p.ready}}
+		}
 		if p.condition != "" {
 			conds = append(conds, map[string]any{"type": v1alpha1.ConditionContainersRunning, "status": p.condition})
 		}
@@ -55,6 +63,9 @@ func TestSavedPods(t *testing.T) {
 	saved := pod{labelled: true, restart: "Always", phase: "Running", condition: "True"}
 	failed := func(p pod) pod { p.phase = "Failed"; return p }
 	with := func(p pod, f func(*pod)) pod { f(&p); return p }
+	// What a real kubelet writes for a pod it rejected while the guard
+	// keeps its containers: the phase held Running, Ready=False PodFailed.
+	unready := func(p pod, reason string) pod { p.ready = reason; return p }
 	for _, tc := range []struct {
 		name     string
 		who      user.Info
@@ -74,6 +85,20 @@ func TestSavedPods(t *testing.T) {
 		{"Succeeded stays", node, with(saved, func(p *pod) { p.phase = "Succeeded" }), failed(saved), false},
 		{"the node keeps it Running", node, saved, saved, false},
 		{"not a node", admin, saved, failed(saved), false},
+		{"the node marks a saved pod not Ready as failed", node, saved, unready(saved, "PodFailed"), true},
+		{"a readiness probe fails", node, saved, unready(saved, "ContainersNotReady"), false},
+		{"not Ready as failed already", node, unready(saved, "PodFailed"), unready(saved, "PodFailed"), false},
+		{"Ready again", node, unready(saved, "PodFailed"), saved, false},
+		{"not Ready as failed, no container running", node, with(saved, func(p *pod) { p.condition = "False" }),
+			unready(with(saved, func(p *pod) { p.condition = "False" }), "PodFailed"), false},
+		{"not Ready as failed, not labelled", node, with(saved, func(p *pod) { p.labelled = false }),
+			unready(with(saved, func(p *pod) { p.labelled = false }), "PodFailed"), false},
+		{"not Ready as failed, deleted in the API", node, with(saved, func(p *pod) { p.deleting = true }),
+			unready(with(saved, func(p *pod) { p.deleting = true }), "PodFailed"), false},
+		{"not Ready as failed, by someone else", admin, saved, unready(saved, "PodFailed"), false},
+		{"the node drops a saved pod's Ready (its rejection)", node, saved, unready(saved, "dropped"), true},
+		{"no Ready condition before either", node, unready(saved, "dropped"), unready(saved, "dropped"), false},
+		{"from dropped to PodFailed", node, unready(saved, "dropped"), unready(saved, "PodFailed"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := compiledtest.Request{Op: admission.Update, GVK: pods, GVR: pods.GroupVersion().WithResource("pods"), Subresource: "status",
@@ -86,7 +111,15 @@ func TestSavedPods(t *testing.T) {
 				return
 			}
 			t.Log(got.Message)
-			for _, want := range []string{"node real-node-0 may not turn pod \"gold-0\" in namespace \"shop\" Failed (NodeAffinity)",
+			what := "Failed (NodeAffinity)"
+			switch {
+			case tc.new.phase == "Failed":
+			case tc.new.ready == "dropped":
+				what = "not Ready as a failed pod (its Ready condition and container statuses dropped)"
+			default:
+				what = "not Ready as a failed pod (Ready=False, reason PodFailed)"
+			}
+			for _, want := range []string{"node real-node-0 may not turn pod \"gold-0\" in namespace \"shop\" " + what,
 				"kubectl delete pod -n shop gold-0", "kubectl label pod -n shop gold-0 rampart.io/explicit-deletion-"} {
 				if !strings.Contains(got.Message, want) {
 					t.Errorf("message %q lacks %q", got.Message, want)

@@ -22,6 +22,7 @@ import (
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/operations/localcluster"
 	"github.com/rampart-io/rampart/internal/operations/localcluster/clustertest"
+	"github.com/rampart-io/rampart/internal/protection/compiled"
 	"github.com/rampart-io/rampart/internal/servers/nodeguard"
 )
 
@@ -31,9 +32,9 @@ import (
 // the guard; the kubelet-bad-restart incident (a kubelet restarted after a
 // node label its pods select on was removed rejects them at re-admission
 // and kills them) kills the unprotected pod and leaves the protected one
-// running, with the refusal as an Event, reading Running in the API (not
-// Failed), in its Service, not replaced by its ReplicaSet, and Ready with
-// the same container once the node is fixed. A restart the pod's spec asks for
+// running, with the refusal as an Event, reading Running and Ready in the
+// API (not Failed), a ready endpoint of its Service, not replaced by its
+// ReplicaSet, and so on with the same container once the node is fixed. A restart the pod's spec asks for
 // (a failing liveness probe) still happens.
 func TestRealNodeGuard(t *testing.T) {
 	env, node, ns := realNodeCluster(t)
@@ -105,7 +106,7 @@ func TestRealNodeGuard(t *testing.T) {
 		// The guard vouches for the pod before the incident: the
 		// kubelet writes Failed before it tries the kill.
 		waitCondition(t, env, ns, kept.Name, v1alpha1.ConditionContainersRunning, corev1.ConditionTrue)
-		waitServing(t, env, ns, "gold", kept, true)
+		waitServing(t, env, ns, "gold", kept)
 
 		kubelet := localcluster.KubeletName(node)
 		if err := env.StopComponent(kubelet); err != nil {
@@ -140,11 +141,20 @@ func TestRealNodeGuard(t *testing.T) {
 		// and Ready, in its Service, not replaced — across the kubelet's
 		// status retries (every 10 s).
 		waitEvent(t, env, ns, kept.Name, nodeguard.EventReason)
-		holdServing(t, env, ns, "gold", kept, false, 15*time.Second)
+		// Ready and a ready endpoint, across the kubelet's status
+		// retries: saved-pods.rampart.io refuses its Ready=False
+		// (PodFailed) as it would refuse Failed.
+		holdServing(t, env, ns, "gold", kept, 15*time.Second)
 		if p, err := env.Client.CoreV1().Pods(ns).Get(ctx, kept.Name, metav1.GetOptions{}); err == nil {
 			t.Logf("the saved pod while the node is broken: phase %s, conditions %s", p.Status.Phase, podConditions(p))
 		}
-		t.Logf("kubelet while its writes are refused: %q", kubeletLogLine(t, env, node, "Failed to update status for pod"))
+		// What the operator reads in the kubelet's log: the refusal, and
+		// the way out it names.
+		refused := kubeletLogLine(t, env, node, "Failed to update status for pod")
+		t.Logf("kubelet while its writes are refused: %q", refused)
+		if !strings.Contains(refused, compiled.SavedPodsName) || !strings.Contains(refused, "kubectl delete pod -n "+ns+" "+kept.Name) {
+			t.Errorf("the kubelet's log shows no refusal by %s naming the way out: %q", compiled.SavedPodsName, refused)
+		}
 		if raw, err := env.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx); err == nil {
 			for _, l := range strings.Split(string(raw), "\n") {
 				if strings.Contains(l, "saved-pods") {
@@ -166,7 +176,7 @@ func TestRealNodeGuard(t *testing.T) {
 		if err := env.WaitRealNodeReady(ctx, node); err != nil {
 			t.Fatal(err)
 		}
-		holdServing(t, env, ns, "gold", kept, true, 15*time.Second)
+		holdServing(t, env, ns, "gold", kept, 15*time.Second)
 		if p, _ := env.Client.CoreV1().Pods(ns).Get(ctx, victim.Name, metav1.GetOptions{}); p.Status.Phase != corev1.PodFailed {
 			t.Errorf("the unprotected pod reads %s after the fix, want Failed for good", p.Status.Phase)
 		}
@@ -226,13 +236,7 @@ func replicaSetPods(t *testing.T, env *clustertest.Env, ns, app string) []corev1
 // started: kept running (same container, restartCount 0, Running, see
 // RealPodChange), Ready, its ReplicaSet's only pod, and a ready endpoint
 // of its Service. "" when it serves.
-//
-// ready false asks less, what holds while the node is broken: the
-// kubelet terminating the pod writes Ready=False (phase kept Running, as
-// its containers run), so the pod is in its Service's EndpointSlice but
-// not a ready endpoint (see the report of issue #35: not refused, since
-// a node's Ready=False cannot be told from a failing readiness probe).
-func serving(ctx context.Context, t *testing.T, env *clustertest.Env, service string, p clustertest.RealPod, ready bool) string {
+func serving(ctx context.Context, t *testing.T, env *clustertest.Env, service string, p clustertest.RealPod) string {
 	t.Helper()
 	if change := env.RealPodChange(ctx, t, p); change != "" {
 		return change
@@ -245,7 +249,7 @@ func serving(ctx context.Context, t *testing.T, env *clustertest.Env, service st
 	for _, c := range pod.Status.Conditions {
 		podReady = podReady || c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
 	}
-	if ready && !podReady {
+	if !podReady {
 		return "not Ready: " + podConditions(pod)
 	}
 	if pods := replicaSetPods(t, env, p.Namespace, pod.Labels["app"]); len(pods) != 1 {
@@ -257,7 +261,7 @@ func serving(ctx context.Context, t *testing.T, env *clustertest.Env, service st
 	}
 	for _, s := range slices.Items {
 		for _, e := range s.Endpoints {
-			if e.TargetRef != nil && e.TargetRef.UID == p.UID && (!ready || e.Conditions.Ready != nil && *e.Conditions.Ready) {
+			if e.TargetRef != nil && e.TargetRef.UID == p.UID && e.Conditions.Ready != nil && *e.Conditions.Ready {
 				return ""
 			}
 		}
@@ -266,13 +270,13 @@ func serving(ctx context.Context, t *testing.T, env *clustertest.Env, service st
 }
 
 // waitServing waits until the pod serves (see serving).
-func waitServing(t *testing.T, env *clustertest.Env, ns, service string, p clustertest.RealPod, ready bool) {
+func waitServing(t *testing.T, env *clustertest.Env, ns, service string, p clustertest.RealPod) {
 	t.Helper()
 	var last string
 	// Each look gets the time it needs: a look cut by the poll's
 	// deadline would hide the last reason.
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		last = serving(context.Background(), t, env, service, p, ready)
+		last = serving(context.Background(), t, env, service, p)
 		return last == "", nil
 	})
 	if err != nil {
@@ -282,12 +286,12 @@ func waitServing(t *testing.T, env *clustertest.Env, ns, service string, p clust
 
 // holdServing fails t unless the pod serves for d from now (after a
 // first 30 s at most for it to serve again).
-func holdServing(t *testing.T, env *clustertest.Env, ns, service string, p clustertest.RealPod, ready bool, d time.Duration) {
+func holdServing(t *testing.T, env *clustertest.Env, ns, service string, p clustertest.RealPod, d time.Duration) {
 	t.Helper()
-	waitServing(t, env, ns, service, p, ready)
+	waitServing(t, env, ns, service, p)
 	until := time.Now().Add(d)
 	for time.Now().Before(until) {
-		if why := serving(context.Background(), t, env, service, p, ready); why != "" {
+		if why := serving(context.Background(), t, env, service, p); why != "" {
 			t.Fatalf("pod %s/%s stopped serving: %s", ns, p.Name, why)
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -435,7 +439,11 @@ func TestRealNodeGuardDown(t *testing.T) {
 func podConditions(p *corev1.Pod) string {
 	var out []string
 	for _, c := range p.Status.Conditions {
-		out = append(out, string(c.Type)+"="+string(c.Status))
+		s := string(c.Type) + "=" + string(c.Status)
+		if c.Reason != "" {
+			s += "(" + c.Reason + ")"
+		}
+		out = append(out, s)
 	}
 	return strings.Join(out, " ")
 }
