@@ -131,9 +131,19 @@ func checkDrill(t *testing.T, r drill.Result) {
 	if r.Drill == "pod-creation-surge" {
 		checkSurge(t, r)
 	}
-	// A pod the node guard saved reads Running, not Failed.
-	if r.Drill == "kubelet-bad-restart" && r.Protected.Measured["running_pods_read_failed"] > 0 {
-		t.Errorf("kubelet-bad-restart: %g pods containerd still runs read Failed in the API under protection", r.Protected.Measured["running_pods_read_failed"])
+	// A pod the node guard saved reads Running, not Failed, and keeps
+	// serving: a ready endpoint, not replaced. Unprotected, every one of
+	// them is lost from its Service and replaced.
+	if r.Drill == "kubelet-bad-restart" {
+		p, u := r.Protected.Measured, r.Unprotected.Measured
+		if p["running_pods_read_failed"] > 0 || p["ready_endpoints_lost"] > 0 || p["replacements_created"] > 0 {
+			t.Errorf("kubelet-bad-restart under protection: %g pods containerd still runs read Failed, %g ready endpoints lost, %g replacements created; want 0 each",
+				p["running_pods_read_failed"], p["ready_endpoints_lost"], p["replacements_created"])
+		}
+		if total := float64(r.Unprotected.Total); u["ready_endpoints_lost"] != total || u["replacements_created"] != total {
+			t.Errorf("kubelet-bad-restart unprotected: %g ready endpoints lost, %g replacements created; want %g each (the incident)",
+				u["ready_endpoints_lost"], u["replacements_created"], total)
+		}
 	}
 	if r.Protected.Lost > r.Protected.Bound || r.Protected.Measured == nil && r.Protected.Lost != r.Protected.Bound {
 		t.Errorf("%s: %s lost under protection, want %d", r.Drill, r.Protected, r.Protected.Bound)

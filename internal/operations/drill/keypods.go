@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/operations/localcluster"
@@ -19,6 +22,9 @@ type keyPods struct {
 	t    Target
 	node string
 	pods []corev1.Pod
+	// served: the pods are a ReplicaSet's, behind a Service, both named
+	// after the pods' app label (startKeyPods' serve).
+	served string
 }
 
 // keyPodLoss is the loss of a node-layer drill before it runs: 24 key
@@ -43,25 +49,47 @@ func (t Target) realNode(ctx context.Context) (string, error) {
 	return t.Local.RealNodes()[0], nil
 }
 
-// startKeyPods creates n pods NAME-NN in ns, labelled app=NAME (and
+// startKeyPods creates n pods in ns, labelled app=NAME (and
 // rampart.io/explicit-deletion=true on the protected side), on a real
 // node through nodeSelector, and waits until the API has them Running
-// and containerd runs a container of each.
-func (t Target) startKeyPods(ctx context.Context, node, ns, name string, n int, nodeSelector map[string]string) (keyPods, error) {
+// and containerd runs a container of each. They are pods NAME-NN of
+// their own, or, with serve, the pods of ReplicaSet NAME behind Service
+// NAME: what losing them costs a business is then measured too (serving).
+func (t Target) startKeyPods(ctx context.Context, node, ns, name string, n int, nodeSelector map[string]string, serve bool) (keyPods, error) {
 	k := keyPods{t: t, node: node}
 	labels := map[string]string{"app": name}
 	if t.Protected {
 		labels[v1alpha1.LabelExplicitDeletion] = "true"
 	}
-	names := make([]string, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("%s-%02d", name, i)
-	}
-	if err := parallel(ctx, names, func(ctx context.Context, name string) error {
-		_, err := t.Client.CoreV1().Pods(ns).Create(ctx, localcluster.RealNodePod(name, labels, nodeSelector), metav1.CreateOptions{})
-		return err
-	}); err != nil {
-		return k, err
+	if serve {
+		k.served = name
+		tmpl := localcluster.RealNodePod("", labels, nodeSelector)
+		rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: appsv1.ReplicaSetSpec{
+			Replicas: ptr.To(int32(n)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec},
+		}}
+		if _, err := t.Client.AppsV1().ReplicaSets(ns).Create(ctx, rs, metav1.CreateOptions{}); err != nil {
+			return k, err
+		}
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": name},
+			Ports:    []corev1.ServicePort{{Port: 80}},
+		}}
+		if _, err := t.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			return k, err
+		}
+	} else {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("%s-%02d", name, i)
+		}
+		if err := parallel(ctx, names, func(ctx context.Context, name string) error {
+			_, err := t.Client.CoreV1().Pods(ns).Create(ctx, localcluster.RealNodePod(name, labels, nodeSelector), metav1.CreateOptions{})
+			return err
+		}); err != nil {
+			return k, err
+		}
 	}
 	if err := t.waitRunning(ctx, ns, "app="+name, n); err != nil {
 		return k, err
@@ -133,6 +161,54 @@ func (k keyPods) runningReadFailed(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// servingLoss is what the served key pods (startKeyPods' serve) cost
+// their business at worst over d from now: endpoints that are not ready
+// endpoints of their Service any more (a pod read Failed or not Ready
+// leaves them, and its traffic with it), and pods their ReplicaSet
+// created in their place. Watched for d, not read once: the kubelet
+// writes a pod's status again every 10 s.
+func (k keyPods) servingLoss(ctx context.Context, d time.Duration) (lost, replaced int, err error) {
+	ns := k.pods[0].Namespace
+	ours := map[types.UID]bool{}
+	for _, p := range k.pods {
+		ours[p.UID] = true
+	}
+	until := time.Now().Add(d)
+	for {
+		slices, err := k.t.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + k.served})
+		if err != nil {
+			return lost, replaced, err
+		}
+		ready := map[types.UID]bool{}
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				if e.TargetRef != nil && ours[e.TargetRef.UID] && e.Conditions.Ready != nil && *e.Conditions.Ready {
+					ready[e.TargetRef.UID] = true
+				}
+			}
+		}
+		pods, err := k.t.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + k.served})
+		if err != nil {
+			return lost, replaced, err
+		}
+		n := 0
+		for _, p := range pods.Items {
+			if !ours[p.UID] {
+				n++
+			}
+		}
+		lost, replaced = max(lost, len(k.pods)-len(ready)), max(replaced, n)
+		if time.Now().After(until) {
+			return lost, replaced, nil
+		}
+		select {
+		case <-ctx.Done():
+			return lost, replaced, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // uids are the pods' UIDs.

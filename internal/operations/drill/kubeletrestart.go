@@ -24,12 +24,16 @@ import (
 // the protected side labels its pods rampart.io/explicit-deletion=true.
 // The loss is counted in containerd, not from the API's phase. The API's
 // reading is measured beside it: running_pods_read_failed counts the pods
-// containerd still runs that the API reads Failed. Protected, it is 0: the
-// guard vouches for its running pods (condition
-// rampart.io/ContainersRunning) and the compiled policy
-// saved-pods.rampart.io refuses the kubelet's write turning them Failed,
-// so they stay Running, in their Services, unreplaced. Unprotected, the
-// killed pods read Failed and run nothing (0 as well).
+// containerd still runs that the API reads Failed, and, since the key
+// pods are a ReplicaSet's behind a Service, ready_endpoints_lost and
+// replacements_created count what the business lost, at worst over 15 s
+// after the pods were decided. Protected, all three are 0: the guard
+// vouches for its running pods (condition rampart.io/ContainersRunning)
+// and the compiled policy saved-pods.rampart.io refuses the kubelet's
+// writes turning them Failed or not Ready as failed, so they stay
+// Running, Ready, ready endpoints, unreplaced. Unprotected, the killed
+// pods read Failed and run nothing (0 read Failed while running), every
+// endpoint is lost and each pod is replaced.
 var kubeletBadRestart = Drill{
 	Name:     "kubelet-bad-restart",
 	Incident: "a kubelet restarted after a node label its pods select on was removed rejects them at re-admission and kills them, though nobody deleted them (ByteDance report)",
@@ -52,7 +56,7 @@ var kubeletBadRestart = Drill{
 			return loss, err
 		}
 		defer func() { _ = t.labelNode(context.Background(), node, tier, "") }()
-		pods, err := t.startKeyPods(ctx, node, ns, "gold", loss.Total, map[string]string{tier: "gold"})
+		pods, err := t.startKeyPods(ctx, node, ns, "gold", loss.Total, map[string]string{tier: "gold"}, true)
 		if err != nil {
 			return loss, err
 		}
@@ -91,7 +95,16 @@ var kubeletBadRestart = Drill{
 		if err != nil {
 			return loss, err
 		}
+		// What the business saw: its endpoints and its ReplicaSet, over
+		// one kubelet status period and a half after the pods were
+		// decided.
+		lostEndpoints, replaced, err := pods.servingLoss(ctx, 15*time.Second)
+		if err != nil {
+			return loss, err
+		}
 		loss.Measured = map[string]float64{
+			"ready_endpoints_lost":          float64(lostEndpoints),
+			"replacements_created":          float64(replaced),
 			"running_pods_read_failed":      float64(readFailed),
 			"kubelet_ready_after_restart_s": seconds(ready),
 			"all_killed_or_refused_s":       seconds(out.decided),

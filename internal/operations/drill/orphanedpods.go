@@ -45,7 +45,7 @@ var orphanedPods = Drill{
 			return loss, err
 		}
 		defer t.cleanupNamespace(ns)
-		pods, err := t.startKeyPods(ctx, node, ns, "orphan", loss.Total, map[string]string{localcluster.RealNodeLabel: "true"})
+		pods, err := t.startKeyPods(ctx, node, ns, "orphan", loss.Total, map[string]string{localcluster.RealNodeLabel: "true"}, false)
 		if err != nil {
 			return loss, err
 		}
