@@ -13,17 +13,20 @@
 #   containerd but is not used;
 # - ca-certificates: the CA bundle make image puts in the chart's image
 #   (a real-node test runs that image);
+# - systemd: systemd-analyze verify checks the node guard's unit
+#   (deploy/systemd); nothing of it is started;
 # - chromium, optional: a real browser checks the HTML reports (etcd usage,
 #   traffic profile); without it those checks skip and say so.
 set -euo pipefail
 
-required=(git gcc containerd containernetworking-plugins busybox-static libseccomp-dev pkg-config ca-certificates)
+required=(git gcc containerd containernetworking-plugins busybox-static libseccomp-dev pkg-config ca-certificates systemd)
 optional=(chromium)
 declare -A why=(
   [git]="version stamp, fuzz smoke" [gcc]=cgo
   [containerd]="real nodes" [containernetworking-plugins]="real nodes" [busybox-static]="real nodes' image"
   [libseccomp-dev]="runc with seccomp" [pkg-config]="runc with seccomp"
   [ca-certificates]="the CA bundle in make image's image"
+  [systemd]="systemd-analyze verify of the node guard's unit"
   [chromium]="browser checks of the HTML reports"
 )
 # says PKG... lists each package with what it is for.
