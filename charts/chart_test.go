@@ -122,15 +122,10 @@ func convert[T any](t testing.TB, u *unstructured.Unstructured) *T {
 	return out
 }
 
-// containerArgs are the args of the first container of a Deployment, or
-// of a DaemonSet when the name is the node guard's.
+// containerArgs are the args of the first container of a Deployment.
 func containerArgs(t testing.TB, objs []*unstructured.Unstructured, deployment string) []string {
 	t.Helper()
-	kind := "Deployment"
-	if deployment == "rampart-node-guard" {
-		kind = "DaemonSet"
-	}
-	containers, _, _ := unstructured.NestedSlice(find(t, objs, kind, deployment).Object, "spec", "template", "spec", "containers")
+	containers, _, _ := unstructured.NestedSlice(find(t, objs, "Deployment", deployment).Object, "spec", "template", "spec", "containers")
 	if len(containers) == 0 {
 		t.Fatalf("deployment %s has no container", deployment)
 	}
@@ -160,7 +155,6 @@ var everything = []string{
 	"--set", "manager.backup.credentialsSecret=s3-credentials",
 	"--set", "manager.backup.etcdSnapshot.secretNames={etcd-client,etcd-events-client}",
 	"--set", "manager.etcdSpace.secretName=etcd-client",
-	"--set", "nodeGuard.enabled=true",
 }
 
 func TestChartLints(t *testing.T) {
@@ -185,7 +179,9 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{set: "gateway.enabeld=true", want: "additional properties 'enabeld' not allowed"},
 		{set: "image.pullPolicy=Sometimes", want: "/image/pullPolicy"},
 		{set: "gateway.trafficLog.to=syslog", want: "/gateway/trafficLog/to"},
-		{set: "nodeGuard.runtimeEndpoint=/run/containerd/containerd.sock", want: "/nodeGuard/runtimeEndpoint"},
+		// The node guard left the chart: a values file that enables it
+		// is told how to move its nodes before its pods are deleted.
+		{set: "nodeGuard.enabled=true", want: "point each node's kubelet back at its runtime"},
 		// 0 would keep every rotated file: the emptyDir would have no cap.
 		{set: "gateway.trafficLog.maxBackups=0", want: "/gateway/trafficLog/maxBackups"},
 		// A wildcard would let the manager read every Secret.
@@ -215,7 +211,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 // malformed value fails here and not in a crash-looping pod.
 func TestChartArgsAreFlagsOfTheBinary(t *testing.T) {
 	objs := render(t, everything...)
-	for _, name := range []string{"rampart-manager", "rampart-gateway", "rampart-node-guard"} {
+	for _, name := range []string{"rampart-manager", "rampart-gateway"} {
 		args := containerArgs(t, objs, name)
 		for i, a := range args {
 			args[i] = strings.NewReplacer("$(POD_NAME)", "rampart-gateway-0", "$(NODE_NAME)", "node-1").Replace(a)
@@ -230,66 +226,14 @@ func TestChartArgsAreFlagsOfTheBinary(t *testing.T) {
 	}
 }
 
-// TestChartNodeGuard: nodeGuard.enabled renders a DaemonSet on every node
-// (tainted ones too) serving the socket the kubelet is pointed at, with
-// the runtime's and the guard's socket directories from the host, rights
-// to read pods, patch their status (the rampart.io/ContainersRunning
-// condition) and write Events only, replaced only by hand (a kubelet
-// pointed at it cannot start its successor), and scraped when the
-// ServiceMonitor is on; disabled, none of it.
-func TestChartNodeGuard(t *testing.T) {
-	objs := render(t, "--set", "nodeGuard.enabled=true", "--set", "monitoring.serviceMonitor.enabled=true",
-		"--set", "nodeGuard.runtimeEndpoint=unix:///var/run/crio/crio.sock", "--set", "nodeGuard.socket=/run/guard/cri.sock")
-	ds := convert[appsv1.DaemonSet](t, find(t, objs, "DaemonSet", "rampart-node-guard"))
-	if ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
-		t.Errorf("updateStrategy %q, want OnDelete", ds.Spec.UpdateStrategy.Type)
-	}
-	pod := ds.Spec.Template.Spec
-	if len(pod.Tolerations) != 1 || pod.Tolerations[0].Operator != corev1.TolerationOpExists || pod.Tolerations[0].Key != "" {
-		t.Errorf("tolerations %+v, want every taint tolerated", pod.Tolerations)
-	}
-	if pod.ServiceAccountName != "rampart-node-guard" || pod.PriorityClassName != "system-node-critical" {
-		t.Errorf("serviceAccount %q priorityClass %q", pod.ServiceAccountName, pod.PriorityClassName)
-	}
-	hostPaths := map[string]string{}
-	for _, v := range pod.Volumes {
-		if v.HostPath != nil {
-			hostPaths[v.Name] = v.HostPath.Path
-		}
-	}
-	mounts := map[string]string{}
-	for _, m := range pod.Containers[0].VolumeMounts {
-		mounts[m.Name] = m.MountPath
-	}
-	for name, want := range map[string]string{"runtime": "/var/run/crio", "guard": "/run/guard"} {
-		if hostPaths[name] != want || mounts[name] != want {
-			t.Errorf("volume %s: host %q mounted at %q, want %q for both", name, hostPaths[name], mounts[name], want)
-		}
-	}
-	args := strings.Join(pod.Containers[0].Args, " ")
-	for _, want := range []string{"--listen=/run/guard/cri.sock", "--runtime-endpoint=unix:///var/run/crio/crio.sock", "--node-name=$(NODE_NAME)"} {
-		if !strings.Contains(args, want) {
-			t.Errorf("args %q lack %q", args, want)
-		}
-	}
-	if env := pod.Containers[0].Env; len(env) != 1 || env[0].ValueFrom == nil || env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
-		t.Errorf("NODE_NAME %+v, want the pod's spec.nodeName", env)
-	}
-	role := convert[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "rampart-node-guard"))
-	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
-		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-	}
-	if !equality.Semantic.DeepEqual(role.Rules, want) {
-		t.Errorf("the node guard's rights %+v, want %+v", role.Rules, want)
-	}
-	find(t, objs, "ClusterRoleBinding", "rampart-node-guard")
-	find(t, objs, "ServiceMonitor", "rampart-node-guard")
-	find(t, objs, "Service", "rampart-node-guard")
-	for _, o := range render(t) {
-		if strings.Contains(o.GetName(), "node-guard") {
-			t.Errorf("nodeGuard.enabled=false still renders %s %s", o.GetKind(), o.GetName())
+// TestChartHasNoNodeGuard: the chart renders nothing of the node guard,
+// whatever else is on (it runs as a host service: deploy/systemd), and
+// an earlier values file's nodeGuard settings other than enabled are
+// still accepted (the schema keeps the key).
+func TestChartHasNoNodeGuard(t *testing.T) {
+	for _, o := range render(t, append(everything, "--set", "nodeGuard.enabled=false", "--set", "nodeGuard.socket=/run/rampart/node-guard.sock")...) {
+		if strings.Contains(o.GetName(), "node-guard") || o.GetKind() == "DaemonSet" {
+			t.Errorf("the chart renders %s %s", o.GetKind(), o.GetName())
 		}
 	}
 }
