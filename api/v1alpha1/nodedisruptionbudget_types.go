@@ -58,7 +58,9 @@ type NodeDisruption struct {
 // replica of the manager records an admitted disruption here, with
 // optimistic concurrency, before it is admitted.
 type NodeDisruptionBudgetStatus struct {
-	// ExpectedNodes are the selected nodes, as of the last decision.
+	// ExpectedNodes are the selected nodes, as of the last decision, with
+	// those deleted in service in the last hour (still the pool's, out of
+	// service).
 	// +optional
 	ExpectedNodes int32 `json:"expectedNodes"`
 	// AvailableNodes are the selected nodes Ready and schedulable, as of

@@ -131,8 +131,14 @@ func incidentClusters(drills []drill.Drill, scale int) func(protected bool) loca
 	if slices.ContainsFunc(drills, func(d drill.Drill) bool { return d.Name == "stateful-maintenance" }) {
 		nodes = max(nodes, drill.StatefulMaintenanceNodes(scale))
 	}
+	// The node water level is exact across replicas through its ledger:
+	// its storms run against three.
+	managers := 1
+	if slices.ContainsFunc(drills, func(d drill.Drill) bool { return strings.HasPrefix(d.Name, "node-offlining-") }) {
+		managers = 3
+	}
 	return func(protected bool) localcluster.Options {
-		return localcluster.Options{Nodes: nodes, Unprotected: !protected, Gateway: true, CustomResourceGroups: drill.CustomResourceGroups}
+		return localcluster.Options{Nodes: nodes, Unprotected: !protected, Gateway: true, CustomResourceGroups: drill.CustomResourceGroups, Managers: managers}
 	}
 }
 

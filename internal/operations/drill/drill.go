@@ -91,7 +91,9 @@ type Drill struct {
 
 // All are the drills, in the order they run.
 func All() []Drill {
-	return []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout, runawayController, nodeOfflining, concurrentDisruptions, statefulMaintenance, listStorm, gatewayRestart, podCreationSurge, namespaceRestore, etcdDirectDelete, kubeletBadRestart, orphanedPods, etcdNoSpace}
+	all := []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout, runawayController, nodeOfflining}
+	all = append(all, nodeOffliningWays...)
+	return append(all, concurrentDisruptions, statefulMaintenance, listStorm, gatewayRestart, podCreationSurge, namespaceRestore, etcdDirectDelete, kubeletBadRestart, orphanedPods, etcdNoSpace)
 }
 
 // Select returns the named incident drills and everyday operations, or all

@@ -145,6 +145,14 @@ func checkDrill(t *testing.T, r drill.Result) {
 				u["ready_endpoints_lost"], u["replacements_created"], total)
 		}
 	}
+	// A node budget's floor holds exactly: every node of the pool leaves
+	// without it, and with it exactly the floor's complement (no fewer:
+	// it must not refuse what the floor allows).
+	if strings.HasPrefix(r.Drill, "node-offlining-") {
+		if r.Unprotected.Lost != r.Unprotected.Total || r.Protected.Lost != r.Protected.Bound {
+			t.Errorf("%s: %s unprotected, %s protected; want all, and exactly %d", r.Drill, r.Unprotected, r.Protected, r.Protected.Bound)
+		}
+	}
 	if r.Protected.Lost > r.Protected.Bound || r.Protected.Measured == nil && r.Protected.Lost != r.Protected.Bound {
 		t.Errorf("%s: %s lost under protection, want %d", r.Drill, r.Protected, r.Protected.Bound)
 	}

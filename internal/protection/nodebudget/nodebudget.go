@@ -52,6 +52,15 @@ const (
 // server's retry, a drain's cordon then its taint — is not counted again.
 const InFlight = 2 * time.Minute
 
+// DeletedFor is how long a node deleted while in service still counts
+// as one of the pool's nodes, out of service. Without it a percent floor
+// would follow a delete storm down: each delete makes the pool smaller
+// and its floor with it. A node that left service first (cordoned,
+// tainted, dead) and is then deleted leaves the pool at once, as a pool
+// scaled down by its automation should; a node whose kubelet registers
+// it again is counted as it is.
+const DeletedFor = time.Hour
+
 // MaxRetryAfter is the longest wait a rate refusal asks the client to
 // sleep out by itself.
 const MaxRetryAfter = 30 * time.Second
@@ -206,7 +215,10 @@ func Decide(spec v1alpha1.NodeDisruptionBudgetSpec, st *v1alpha1.NodeDisruptionB
 			avail--
 		}
 	}
-	expected := len(r.Nodes)
+	// Nodes deleted in service lately that the view no longer has are
+	// still the pool's, out of service (DeletedFor).
+	deleted := Deleted(st.Disruptions, func(name string) bool { _, ok := view[name]; return ok || name == r.Node }, now)
+	expected := len(r.Nodes) + deleted
 	floor, err := Floor(spec, expected)
 	if err != nil {
 		return verdict.Verdict{}, false, err
@@ -215,11 +227,16 @@ func Decide(spec v1alpha1.NodeDisruptionBudgetSpec, st *v1alpha1.NodeDisruptionB
 	var v verdict.Verdict
 	switch recent, oldest := within(st.Disruptions, now, window); {
 	case spec.MinAvailable != nil && avail-1 < floor:
+		counted := ""
+		if deleted > 0 {
+			counted = fmt.Sprintf(" (%d of them deleted in service in the last %s, counted out of service that long)", deleted,
+				strings.TrimSuffix(strings.TrimSuffix(DeletedFor.String(), "0s"), "0m"))
+		}
 		v = verdict.Verdict{Reason: RuleFloor, Refusal: verdict.Throttled, Message: fmt.Sprintf(
-			"NodeDisruptionBudget %s keeps at least %d of the %d nodes it selects Ready and schedulable, and %d are: %s node %s would leave %d. "+
+			"NodeDisruptionBudget %s keeps at least %d of the %d nodes it selects%s Ready and schedulable, and %d are: %s node %s would leave %d. "+
 				"Bring a node back into service first (kubectl uncordon, or a new node), or lower the floor: "+
 				"kubectl patch nodedisruptionbudget %s --type merge -p '{\"spec\":{\"minAvailable\":%d}}'",
-			r.Budget, floor, expected, avail, verb(r.Kind), r.Node, avail-1, r.Budget, max(avail-1, 0))}
+			r.Budget, floor, expected, counted, avail, verb(r.Kind), r.Node, avail-1, r.Budget, max(avail-1, 0))}
 	case spec.Rate != nil && recent >= int(spec.Rate.Count):
 		wait := oldest.Add(window).Sub(now)
 		v = verdict.Verdict{Reason: RuleRate, Refusal: verdict.Throttled, Message: fmt.Sprintf(
@@ -236,13 +253,25 @@ func Decide(spec v1alpha1.NodeDisruptionBudgetSpec, st *v1alpha1.NodeDisruptionB
 	default:
 		st.Disruptions = append([]v1alpha1.NodeDisruption{{Node: r.Node, Kind: r.Kind, User: r.User, Time: metav1.NewTime(now),
 			ResourceVersion: r.ResourceVersion}}, st.Disruptions...)
-		st.Disruptions = prune(st.Disruptions, now, max(window, InFlight))
+		st.Disruptions = prune(st.Disruptions, now, max(window, InFlight), max(window, DeletedFor))
 		st.AvailableNodes = int32(avail - 1)
 		return verdict.Allow, true, nil
 	}
 	st.AvailableNodes = int32(avail)
 	st.RecentDenied = ledger.Recent(st.RecentDenied, v1alpha1.DeniedRequester{User: r.User, Time: metav1.NewTime(now), Object: verb(r.Kind) + " node/" + r.Node}, maxRecent)
 	return v, true, nil
+}
+
+// Deleted counts the nodes deleted in service within DeletedFor that are
+// not present any more: still the pool's nodes, out of service.
+func Deleted(ds []v1alpha1.NodeDisruption, present func(node string) bool, now time.Time) int {
+	n := 0
+	for _, d := range ds {
+		if d.Kind == Delete && now.Sub(d.Time.Time) < DeletedFor && !present(d.Node) {
+			n++
+		}
+	}
+	return n
 }
 
 // within counts the departures in the window ending now, and the time of
@@ -260,12 +289,12 @@ func within(ds []v1alpha1.NodeDisruption, now time.Time, window time.Duration) (
 	return n, oldest
 }
 
-// prune keeps the departures younger than keep, newest first, at most
-// maxDisruptions.
-func prune(ds []v1alpha1.NodeDisruption, now time.Time, keep time.Duration) []v1alpha1.NodeDisruption {
+// prune keeps the departures younger than keep (deletes: keepDeleted),
+// newest first, at most maxDisruptions.
+func prune(ds []v1alpha1.NodeDisruption, now time.Time, keep, keepDeleted time.Duration) []v1alpha1.NodeDisruption {
 	out := ds[:0]
 	for _, d := range ds {
-		if now.Sub(d.Time.Time) < keep {
+		if age := now.Sub(d.Time.Time); age < keep || d.Kind == Delete && age < keepDeleted {
 			out = append(out, d)
 		}
 	}

@@ -191,3 +191,64 @@ func TestInvalidSpec(t *testing.T) {
 		t.Fatalf("err = %v, want one naming rate.window", err)
 	}
 }
+
+// A delete storm under a percent floor: each node deleted leaves the view
+// at once (the worst case for the floor), and still counts as one of the
+// pool's nodes, out of service, for DeletedFor; a node that left service
+// before it was deleted, or was registered again, counts as it is.
+func TestDeletedNodesKeepThePoolsSize(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	ninety := intstr.FromString("90%")
+	spec := v1alpha1.NodeDisruptionBudgetSpec{MinAvailable: &ninety}
+	st := &v1alpha1.NodeDisruptionBudgetStatus{}
+	view := map[string]Node{}
+	for i := range 20 {
+		n := Node{Name: string(rune('a' + i)), ResourceVersion: "7", Available: true}
+		view[n.Name] = n
+	}
+	nodes := func() []Node {
+		var out []Node
+		for _, n := range view {
+			out = append(out, n)
+		}
+		return out
+	}
+	deleted := 0
+	var refusal string
+	for i := range 20 {
+		name := string(rune('a' + i))
+		v, _, err := Decide(spec, st, Request{Budget: "pool", Node: name, ResourceVersion: "7", Kind: Delete, Nodes: nodes()}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Allowed {
+			deleted++
+			delete(view, name)
+		} else {
+			refusal = v.Message
+		}
+	}
+	if deleted != 2 || st.ExpectedNodes != 20 {
+		t.Fatalf("%d of 20 deleted under a 90%% floor (expected %d); want 2 of 20", deleted, st.ExpectedNodes)
+	}
+	if !strings.Contains(refusal, "keeps at least 18 of the 20 nodes it selects (2 of them deleted in service in the last 1h, counted out of service that long)") {
+		t.Errorf("refusal %q does not say the deleted nodes are counted", refusal)
+	}
+	// One of the two is registered again by its kubelet: in service, as
+	// it reads.
+	view["a"] = Node{Name: "a", ResourceVersion: "9", Available: true}
+	if v, _, _ := Decide(spec, st, Request{Budget: "pool", Node: "c", ResourceVersion: "7", Kind: Delete, Nodes: nodes()}, now.Add(time.Minute)); !v.Allowed {
+		t.Errorf("with a deleted node back, another delete is refused: %s", v.Message)
+	}
+	delete(view, "c")
+	// An hour on, the deleted nodes are no longer the pool's.
+	if v, _, _ := Decide(spec, st, Request{Budget: "pool", Node: "d", ResourceVersion: "7", Kind: Delete, Nodes: nodes()}, now.Add(DeletedFor+2*time.Minute)); !v.Allowed ||
+		st.ExpectedNodes != 18 {
+		t.Errorf("after %s: allowed %v, expected %d; want allowed of 18 (%s)", DeletedFor, v.Allowed, st.ExpectedNodes, v.Message)
+	}
+	// A cordoned node deleted costs nothing and leaves the pool at once
+	// (the webhook's match conditions never send it; Leaves says so).
+	if Leaves(node(true, cordoned), nil) != "" {
+		t.Error("the delete of a cordoned node is a departure")
+	}
+}

@@ -47,12 +47,17 @@ func (g *waterLevel) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		var expected, available int
+		present := map[string]bool{}
 		for _, n := range nodes.Nodes(sel) {
 			expected++
+			present[n.Name] = true
 			if nodebudget.Available(n) {
 				available++
 			}
 		}
+		// Nodes deleted in service lately are still the pool's, out of
+		// service, as the decisions count them.
+		expected += nodebudget.Deleted(nb.Status.Disruptions, func(n string) bool { return present[n] }, time.Now())
 		ch <- prometheus.MustNewConstMetric(g.expected, prometheus.GaugeValue, float64(expected), nb.Name)
 		ch <- prometheus.MustNewConstMetric(g.available, prometheus.GaugeValue, float64(available), nb.Name)
 		if floor, err := nodebudget.Floor(nb.Spec, expected); err == nil && nb.Spec.MinAvailable != nil {
@@ -65,7 +70,7 @@ func (g *waterLevel) Collect(ch chan<- prometheus.Metric) {
 func (p *Plugin) Collectors(reader client.Reader) []prometheus.Collector {
 	return []prometheus.Collector{&waterLevel{reader: reader, plugin: p,
 		expected: prometheus.NewDesc("rampart_nodebudget_expected_nodes",
-			"Nodes a NodeDisruptionBudget selects.", []string{"name"}, nil),
+			"Nodes a NodeDisruptionBudget selects, with those deleted in service in the last hour.", []string{"name"}, nil),
 		available: prometheus.NewDesc("rampart_nodebudget_available_nodes",
 			"Nodes a NodeDisruptionBudget selects that are Ready and schedulable.", []string{"name"}, nil),
 		desired: prometheus.NewDesc("rampart_nodebudget_desired_available_nodes",
