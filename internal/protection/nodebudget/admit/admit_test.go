@@ -30,7 +30,7 @@ func TestMain(m *testing.M) { clustertest.Main(m, localcluster.Options{}) }
 var budgets = schema.GroupVersionResource{Group: "rampart.io", Version: "v1alpha1", Resource: "nodedisruptionbudgets"}
 
 // pool makes n simulated nodes labelled pool=name, Ready (kwok).
-func pool(t *testing.T, env *clustertest.Env, name string, n int) []string {
+func pool(t testing.TB, env *clustertest.Env, name string, n int) []string {
 	t.Helper()
 	ctx := context.Background()
 	var names []string
@@ -68,7 +68,7 @@ func pool(t *testing.T, env *clustertest.Env, name string, n int) []string {
 	return names
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, f wait.ConditionWithContextFunc) {
+func waitFor(t testing.TB, what string, timeout time.Duration, f wait.ConditionWithContextFunc) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, f); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
@@ -77,7 +77,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, f wait.ConditionW
 
 // create makes a NodeDisruptionBudget and returns as soon as the API
 // accepted it: no wait for Ready.
-func create(t *testing.T, env *clustertest.Env, doc string) {
+func create(t testing.TB, env *clustertest.Env, doc string) {
 	t.Helper()
 	u := &unstructured.Unstructured{}
 	if err := yaml.Unmarshal([]byte("apiVersion: rampart.io/v1alpha1\nkind: NodeDisruptionBudget\n"+doc), &u.Object); err != nil {
