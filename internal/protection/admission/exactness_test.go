@@ -31,10 +31,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/operations/localcluster"
 	"github.com/rampart-io/rampart/internal/operations/localcluster/clustertest"
+	"github.com/rampart-io/rampart/internal/protection/nodebudget"
 )
 
 // Issue 33 item 4: the ledger-backed protections are exact under faults,
@@ -45,8 +47,9 @@ import (
 // (one limit of 6-25 per 10m; its pods picked out by an objectSelector, or
 // in a namespace of their own), and beside the Deployment a sharded store
 // (8 shards of 3 bare pods under one budget grouped by shard, minAvailable
-// 2: issue 39's "never a shard below 2 of 3"); a storm of deletes and
-// evictions from 30 workers over 12 clients spread over both API servers
+// 2: issue 39's "never a shard below 2 of 3"), and a pool of 9 simulated
+// nodes under a NodeDisruptionBudget letting 2 to 5 leave (issue 35's
+// water level); a storm of deletes, evictions and cordons from 30 workers over 12 clients spread over both API servers
 // (plus dry runs from 2 more) meets
 // one random fault: a replica SIGKILLed or stopped (SIGTERM), a replica
 // paused (SIGSTOP) and resumed, an API server SIGKILLed and started again, or a replica
@@ -78,9 +81,10 @@ func TestLedgerExactUnderFaults(t *testing.T) {
 		c := exactRound(t, env, s, round, seed+uint64(round))
 		worst.budget, worst.flow = max(worst.budget, c.budget-c.budgetLimit), max(worst.flow, c.flow-c.flowLimit)
 		worst.shard = max(worst.shard, c.shard)
+		worst.nodes = max(worst.nodes, c.nodes-c.nodeLimit)
 	}
-	t.Logf("EXACTNESS %d rounds: worst over the limit: budget %d, flow control %d; most pods of one shard disrupted: %d (of %d, minAvailable 2)",
-		rounds, worst.budget, worst.flow, worst.shard, shardPods)
+	t.Logf("EXACTNESS %d rounds: worst over the limit: budget %d, flow control %d, node budget %d; most pods of one shard disrupted: %d (of %d, minAvailable 2)",
+		rounds, worst.budget, worst.flow, worst.nodes, worst.shard, shardPods)
 }
 
 const (
@@ -95,6 +99,9 @@ const (
 	// budget grouped by shard (minAvailable 2 per shard).
 	shards    = 8
 	shardPods = 3
+	// poolNodes simulated nodes under a NodeDisruptionBudget whose floor
+	// lets 2 to 5 of them leave.
+	poolNodes = 9
 )
 
 // exactCounts are one round's admissions as the oracles count them.
@@ -103,6 +110,9 @@ type exactCounts struct {
 	// budget and flow are the worst of the two oracles; shard is the
 	// most pods of one shard disrupted (at most 1 may be).
 	budget, flow, shard int
+	// nodeLimit is how many of the node pool may leave service; nodes,
+	// how many did, the worst of the two oracles.
+	nodeLimit, nodes int
 }
 
 // fault is what happens to the control plane during one round's storm.
@@ -290,6 +300,12 @@ spec:
 	})
 	// Replacements stay Pending: every disruption shows until the round ends.
 	pool(false)
+	// A pool of nodes under a NodeDisruptionBudget (#35's water level):
+	// its floor drawn apart from the rest, so that a seed's fault, limits
+	// and storm plan stay what they were.
+	nodes := nodePool(t, env, ns)
+	c.nodeLimit = poolNodes - (poolNodes/2 + rand.New(rand.NewPCG(seed, 1<<20)).IntN(poolNodes/2))
+	createNodeBudget(t, env, ns, poolNodes-c.nodeLimit)
 
 	// The storm.
 	var sent, admitted, denied, failed, dry atomic.Int64
@@ -307,6 +323,21 @@ spec:
 				}
 				time.Sleep(time.Duration(wr.IntN(40)) * time.Millisecond)
 				since := time.Since(start)
+				if wr.IntN(6) == 0 {
+					// A cordon of a pool node; counted like the rest.
+					sent.Add(1)
+					_, err := s.real[wr.IntN(len(s.real))].CoreV1().Nodes().Patch(ctx, nodes[wr.IntN(len(nodes))], types.MergePatchType,
+						[]byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
+					switch {
+					case err == nil:
+						admitted.Add(1)
+					case apierrors.IsTooManyRequests(err) || apierrors.IsForbidden(err):
+						denied.Add(1)
+					default:
+						failed.Add(1)
+					}
+					continue
+				}
 				var pods []corev1.Pod
 				switch {
 				case since >= webFrom && since >= batchFrom:
@@ -401,6 +432,19 @@ spec:
 		fcStatus = fmt.Sprintf("counts %v, breaker %s", counts, state)
 	}
 	c.budget, c.flow = max(len(webAudit), len(webGone)), max(len(batchAudit), len(batchGone))
+	// The node pool: the nodes a storm client cordoned (200, no dry run)
+	// by the audit logs, and the nodes out of service now.
+	cordonedAudit, cordoned := auditedCordons(t, env, nodes), outOfService(t, env, nodes)
+	c.nodes = max(len(cordonedAudit), len(cordoned))
+	if c.nodes > c.nodeLimit {
+		t.Errorf("round %d seed %d (%v): node budget over its limit of %d: %d nodes cordoned by the audit logs %v, %d out of service %v",
+			round, seed, f, c.nodeLimit, len(cordonedAudit), cordonedAudit, len(cordoned), cordoned)
+	}
+	for _, n := range cordonedAudit {
+		if !slices.Contains(cordoned, n) {
+			t.Errorf("round %d: the audit logs say node %s was cordoned, the nodes' state does not: the oracles disagree", round, n)
+		}
+	}
 	// The store, by shard: from each oracle, the pods of each shard
 	// disrupted.
 	storeGone, _, storeUnready := disruptedPods(t, env, storeList, batchList)
@@ -434,12 +478,13 @@ spec:
 	t.Logf("EXACTNESS round %d seed %d fault %s: %v; storm %v (web from +%v, batch from +%v): %d requests, %d admitted, %d denied, %d failed, %d dry runs; "+
 		"budget maxUnavailable %d: audit %d, pods %d (status: %d available, %d disruptions pending); "+
 		"flow control %d per 10m (%s breaker, by %s): audit %d, pods %d (status: %s); "+
-		"store of %d shards x %d: %d pods disrupted by the audit logs, %d by the pods' state, at most %d of one shard",
+		"store of %d shards x %d: %d pods disrupted by the audit logs, %d by the pods' state, at most %d of one shard; "+
+		"node pool of %d, %d may leave: %d cordoned by the audit logs, %d out of service",
 		round, seed, f.kind, f, took.Round(100*time.Millisecond), webFrom.Round(time.Millisecond), batchFrom.Round(time.Millisecond),
 		sent.Load(), admitted.Load(), denied.Load(), failed.Load(), dry.Load(),
 		c.budgetLimit, len(webAudit), len(webGone), st.CurrentAvailable, len(st.Disruptions),
 		c.flowLimit, breaker, scope, len(batchAudit), len(batchGone), fcStatus,
-		shards, shardPods, len(storeAudit), len(storeGone), c.shard)
+		shards, shardPods, len(storeAudit), len(storeGone), c.shard, poolNodes, c.nodeLimit, len(cordonedAudit), len(cordoned))
 	if len(unready) > 0 {
 		// A pod that went unready by itself may cost the budget nothing:
 		// the bound below would not hold for the right reason.
@@ -476,8 +521,13 @@ spec:
 		}
 	}
 
-	// Uncounted, the flow control lets the namespace go.
+	// Uncounted, the flow control lets the namespace go; without its
+	// budget, the pool's nodes go.
 	_ = env.Dynamic.Resource(flowControls).Delete(ctx, ns, metav1.DeleteOptions{})
+	_ = env.Dynamic.Resource(nodeBudgets).Delete(ctx, ns, metav1.DeleteOptions{})
+	for _, n := range nodes {
+		_ = env.Client.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+	}
 	for _, n := range []string{ns, batchNS} {
 		_ = env.Client.CoreV1().Namespaces().Delete(ctx, n, metav1.DeleteOptions{})
 	}
@@ -691,4 +741,96 @@ func inSet(calls map[string]auditedCall, list []corev1.Pod) map[string]auditedCa
 		}
 	}
 	return out
+}
+
+var nodeBudgets = budgetsGVR.GroupVersion().WithResource("nodedisruptionbudgets")
+
+// nodePool creates poolNodes simulated nodes labelled
+// rampart-exactness-pool=name and waits until they are in service (Ready,
+// and no longer carrying the lifecycle controller's not-ready taint).
+func nodePool(t *testing.T, env *clustertest.Env, name string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var nodes []string
+	for i := range poolNodes {
+		n := localcluster.SimulatedNode(fmt.Sprintf("%s-node-%d", name, i))
+		n.Labels["rampart-exactness-pool"] = name
+		if _, err := env.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n.Name)
+	}
+	eventually(t, "the pool's nodes in service", func(ctx context.Context) (bool, error) {
+		return len(outOfService(t, env, nodes)) == 0, nil
+	})
+	return nodes
+}
+
+// createNodeBudget puts a NodeDisruptionBudget named after the pool over
+// it, keeping floor nodes in service.
+func createNodeBudget(t *testing.T, env *clustertest.Env, pool string, floor int) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(fmt.Sprintf("apiVersion: rampart.io/v1alpha1\nkind: NodeDisruptionBudget\nmetadata: {name: %s}\n"+
+		"spec: {nodeSelector: {matchLabels: {rampart-exactness-pool: %s}}, minAvailable: %d}", pool, pool, floor)), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Dynamic.Resource(nodeBudgets).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// outOfService are the nodes of names not in service now (gone, or not
+// Ready, schedulable and free of NoSchedule/NoExecute taints).
+func outOfService(t *testing.T, env *clustertest.Env, names []string) []string {
+	t.Helper()
+	var out []string
+	for _, n := range names {
+		node, err := env.Client.CoreV1().Nodes().Get(context.Background(), n, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		if err != nil || !nodebudget.Available(node) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// auditedCordons are the nodes of names a storm client patched with 200,
+// no dry run, by the API servers' audit logs: the storm's only node
+// write is a cordon.
+func auditedCordons(t *testing.T, env *clustertest.Env, names []string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(env.Dir, "audit*.log"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no audit log in %s: %v", env.Dir, err)
+	}
+	seen := map[string]bool{}
+	for _, file := range files {
+		r, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := bufio.NewScanner(r)
+		lines.Buffer(make([]byte, 1<<20), 16<<20)
+		for lines.Scan() {
+			line := lines.Bytes()
+			if !bytes.Contains(line, []byte(stormAgent)) || !bytes.Contains(line, []byte(`"nodes"`)) {
+				continue
+			}
+			var e auditv1.Event
+			if json.Unmarshal(line, &e) != nil || e.UserAgent != stormAgent || e.Stage != auditv1.StageResponseComplete || e.Verb != "patch" ||
+				e.ObjectRef == nil || e.ObjectRef.Resource != "nodes" || e.ObjectRef.Subresource != "" || e.ResponseStatus == nil ||
+				e.ResponseStatus.Code != 200 || strings.Contains(e.RequestURI, "dryRun=") || !slices.Contains(names, e.ObjectRef.Name) {
+				continue
+			}
+			seen[e.ObjectRef.Name] = true
+		}
+		_ = r.Close()
+		if err := lines.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
 }

@@ -172,20 +172,20 @@ func computeGroups(b *v1alpha1.PodUnavailableBudget, st *v1alpha1.PodUnavailable
 		}
 	}
 	pendingGroups := map[string]string{}
-	present := make(map[string]bool, len(pods))
-	for _, p := range pods {
-		present[p.Name] = true
-	}
 	for pod := range pending {
 		name, ok := b.Status.DisruptionGroups[pod]
 		if !ok {
 			name = NoGroup
 		}
 		pendingGroups[pod] = name
-		if present[pod] {
-			// A pod gone already is missed by its group's total.
-			group(name).Disruptions++
-		}
+		// Counted while pending, the pod gone or not, so that its group
+		// stays listed as disrupted. A group of pods without a controller
+		// is sized by the pods present: once the pod is gone it would read
+		// whole at its smaller size, unlisted, and a replica whose view
+		// still has the pod would size it whole at its old size and admit
+		// one more (seen under an API server killed mid-storm: every shard
+		// of a store lost 2 of 3 under minAvailable 2).
+		group(name).Disruptions++
 	}
 	st.DisruptionGroups = pendingGroups
 	if len(pendingGroups) == 0 {

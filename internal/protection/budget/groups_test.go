@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
@@ -307,5 +308,45 @@ func TestFreeEvictionInAGroupIsRecordedInItsGroup(t *testing.T) {
 	}
 	if st.Groups != 1 || len(st.GroupStatus) != 1 || st.GroupStatus[0].Name != "s0" {
 		t.Fatalf("groups after the recompute: %+v", st)
+	}
+}
+
+// Bare pods (no controller) size their group by the pods present. Once a
+// disrupted pod is gone from the view that computes the status, its
+// group must stay listed, disrupted, while the disruption is pending: a
+// replica whose view still has the pod sizes an unlisted group whole at
+// its old size and would admit one more (seen under an API server killed
+// mid-storm: a store's shards lost 2 of 3 under minAvailable 2).
+func TestGroupOfBarePodsStaysDisruptedWhileItsGonePodIsPending(t *testing.T) {
+	now := time.Now()
+	two := intstr.FromInt32(2)
+	b := &v1alpha1.PodUnavailableBudget{Spec: v1alpha1.PodUnavailableBudgetSpec{MinAvailable: &two, GroupBy: &v1alpha1.PodGroupBy{LabelKey: "shard"}}}
+	b.Namespace, b.Name, b.Generation = "db", "store", 1
+	pods := shardPods(2)
+	for i := range pods {
+		pods[i].Controller = ""
+	}
+	bare := func(pods []Pod) {
+		t.Helper()
+		st, err := ComputeGrouped(b, pods, GroupTotals(b.Spec, pods, nil, b.Status.GroupStatus), now, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Status = st
+	}
+	bare(pods)
+	r := deleteOf("redis-0-0", "0")
+	if v, consume := Decide(b, r, 0); !v.Allowed || !consume {
+		t.Fatalf("first pod of shard 0: %+v", v)
+	}
+	Consume(b, r, now)
+	// The status is computed again from a view where the pod is gone.
+	bare(slices.Delete(slices.Clone(pods), 0, 1))
+	if g := listedGroup(&b.Status, "0"); g == nil || g.Allowed != 0 {
+		t.Fatalf("shard 0 with its deleted pod gone: listed %+v, want listed, allowing none (status %+v)", g, b.Status)
+	}
+	// Another replica, its view still holding the gone pod (3 in shard 0).
+	if v, _ := Decide(b, deleteOf("redis-0-1", "0"), 0); v.Allowed {
+		t.Fatal("a second pod of shard 0 admitted by a replica whose view lags")
 	}
 }
