@@ -4,8 +4,9 @@
 # and the pods' own state. ROUNDS rounds of TestLedgerExactUnderFaults on
 # one local cluster (three manager replicas, two API servers): in each, a
 # PodUnavailableBudget, a sharded store under a budget grouped by shard (8
-# shards of 3, minAvailable 2) and a DeletionFlowControl meet a storm of
-# deletes and evictions from 30 workers over 12 clients and one random fault (a replica SIGKILLed,
+# shards of 3, minAvailable 2), a DeletionFlowControl and a pool of 9
+# simulated nodes under a NodeDisruptionBudget meet a storm of deletes,
+# evictions and cordons from 30 workers over 12 clients and one random fault (a replica SIGKILLed,
 # stopped with SIGTERM, paused and resumed, or SIGKILLed and started again
 # mid-storm; an API server SIGKILLed and started again mid-storm).
 #

@@ -630,11 +630,33 @@ type auditedCall struct {
 // disruption: its first call is kept.
 func auditedDisruptions(t *testing.T, env *clustertest.Env, namespaces ...string) map[string]auditedCall {
 	t.Helper()
+	out := map[string]auditedCall{}
+	stormEvents(t, env, func(e *auditv1.Event, file string) {
+		if !slices.Contains(namespaces, e.ObjectRef.Namespace) || e.ObjectRef.Resource != "pods" {
+			return
+		}
+		disrupts := (e.Verb == "delete" && e.ObjectRef.Subresource == "") || (e.Verb == "create" && e.ObjectRef.Subresource == "eviction")
+		if !disrupts || (e.ResponseStatus.Code != 200 && e.ResponseStatus.Code != 201) || strings.Contains(e.RequestURI, "dryRun=") {
+			return
+		}
+		a := auditedCall{verb: e.Verb, uri: e.RequestURI, log: filepath.Base(file), id: string(e.AuditID), code: e.ResponseStatus.Code,
+			at: e.RequestReceivedTimestamp.Time}
+		key := e.ObjectRef.Namespace + "/" + e.ObjectRef.Name
+		if prev, seen := out[key]; !seen || a.at.Before(prev.at) {
+			out[key] = a
+		}
+	})
+	return out
+}
+
+// stormEvents calls f with every completed request of the storm's real
+// clients in the API servers' audit logs, and the log's path.
+func stormEvents(t *testing.T, env *clustertest.Env, f func(e *auditv1.Event, file string)) {
+	t.Helper()
 	files, err := filepath.Glob(filepath.Join(env.Dir, "audit*.log"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no audit log in %s: %v", env.Dir, err)
 	}
-	out := map[string]auditedCall{}
 	for _, file := range files {
 		r, err := os.Open(file)
 		if err != nil {
@@ -649,26 +671,16 @@ func auditedDisruptions(t *testing.T, env *clustertest.Env, namespaces ...string
 			}
 			var e auditv1.Event
 			if json.Unmarshal(line, &e) != nil || e.UserAgent != stormAgent || e.Stage != auditv1.StageResponseComplete ||
-				e.ObjectRef == nil || !slices.Contains(namespaces, e.ObjectRef.Namespace) || e.ObjectRef.Resource != "pods" || e.ResponseStatus == nil {
+				e.ObjectRef == nil || e.ResponseStatus == nil {
 				continue
 			}
-			disrupts := (e.Verb == "delete" && e.ObjectRef.Subresource == "") || (e.Verb == "create" && e.ObjectRef.Subresource == "eviction")
-			if !disrupts || (e.ResponseStatus.Code != 200 && e.ResponseStatus.Code != 201) || strings.Contains(e.RequestURI, "dryRun=") {
-				continue
-			}
-			a := auditedCall{verb: e.Verb, uri: e.RequestURI, log: filepath.Base(file), id: string(e.AuditID), code: e.ResponseStatus.Code,
-				at: e.RequestReceivedTimestamp.Time}
-			key := e.ObjectRef.Namespace + "/" + e.ObjectRef.Name
-			if prev, seen := out[key]; !seen || a.at.Before(prev.at) {
-				out[key] = a
-			}
+			f(&e, file)
 		}
 		_ = r.Close()
 		if err := lines.Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return out
 }
 
 // disruptedPods are the pods of each list (keyed namespace/name) that are
@@ -802,35 +814,12 @@ func outOfService(t *testing.T, env *clustertest.Env, names []string) []string {
 // write is a cordon.
 func auditedCordons(t *testing.T, env *clustertest.Env, names []string) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(env.Dir, "audit*.log"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no audit log in %s: %v", env.Dir, err)
-	}
 	seen := map[string]bool{}
-	for _, file := range files {
-		r, err := os.Open(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := bufio.NewScanner(r)
-		lines.Buffer(make([]byte, 1<<20), 16<<20)
-		for lines.Scan() {
-			line := lines.Bytes()
-			if !bytes.Contains(line, []byte(stormAgent)) || !bytes.Contains(line, []byte(`"nodes"`)) {
-				continue
-			}
-			var e auditv1.Event
-			if json.Unmarshal(line, &e) != nil || e.UserAgent != stormAgent || e.Stage != auditv1.StageResponseComplete || e.Verb != "patch" ||
-				e.ObjectRef == nil || e.ObjectRef.Resource != "nodes" || e.ObjectRef.Subresource != "" || e.ResponseStatus == nil ||
-				e.ResponseStatus.Code != 200 || strings.Contains(e.RequestURI, "dryRun=") || !slices.Contains(names, e.ObjectRef.Name) {
-				continue
-			}
+	stormEvents(t, env, func(e *auditv1.Event, _ string) {
+		if e.Verb == "patch" && e.ObjectRef.Resource == "nodes" && e.ObjectRef.Subresource == "" && e.ResponseStatus.Code == 200 &&
+			!strings.Contains(e.RequestURI, "dryRun=") && slices.Contains(names, e.ObjectRef.Name) {
 			seen[e.ObjectRef.Name] = true
 		}
-		_ = r.Close()
-		if err := lines.Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	return slices.Sorted(maps.Keys(seen))
 }
