@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rampart-io/rampart/internal/operations/localcluster"
@@ -276,6 +278,44 @@ func TestNodeBudgetNeverBlocksHealing(t *testing.T) {
 	}
 	if err := env.Dynamic.Resource(budgets).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Errorf("deleting the budget: %v", err)
+	}
+}
+
+// Do no harm: a drain the floor allows goes through end to end, as
+// kubectl does it (cordon, evict, wait for the pods to go), right after
+// the budget is created, and its pods' replacements stay off the node.
+func TestNodeBudgetLetsADrainWithinTheFloorThrough(t *testing.T) {
+	env := clustertest.Get(t)
+	ctx := context.Background()
+	name := "drain"
+	nodes := pool(t, env, name, 3)
+	ns := env.Namespace(t)
+	app := map[string]string{"app": "drained"}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "drained"}, Spec: appsv1.ReplicaSetSpec{
+		Replicas: ptr.To(int32(2)), Selector: &metav1.LabelSelector{MatchLabels: app},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: app}, Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"kubernetes.io/hostname": nodes[0]},
+			Containers:   []corev1.Container{{Name: "app", Image: "app"}}}}}}
+	if _, err := env.Client.AppsV1().ReplicaSets(ns).Create(ctx, rs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	env.WaitPodsRunning(t, ns, "app=drained", 2, time.Minute)
+	create(t, env, fmt.Sprintf("metadata: {name: %s}\nspec: {nodeSelector: {matchLabels: {pool: %s}}, minAvailable: 2}", name, name))
+	out, err := env.Kubectl(t, "drain", nodes[0], "--ignore-daemonsets", "--timeout=60s")
+	if err != nil || !strings.Contains(out, "node/"+nodes[0]+" drained") {
+		t.Fatalf("kubectl drain within the floor: %v\n%s", err, out)
+	}
+	if got := unschedulable(t, env, nodes); !slices.Equal(got, nodes[:1]) {
+		t.Errorf("cordoned %v, want %v", got, nodes[:1])
+	}
+	pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=drained"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == nodes[0] && p.DeletionTimestamp == nil {
+			t.Errorf("pod %s still on the drained node", p.Name)
+		}
 	}
 }
 
