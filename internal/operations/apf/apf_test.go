@@ -111,3 +111,36 @@ func TestSuggestedLevelHoldsAHeavyListerToItsPeak(t *testing.T) {
 	}
 	t.Log(w.String())
 }
+
+// Profiled in the storm itself (no calm period to size from), the heavy
+// lister's peak is the storm: HeavyLevelSeats caps its level, and
+// StormHeavyLevelSeats gives a level of that many seats (each LIST holds
+// one in a level so small: that many LISTs at a time).
+func TestHeavyLevelSeatsCapsALevelSizedInAStorm(t *testing.T) {
+	start := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	p := trafficprofile.NewProfiler()
+	for i := range 50 {
+		for range 8 {
+			p.Add(&trafficprofile.Entry{Time: start.Add(time.Duration(i) * 100 * time.Millisecond), Latency: 2 * time.Second, User: "tool",
+				Groups: []string{"system:authenticated"}, UserAgent: "t", Verb: "list", Resource: "pods", APIVersion: "v1", Code: 200, Objects: -1, Bytes: -1, Weight: 1})
+		}
+	}
+	r, err := p.Report("requests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cap      int64
+		min, max int
+	}{{0, 100, 300}, {StormHeavyLevelSeats, StormHeavyLevelSeats, StormHeavyLevelSeats}} {
+		s := Suggest(r, SuggestOptions{Margin: 0.2, HeavyLevelSeats: tc.cap})
+		if len(s.Levels) != 1 {
+			t.Fatalf("cap %d: %d levels, want the heavy lister's", tc.cap, len(s.Levels))
+		}
+		cfg := Builtin()
+		cfg.Add(s.Schemas, s.Levels)
+		if got := cfg.NominalSeats(DefaultServerSeats)[s.Levels[0].Name]; got < tc.min || got > tc.max {
+			t.Errorf("cap %d: the heavy level has %d seats, want %d to %d (its storm peak %d)", tc.cap, got, tc.min, tc.max, r.Clients[0].PeakListSeats)
+		}
+	}
+}

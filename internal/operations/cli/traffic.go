@@ -35,6 +35,7 @@ func newTrafficProfileCommand() *cobra.Command {
 		gateways       []string
 		serverSeats    int
 		heavyListSeats int64
+		heavyLevel     int64
 		margin         float64
 		baselineUntil  string
 		since, until   string
@@ -70,7 +71,9 @@ to see who they would have refused.
 --suggest=apf writes FlowSchemas and PriorityLevelConfigurations for the
 API server's own API Priority and Fairness: the LISTs of heavy listers
 (whose LISTs held --heavy-list-seats or more seats at once) on a level of
-their own sized from their peak plus --margin, queued fairly by user; the
+their own sized from their peak plus --margin, at most --heavy-level-seats,
+queued fairly by user (profiling a LIST storm rather than calm traffic,
+cap it: --heavy-level-seats 3 runs three LISTs at a time); the
 control plane, nodes and leases left on the built-in levels, which already
 serve them; the other clients fair-shared by user on the built-in levels
 unless they needed more seats than global-default has. Replay a log
@@ -159,7 +162,7 @@ against them with 'rampart traffic check --apf FILE LOG'.`,
 					}
 				}
 				if suggest == suggestAPF {
-					return apf.Write(out, apf.Suggest(sized, apf.SuggestOptions{Margin: margin, ServerSeats: serverSeats, HeavyListSeats: heavyListSeats}))
+					return apf.Write(out, apf.Suggest(sized, apf.SuggestOptions{Margin: margin, ServerSeats: serverSeats, HeavyListSeats: heavyListSeats, HeavyLevelSeats: heavyLevel}))
 				}
 				return trafficprofile.WritePolicies(out, trafficprofile.Suggest(sized, trafficprofile.SuggestOptions{Margin: margin, Gateways: gateways}))
 			}
@@ -180,6 +183,7 @@ against them with 'rampart traffic check --apf FILE LOG'.`,
 	cmd.Flags().StringSliceVar(&gateways, "gateway-user", nil, "with --suggest: users Rampart's gateways reach the API server as (they impersonate every client; their policies see the client itself)")
 	cmd.Flags().IntVar(&serverSeats, "server-seats", apf.DefaultServerSeats, "with --suggest=apf: one API server's --max-requests-inflight plus --max-mutating-requests-inflight")
 	cmd.Flags().Int64Var(&heavyListSeats, "heavy-list-seats", 3, "with --suggest=apf: a client whose LISTs held this many APF seats at once (one per 100 objects) is isolated")
+	cmd.Flags().Int64Var(&heavyLevel, "heavy-level-seats", 0, "with --suggest=apf: the heavy listers' level at most, in APF seats (0: half the server); in a level of a few seats each LIST holds one, so it is the LISTs run at once")
 	cmd.Flags().Float64Var(&margin, "margin", 0.2, "with --suggest: added to each observed peak (0.2 is 20%)")
 	cmd.Flags().StringVar(&baselineUntil, "baseline-until", "", "with --suggest: size policies from the requests received before this time (RFC 3339) only")
 	cmd.Flags().StringVar(&since, "since", "", "profile only requests received at or after this time (RFC 3339), e.g. an incident's start")

@@ -121,6 +121,10 @@ func checkDrill(t *testing.T, r drill.Result) {
 		checkRecovery(t, r)
 		return
 	}
+	if r.Drill == "list-storm-apf" {
+		checkStormAPF(t, r)
+		return
+	}
 	if r.Unprotected.Lost <= r.Protected.Bound {
 		t.Errorf("%s: unprotected loss %s is within the protected bound %d: the drill does not reproduce the incident", r.Drill, r.Unprotected, r.Protected.Bound)
 	}
@@ -259,4 +263,25 @@ func checkSurge(t *testing.T, r drill.Result) {
 		r.Drill, hard, peak, m["quota_overshoot_pods"], r.Unprotected.Measured["controllers_behind_s"], m["controllers_behind_s"],
 		r.Unprotected.Measured["apiserver_peak_rss_mib"]-r.Unprotected.Measured["apiserver_calm_rss_mib"],
 		m["apiserver_peak_rss_mib"]-m["apiserver_calm_rss_mib"])
+}
+
+// checkStormAPF: with the suggested API Priority and Fairness objects and
+// no gateway, the business client has no error and its median is under
+// half the unprotected one (measured in one run). The drill's own bound
+// (p99 under 1 s) is for rampart drill at full scale: here it runs small,
+// beside the other packages' clusters on two cores; its figures are in
+// the README. APF queues the storm rather than refusing it: no denial.
+func checkStormAPF(t *testing.T, r drill.Result) {
+	t.Helper()
+	p, u := r.Protected.Measured, r.Unprotected.Measured
+	t.Logf("list-storm-apf: business p50/p99 %.0f/%.0f ms unprotected, %.0f/%.0f ms with APF (heavy level %g seats, %g clients); storm LISTs served %g / %g",
+		u["business_p50_ms"], u["business_p99_ms"], p["business_p50_ms"], p["business_p99_ms"], p["apf_heavy_level_seats"], p["apf_isolated_clients"],
+		u["storm_lists_served"], p["storm_lists_served"])
+	if p["apf_isolated_clients"] != 3 {
+		t.Errorf("list-storm-apf: the advisor isolated %g clients, want the storm's 3 tools", p["apf_isolated_clients"])
+	}
+	if p["business_errors"] > 0 || p["business_p50_ms"] > u["business_p50_ms"]/2 {
+		t.Errorf("list-storm-apf: with APF the business client had %g errors and a p50 of %.0f ms, against %.0f ms without",
+			p["business_errors"], p["business_p50_ms"], u["business_p50_ms"])
+	}
 }

@@ -31,8 +31,28 @@ var listStorm = Drill{
 	Name: "list-storm",
 	Incident: "dozens of clients LIST every pod of a 10,000-pod cluster from etcd in a loop: the API server's memory and latency " +
 		"blow up and ordinary clients time out (ByteDance report: List storms, APIServer OOM, avalanche)",
-	Run: runListStorm,
+	Run: func(ctx context.Context, t Target) (Loss, error) { return runListStorm(ctx, t, false) },
 }
+
+// listStormAPF is list-storm where no gateway can stand (a managed control
+// plane): every client reaches the API server itself, and the protected
+// side has the API Priority and Fairness objects Rampart's advisor writes
+// (apf.Suggest, what `rampart traffic profile --suggest apf` prints) from
+// the API server's own audit log of a first burst of the storm, as an
+// operator would after the incident. The storm is three tools of eight
+// workers each (24 LISTs at once, as in list-storm): the advisor isolates
+// a client whose LISTs held several seats at once, and a Metadata-level
+// audit log, the usual one, shows each LIST as one seat.
+var listStormAPF = Drill{
+	Name: "list-storm-apf",
+	Incident: "the list-storm with no gateway: three tools of eight workers LIST every pod of a 10,000-pod cluster in a loop, " +
+		"straight to the API server; protected only by the API Priority and Fairness objects rampart suggests from the audit log",
+	Run: func(ctx context.Context, t Target) (Loss, error) { return runListStorm(ctx, t, true) },
+}
+
+// apfStormTools are list-storm-apf's storm users, each running
+// stormClients/apfStormTools workers.
+const apfStormTools = 3
 
 const (
 	// stormPods is the cluster's size in the report's terms.
@@ -59,9 +79,13 @@ const (
 // the default TrafficPolicies. The loss is the business requests that
 // failed or took longer than businessSlow; the bound is 1% of them (a p99
 // under businessSlow).
-func runListStorm(ctx context.Context, t Target) (Loss, error) {
+//
+// With viaAPF (list-storm-apf) every client reaches the API server
+// directly on both sides, and the protected side first profiles a burst of
+// the storm from the audit log and applies the suggested APF objects.
+func runListStorm(ctx context.Context, t Target, viaAPF bool) (Loss, error) {
 	if t.Local == nil {
-		return Loss{}, errors.New("the list-storm drill needs the local clusters `rampart drill` starts (it reads the API server's memory): run it without --kubeconfig")
+		return Loss{}, errors.New("the list-storm drills need the local clusters `rampart drill` starts (they read the API server's memory): run without --kubeconfig")
 	}
 	ns := t.Prefix + "-list-storm"
 	if err := t.namespace(ctx, ns, nil); err != nil {
@@ -74,14 +98,32 @@ func runListStorm(ctx context.Context, t Target) (Loss, error) {
 	}
 	pods := stormPods / t.Scale
 	stormLasts := max(stormFor/time.Duration(t.Scale), stormAtLeast)
+	calmFor := 5 * time.Second
+	if viaAPF && t.Scale > 1 {
+		// Small in make test: list-storm runs the storm at this scale.
+		pods, stormLasts, calmFor = stormPods/(8*t.Scale), stormAtLeast/2, 2*time.Second
+	}
 	if err := t.createIdlePods(ctx, ns, pods); err != nil {
 		return Loss{}, err
 	}
 	host := t.Local.APIServerURL()
-	if t.Protected {
+	if t.Protected && !viaAPF {
 		host = t.Local.GatewayURL()
 	}
 	issue := clientIssuer(t.Local, host, group)
+	stormUser := func(i int) string { return fmt.Sprintf("%s-storm-%d", t.Prefix, i) }
+	if viaAPF {
+		stormUser = func(i int) string { return fmt.Sprintf("%s-storm-tool-%d", t.Prefix, i%apfStormTools) }
+	}
+	var advised apfAdvice
+	if viaAPF && t.Protected {
+		var undo func()
+		var err error
+		if advised, undo, err = t.adviseAPF(ctx, issue, stormUser); err != nil {
+			return Loss{}, err
+		}
+		defer undo()
+	}
 	business, err := issue(t.Prefix + "-business")
 	if err != nil {
 		return Loss{}, err
@@ -93,14 +135,14 @@ func runListStorm(ctx context.Context, t Target) (Loss, error) {
 	apiserver := t.Local.PID(localcluster.APIServerName(0))
 
 	// Five calm seconds first, for comparison.
-	calm := biz.run(ctx, 5*time.Second)
+	calm := biz.run(ctx, calmFor)
 	calmRSS := rssBytes(apiserver)
 
 	stormCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	storm := &stormCounts{}
 	for i := range stormClients {
-		cfg, err := issue(fmt.Sprintf("%s-storm-%d", t.Prefix, i))
+		cfg, err := issue(stormUser(i))
 		if err != nil {
 			stop()
 			return Loss{}, err
@@ -119,28 +161,33 @@ func runListStorm(ctx context.Context, t Target) (Loss, error) {
 	wg.Wait()
 
 	lost := during.failed + during.slow
+	measured := map[string]float64{
+		"business_p99_ms":         ms(during.quantile(0.99)),
+		"business_p50_ms":         ms(during.quantile(0.50)),
+		"business_errors":         float64(during.failed),
+		"business_requests":       float64(len(during.latencies)),
+		"calm_business_p99_ms":    ms(calm.quantile(0.99)),
+		"apiserver_calm_rss_mib":  mib(calmRSS),
+		"apiserver_peak_rss_mib":  mib(peakRSS.Load()),
+		"storm_lists_served":      float64(storm.served.Load()),
+		"storm_lists_refused":     float64(storm.refused.Load()),
+		"storm_list_errors":       float64(storm.failed.Load()),
+		"pods":                    float64(pods),
+		"storm_clients":           stormClients,
+		"storm_seconds":           stormLasts.Seconds(),
+		"business_slow_bound_ms":  ms(businessSlow),
+		"business_timeout_ms":     ms(businessTimeout),
+		"business_failed_or_slow": float64(lost),
+	}
+	if viaAPF && t.Protected {
+		measured["apf_heavy_level_seats"] = float64(advised.seats)
+		measured["apf_isolated_clients"] = float64(advised.isolated)
+	}
 	return Loss{
 		Lost: lost, Total: len(during.latencies), Bound: len(during.latencies) / 100,
-		Unit:   fmt.Sprintf("business requests failed or slower than %s", businessSlow),
-		Denied: storm.refusal(),
-		Measured: map[string]float64{
-			"business_p99_ms":         ms(during.quantile(0.99)),
-			"business_p50_ms":         ms(during.quantile(0.50)),
-			"business_errors":         float64(during.failed),
-			"business_requests":       float64(len(during.latencies)),
-			"calm_business_p99_ms":    ms(calm.quantile(0.99)),
-			"apiserver_calm_rss_mib":  mib(calmRSS),
-			"apiserver_peak_rss_mib":  mib(peakRSS.Load()),
-			"storm_lists_served":      float64(storm.served.Load()),
-			"storm_lists_refused":     float64(storm.refused.Load()),
-			"storm_list_errors":       float64(storm.failed.Load()),
-			"pods":                    float64(pods),
-			"storm_clients":           stormClients,
-			"storm_seconds":           stormLasts.Seconds(),
-			"business_slow_bound_ms":  ms(businessSlow),
-			"business_timeout_ms":     ms(businessTimeout),
-			"business_failed_or_slow": float64(lost),
-		},
+		Unit:     fmt.Sprintf("business requests failed or slower than %s", businessSlow),
+		Denied:   storm.refusal(),
+		Measured: measured,
 	}, nil
 }
 
