@@ -5,7 +5,7 @@ GO ?= go
 CONTROLLER_GEN := cd hack/tools && $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build image assets cluster-assets test-deps generate test unit integration lint up down clean fuzz fuzz-smoke secret-scan
+.PHONY: all build image assets cluster-assets test-deps generate test unit integration lint up down clean fuzz fuzz-smoke secret-scan compat
 
 all: build
 
@@ -45,6 +45,9 @@ unit: ## tests that need no cluster
 # first: make assets builds runc only with libseccomp-dev.
 test: test-deps lint build image assets ## everything: install what the tests need, lint, unit and integration tests against real control planes
 	GO=$(GO) bash hack/test.sh
+
+compat: ## the admission, compiled-policy and chart tests against the two Kubernetes minors before the pin (each built once into bin/k8s-VERSION; VERSIONS="v1.36.3 v1.35.4" by default)
+	GO=$(GO) bash hack/compat.sh $(VERSIONS)
 
 FUZZTIME ?= 5m
 fuzz: ## run every fuzz target for FUZZTIME each (default 5m); crashers land in testdata/fuzz and replay in go test

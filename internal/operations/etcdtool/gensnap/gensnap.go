@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"google.golang.org/protobuf/proto"
+
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	corev1 "k8s.io/api/core/v1"
@@ -108,7 +110,7 @@ func Write(path string, s Spec) (int64, error) {
 				rk := make([]byte, 17, 18)
 				binary.BigEndian.PutUint64(rk, uint64(rev))
 				rk[8] = '_'
-				kv := mvccpb.KeyValue{Key: []byte(s.Key(o.key)), ModRevision: rev}
+				kv := &mvccpb.KeyValue{Key: []byte(s.Key(o.key)), ModRevision: rev}
 				if o.del {
 					rk = append(rk, 't')
 				} else {
@@ -117,7 +119,7 @@ func Write(path string, s Spec) (int64, error) {
 					}
 					kv.CreateRevision, kv.Version, kv.Value = created[o.key], o.ver, value
 				}
-				v, err := kv.Marshal()
+				v, err := proto.Marshal(kv)
 				if err != nil {
 					return err
 				}

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	bolt "go.etcd.io/bbolt"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -148,7 +150,7 @@ func WalkLive(ctx context.Context, cli *clientv3.Client, prefix string, fn func(
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			if err := fn(Entry{Key: kv.Key, Value: kv.Value, ModRevision: kv.ModRevision, Stored: kv.Size()}); err != nil {
+			if err := fn(Entry{Key: kv.Key, Value: kv.Value, ModRevision: kv.ModRevision, Stored: proto.Size(kv)}); err != nil {
 				return rev, err
 			}
 		}

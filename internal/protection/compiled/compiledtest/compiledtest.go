@@ -163,7 +163,7 @@ func (l *Loaded) Admit(t testing.TB, a admission.Attributes) Outcome {
 		if ok, err := s.matcher.BindingMatches(a, s.ifaces, validating.NewValidatingAdmissionPolicyBindingAccessor(p.Binding)); err != nil || !ok {
 			t.Fatalf("%s: the binding does not match what its policy matches (%v)", p.Policy.Name, err)
 		}
-		va := &admission.VersionedAttributes{Attributes: a, VersionedKind: gvk, VersionedObject: a.GetObject(), VersionedOldObject: a.GetOldObject()}
+		va := &admission.VersionedAttributes{Attributes: a, VersionedKind: gvk, VersionedObject: admission.NewLazyObject(a.GetObject()), VersionedOldObject: admission.NewLazyObject(a.GetOldObject())}
 		res := l.validators[i].Validate(context.Background(), gvr, va, nil, s.Namespaces[a.GetNamespace()], celconfig.RuntimeCELCostBudget, nil)
 		for _, d := range res.Decisions {
 			if d.Evaluation == validating.EvalError {
