@@ -140,8 +140,12 @@ spec: {teeth: 12}
 	}
 	described := must("describe", "before", "--store", store)
 	t.Log(described)
+	server, err := env.Client.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{"deployments.apps", "replicasets.apps", "pods", "configmaps", "secrets", "widgets." + group,
-		"customresourcedefinitions.apiextensions.k8s.io", "namespaces", "API server:       v1.36", "consistent: yes",
+		"customresourcedefinitions.apiextensions.k8s.io", "namespaces", "API server:       " + server.GitVersion, "consistent: yes",
 		"nodes: a node registers itself", "events: events are a record", "leases.coordination.k8s.io: leases are"} {
 		if !strings.Contains(described, want) {
 			t.Errorf("backup describe lacks %q", want)

@@ -3,12 +3,15 @@ package gateway_test
 import (
 	"context"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/rampart-io/rampart/internal/operations/localcluster"
 	"github.com/rampart-io/rampart/internal/operations/localcluster/clustertest"
@@ -42,6 +45,50 @@ func TestUpGrantsTheGatewayItsCountedGroupsOnly(t *testing.T) {
 			}
 			if r.Status.Allowed != want {
 				t.Errorf("the gateway's identity may %s widgets.%s: %v, want %v", verb, group, r.Status.Allowed, want)
+			}
+		}
+	}
+}
+
+// TestCountedGroupsAreWhatTheAPIServerServes: CountedGroups and
+// CountedCoreResources name every built-in group and core resource the
+// pinned kube-apiserver serves with list and watch (but Secrets), so that moving the
+// pin to a Kubernetes that serves a new group fails here instead of
+// leaving the gateway's LIST guard blind to it.
+func TestCountedGroupsAreWhatTheAPIServerServes(t *testing.T) {
+	env := clustertest.Get(t)
+	crds, err := env.Dynamic.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}).
+		List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	custom := map[string]bool{}
+	for _, crd := range crds.Items {
+		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+		custom[group] = group != "rampart.io"
+	}
+	_, lists, err := env.Client.Discovery().ServerGroupsAndResources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if custom[gv.Group] {
+			continue
+		}
+		for _, r := range l.APIResources {
+			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "watch") {
+				continue
+			}
+			switch {
+			case gv.Group == "" && r.Name == "secrets":
+			case gv.Group == "" && !slices.Contains(gateway.CountedCoreResources, r.Name):
+				t.Errorf("kube-apiserver serves the core resource %s with list and watch; CountedCoreResources lacks it", r.Name)
+			case gv.Group != "" && !slices.Contains(gateway.CountedGroups, gv.Group):
+				t.Errorf("kube-apiserver serves %s.%s with list and watch; CountedGroups lacks %s", r.Name, gv.Group, gv.Group)
 			}
 		}
 	}
