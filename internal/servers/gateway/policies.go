@@ -33,6 +33,8 @@ func (g *Gateway) watchPolicies(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 10*time.Minute)
 	informer := factory.ForResource(TrafficPolicies).Informer()
+	var mu sync.Mutex
+	reported := map[string]int64{} // policy -> generation whose unknown pool was logged
 	reload := func() {
 		var ps []traffic.Policy
 		for _, obj := range informer.GetStore().List() {
@@ -44,6 +46,8 @@ func (g *Gateway) watchPolicies(ctx context.Context, wg *sync.WaitGroup) error {
 			ps = append(ps, p)
 		}
 		traffic.Sort(ps)
+		ps, unknown := traffic.WithKnownPools(ps, func(name string) bool { return g.pools.Named(name) != nil })
+		g.reportUnknownPools(&mu, reported, unknown)
 		g.policies.Store(&ps)
 		g.limiter.Forget(ps)
 		g.listWatch.Forget(ps)
@@ -78,6 +82,36 @@ func (g *Gateway) watchPolicies(ctx context.Context, wg *sync.WaitGroup) error {
 	reload()
 	g.synced.Store(true)
 	return nil
+}
+
+// reportUnknownPools logs each Route policy naming a pool this gateway
+// lacks, once per generation, and keeps rampart_gateway_policies_left_out
+// to them.
+func (g *Gateway) reportUnknownPools(mu *sync.Mutex, reported map[string]int64, unknown []traffic.Policy) {
+	mu.Lock()
+	defer mu.Unlock()
+	g.metrics.leftOut.Reset()
+	now := map[string]bool{}
+	for _, p := range unknown {
+		now[p.Name] = true
+		g.metrics.leftOut.WithLabelValues(p.Name, "unknown-pool").Set(1)
+		if gen, ok := reported[p.Name]; ok && gen == p.Generation {
+			continue
+		}
+		reported[p.Name] = p.Generation
+		var pools []string
+		for _, pool := range g.pools {
+			pools = append(pools, pool.Name)
+		}
+		g.log.Error("TrafficPolicy left out: it routes to a pool this gateway does not have; its requests are judged by the next policy that matches them",
+			"policy", p.Name, "pool", p.Spec.Route.Pool, "pools", pools,
+			"fix", "give the gateway --upstream-pool "+p.Spec.Route.Pool+"=URL,... (the chart's gateway.upstreamPools) or correct spec.route.pool")
+	}
+	for name := range reported {
+		if !now[name] {
+			delete(reported, name)
+		}
+	}
 }
 
 func toPolicy(obj any) (traffic.Policy, error) {
