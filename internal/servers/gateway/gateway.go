@@ -83,12 +83,14 @@ type Gateway struct {
 	listWatch *traffic.Guards
 	counts    *objectCounts
 	policies  atomic.Pointer[[]traffic.Policy]
-	synced    atomic.Bool
-	metrics   *metrics
-	breakers  *breakers
-	client    kubernetes.Interface
-	restCfg   *rest.Config
-	tlsConfig *tls.Config
+	// policyFence holds the answer to a policy write until it applies.
+	policyFence *policyFence
+	synced      atomic.Bool
+	metrics     *metrics
+	breakers    *breakers
+	client      kubernetes.Interface
+	restCfg     *rest.Config
+	tlsConfig   *tls.Config
 	// refusalLog bounds the access-log lines of refused requests.
 	refusalLog *rate.Limiter
 	// streams are the long-running requests in flight, which a stopping
@@ -126,7 +128,7 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	if !hasCert && !hasToken {
 		return nil, errors.New("the gateway's kubeconfig has neither a client certificate nor a token: the gateway must authenticate as itself (bound to ClusterRole rampart-gateway) to impersonate its clients")
 	}
-	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), listWatch: traffic.NewGuards(), refusalLog: rate.NewLimiter(20, 20), stopLong: context.Background()}
+	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), listWatch: traffic.NewGuards(), refusalLog: rate.NewLimiter(20, 20), stopLong: context.Background(), policyFence: newPolicyFence()}
 	g.pools = pools
 	g.routes = traffic.Routes{Available: func(name string) bool {
 		p := g.pools.Named(name)
@@ -208,10 +210,11 @@ func (g *Gateway) reverseProxy(cfg *rest.Config, hasToken bool) (*httputil.Rever
 				identity.Forward(r.Out.Header, identity.Anonymous)
 			}
 		},
-		Transport:    endableTransport{next: proxyTransport},
-		BufferPool:   bufferPool{},
-		ErrorHandler: g.upstreamError,
-		ErrorLog:     slog.NewLogLogger(g.opts.Log.Handler(), slog.LevelWarn),
+		Transport:      endableTransport{next: proxyTransport},
+		ModifyResponse: g.fencePolicyWrite,
+		BufferPool:     bufferPool{},
+		ErrorHandler:   g.upstreamError,
+		ErrorLog:       slog.NewLogLogger(g.opts.Log.Handler(), slog.LevelWarn),
 	}, nil
 }
 

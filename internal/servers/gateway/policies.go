@@ -53,9 +53,9 @@ func (g *Gateway) watchPolicies(ctx context.Context, wg *sync.WaitGroup) error {
 		g.listWatch.Forget(ps)
 	}
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { reload() },
-		UpdateFunc: func(any, any) { reload() },
-		DeleteFunc: func(any) { reload() },
+		AddFunc:    func(obj any) { reload(); g.policyFence.apply(obj) },
+		UpdateFunc: func(_, obj any) { reload(); g.policyFence.apply(obj) },
+		DeleteFunc: func(obj any) { reload(); g.policyFence.apply(obj) },
 	}); err != nil {
 		return err
 	}

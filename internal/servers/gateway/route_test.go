@@ -12,7 +12,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
 	"github.com/rampart-io/rampart/internal/protection/traffic"
@@ -123,4 +125,44 @@ func scrapeRegistry(t *testing.T, g *Gateway) string {
 	w := httptest.NewRecorder()
 	g.MetricsHandler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	return w.Body.String()
+}
+
+// TestPolicyFence: a wait returns once the watch has applied the
+// resourceVersion (or a later one), and not before; it gives up after its
+// timeout. Only writes of a TrafficPolicy's spec are fenced.
+func TestPolicyFence(t *testing.T) {
+	f := newPolicyFence()
+	obj := func(rv string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetResourceVersion(rv)
+		return u
+	}
+	f.apply(obj("10"))
+	if !f.wait(t.Context(), 10, time.Millisecond) || !f.wait(t.Context(), 9, time.Millisecond) {
+		t.Error("an applied resourceVersion waited for")
+	}
+	if f.wait(t.Context(), 11, 10*time.Millisecond) {
+		t.Error("a resourceVersion not applied yet passed")
+	}
+	done := make(chan bool)
+	go func() { done <- f.wait(t.Context(), 12, time.Minute) }()
+	f.apply(obj("11"))
+	f.apply(cache.DeletedFinalStateUnknown{Obj: obj("13")})
+	if !<-done {
+		t.Error("the wait did not end when a later resourceVersion was applied")
+	}
+	for path, want := range map[string]bool{
+		"POST /apis/rampart.io/v1alpha1/trafficpolicies":                    true,
+		"PATCH /apis/rampart.io/v1alpha1/trafficpolicies/heavy":             true,
+		"DELETE /apis/rampart.io/v1alpha1/trafficpolicies/heavy":            true,
+		"PUT /apis/rampart.io/v1alpha1/trafficpolicies/heavy/status":        false,
+		"GET /apis/rampart.io/v1alpha1/trafficpolicies/heavy":               false,
+		"POST /apis/rampart.io/v1alpha1/namespaces/x/podunavailablebudgets": false,
+	} {
+		method, url, _ := strings.Cut(path, " ")
+		r := httptest.NewRequest(method, "https://gateway"+url, nil)
+		if got := policyWrite(traffic.FromInfo(traffic.Info(r), r.URL)); got != want {
+			t.Errorf("policyWrite(%s) = %v, want %v", path, got, want)
+		}
+	}
 }
