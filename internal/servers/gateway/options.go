@@ -87,6 +87,15 @@ func ParseUpstreamPool(s string) (UpstreamPool, error) {
 // poolName is what a TrafficPolicy's route.pool may be.
 var poolName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
+// CheckPoolName says why name cannot name a pool a TrafficPolicy routes
+// to, if it cannot.
+func CheckPoolName(name string) error {
+	if !poolName.MatchString(name) || len(name) > 63 {
+		return errors.New("a pool's name is lower-case letters, digits and '-' (at most 63), as a TrafficPolicy's route.pool")
+	}
+	return nil
+}
+
 // validatePools: names a Route policy can name, none twice, not the
 // default pool's; each API server in one pool only, since a server's
 // health and load are its pool's.
@@ -101,8 +110,8 @@ func (o Options) validatePools() []error {
 		switch {
 		case p.Name == upstream.DefaultPool:
 			errs = append(errs, fmt.Errorf("--upstream-pool %s: the default pool is --upstreams; name the pool otherwise", p.Name))
-		case !poolName.MatchString(p.Name) || len(p.Name) > 63:
-			errs = append(errs, fmt.Errorf("--upstream-pool %q: a pool's name is lower-case letters, digits and '-' (at most 63), as a TrafficPolicy's route.pool", p.Name))
+		case CheckPoolName(p.Name) != nil:
+			errs = append(errs, fmt.Errorf("--upstream-pool %q: %w", p.Name, CheckPoolName(p.Name)))
 		case names[p.Name]:
 			errs = append(errs, fmt.Errorf("--upstream-pool %s: given twice; list all its API servers in one flag", p.Name))
 		}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rampart-io/rampart/internal/protection/traffic"
 )
 
 // Options tune the pool.
@@ -60,7 +62,7 @@ type Pool struct {
 
 // DefaultPool is the name of the pool requests go to unless a
 // TrafficPolicy routes them elsewhere.
-const DefaultPool = "default"
+const DefaultPool = traffic.DefaultPool
 
 // NewPool makes the default pool of urls, all assumed ready until
 // checked; it starts them with a full share, since nothing has failed yet.
