@@ -117,7 +117,7 @@ func (g *Gateway) route(x *exchange) verdict.Verdict {
 		return traffic.Spread(v.Verdict, jitter())
 	}
 	x.pool = g.pools.Named(v.Pool)
-	if p.Spec.Route.OnUnavailable == v1alpha1.RouteToDefault && x.pool != g.pools.Default() {
+	if p.Spec.Route != nil && p.Spec.Route.OnUnavailable == v1alpha1.RouteToDefault && x.pool != g.pools.Default() {
 		x.fallback = g.pools.Default()
 	}
 	return pass

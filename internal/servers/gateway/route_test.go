@@ -79,6 +79,10 @@ func TestRoutedRequestsReachTheirPool(t *testing.T) {
 			t.Fatalf("a request of the policy naming an unknown pool answered %d by %q, want the default pool", code, body)
 		}
 	}
+	// The breakers judge the default pool's answers only.
+	if n := g.breakers.set.Window.Summarize(time.Now(), 60).Answers; n != 15 {
+		t.Errorf("the breakers' window holds %d answers, want the default pool's 15", n)
+	}
 	metrics := scrapeRegistry(t, g)
 	for _, want := range []string{
 		`rampart_gateway_routed_requests_total{outcome="routed",policy="storm-to-heavy",pool="heavy"} 5`,
