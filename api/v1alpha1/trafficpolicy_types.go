@@ -484,6 +484,7 @@ type GatewayBreakerStatus struct {
 // +kubebuilder:resource:scope=Cluster,categories=rampart
 // +kubebuilder:printcolumn:name="Precedence",type=integer,JSONPath=`.spec.precedence`
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.action`
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.route.pool`
 // +kubebuilder:printcolumn:name="QPS",type=integer,JSONPath=`.spec.limit.qps`
 // +kubebuilder:printcolumn:name="InFlight",type=integer,JSONPath=`.spec.limit.maxInFlight`
 // +kubebuilder:printcolumn:name="Breaker",type=string,JSONPath=`.status.breakers[0].state`

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -40,8 +41,9 @@ func TestRoutedRequestsReachTheirPool(t *testing.T) {
 	a, b, heavy := namedServer(t, "a"), namedServer(t, "b"), namedServer(t, "heavy")
 	// httptest's servers share one certificate.
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.Certificate().Raw})
+	var trafficLog bytes.Buffer
 	g := guardedGatewayOf(t, &rest.Config{Host: a.URL, BearerToken: "gateway", TLSClientConfig: rest.TLSClientConfig{CAData: ca}},
-		Options{Upstreams: []string{a.URL, b.URL}, UpstreamPools: []UpstreamPool{{Name: "heavy", URLs: []string{heavy.URL}}}})
+		Options{Upstreams: []string{a.URL, b.URL}, UpstreamPools: []UpstreamPool{{Name: "heavy", URLs: []string{heavy.URL}}}, TrafficLog: &trafficLog})
 	// The storm's LISTs of pods, by user stormy.
 	lists := []v1alpha1.TrafficMatch{{Subjects: v1alpha1.Subjects{Users: []string{"stormy"}}, Verbs: []string{"list"},
 		Resources: []v1alpha1.TrafficResourceRule{{APIGroups: []string{""}, Resources: []string{"pods"}}}}}
@@ -120,6 +122,14 @@ func TestRoutedRequestsReachTheirPool(t *testing.T) {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	// The traffic log names the pool of routed requests only (not of
+	// the fallback, nor of the refusal).
+	if err := g.traffic.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(trafficLog.String(), `"pool":"heavy"`); n != 5 {
+		t.Errorf("%d traffic log lines name pool heavy, want the 5 routed LISTs:\n%s", n, trafficLog.String())
 	}
 }
 
