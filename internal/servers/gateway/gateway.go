@@ -1,7 +1,8 @@
 // Package gateway is `rampart gateway`: an L7 reverse proxy in front of one
 // or more kube-apiservers that authenticates every client itself, applies
-// TrafficPolicies (exempt, limit with a fair share per client, reject) and
-// spreads requests over the API servers.
+// TrafficPolicies (exempt, limit with a fair share per client, reject,
+// route to a pool of API servers of their own) and spreads requests over
+// the API servers of their pool.
 //
 // # How the API server learns who the client is
 //
