@@ -33,8 +33,7 @@ func (g *Gateway) watchPolicies(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 10*time.Minute)
 	informer := factory.ForResource(TrafficPolicies).Informer()
-	var mu sync.Mutex
-	reported := map[string]int64{} // policy -> generation whose unknown pool was logged
+	leftOut := &leftOutPolicies{g: g, logged: map[string]int64{}}
 	reload := func() {
 		var ps []traffic.Policy
 		for _, obj := range informer.GetStore().List() {
@@ -47,7 +46,7 @@ func (g *Gateway) watchPolicies(ctx context.Context, wg *sync.WaitGroup) error {
 		}
 		traffic.Sort(ps)
 		ps, unknown := traffic.WithKnownPools(ps, func(name string) bool { return g.pools.Named(name) != nil })
-		g.reportUnknownPools(&mu, reported, unknown)
+		leftOut.report(unknown)
 		g.policies.Store(&ps)
 		g.limiter.Forget(ps)
 		g.listWatch.Forget(ps)
@@ -84,21 +83,29 @@ func (g *Gateway) watchPolicies(ctx context.Context, wg *sync.WaitGroup) error {
 	return nil
 }
 
-// reportUnknownPools logs each Route policy naming a pool this gateway
-// lacks, once per generation, and keeps rampart_gateway_policies_left_out
-// to them.
-func (g *Gateway) reportUnknownPools(mu *sync.Mutex, reported map[string]int64, unknown []traffic.Policy) {
-	mu.Lock()
-	defer mu.Unlock()
+// leftOutPolicies reports the Route policies naming a pool this gateway
+// lacks: a log line once per generation, and
+// rampart_gateway_policies_left_out while they are left out.
+type leftOutPolicies struct {
+	g  *Gateway
+	mu sync.Mutex
+	// logged is the generation of each policy last logged.
+	logged map[string]int64
+}
+
+func (l *leftOutPolicies) report(unknown []traffic.Policy) {
+	g := l.g
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	g.metrics.leftOut.Reset()
 	now := map[string]bool{}
 	for _, p := range unknown {
 		now[p.Name] = true
 		g.metrics.leftOut.WithLabelValues(p.Name, "unknown-pool").Set(1)
-		if gen, ok := reported[p.Name]; ok && gen == p.Generation {
+		if gen, ok := l.logged[p.Name]; ok && gen == p.Generation {
 			continue
 		}
-		reported[p.Name] = p.Generation
+		l.logged[p.Name] = p.Generation
 		var pools []string
 		for _, pool := range g.pools {
 			pools = append(pools, pool.Name)
@@ -107,9 +114,9 @@ func (g *Gateway) reportUnknownPools(mu *sync.Mutex, reported map[string]int64, 
 			"policy", p.Name, "pool", p.Spec.Route.Pool, "pools", pools,
 			"fix", "give the gateway --upstream-pool "+p.Spec.Route.Pool+"=URL,... (the chart's gateway.upstreamPools) or correct spec.route.pool")
 	}
-	for name := range reported {
+	for name := range l.logged {
 		if !now[name] {
-			delete(reported, name)
+			delete(l.logged, name)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -178,5 +179,34 @@ func TestPolicyFence(t *testing.T) {
 		if got := policyWrite(traffic.FromInfo(traffic.Info(r), r.URL)); got != want {
 			t.Errorf("policyWrite(%s) = %v, want %v", path, got, want)
 		}
+	}
+}
+
+// TestLeftOutPoliciesReported: a Route policy naming a pool the gateway
+// lacks is logged once per generation, and shown by
+// rampart_gateway_policies_left_out while it is left out.
+func TestLeftOutPoliciesReported(t *testing.T) {
+	var log bytes.Buffer
+	g := guardedGateway(t)
+	g.log = slog.New(slog.NewTextHandler(&log, nil))
+	l := &leftOutPolicies{g: g, logged: map[string]int64{}}
+	typo := traffic.Policy{Name: "typo", Generation: 1, Spec: v1alpha1.TrafficPolicySpec{Action: v1alpha1.ActionRoute, Route: &v1alpha1.TrafficRoute{Pool: "haevy"}}}
+	l.report([]traffic.Policy{typo})
+	l.report([]traffic.Policy{typo})
+	series := `rampart_gateway_policies_left_out{policy="typo",reason="unknown-pool"} 1`
+	if n := strings.Count(log.String(), "TrafficPolicy left out"); n != 1 || !strings.Contains(log.String(), "--upstream-pool haevy=URL") {
+		t.Errorf("logged %d times, want once naming the flag:\n%s", n, log.String())
+	}
+	if !strings.Contains(scrapeRegistry(t, g), series) {
+		t.Errorf("metrics lack %s", series)
+	}
+	typo.Generation = 2
+	l.report([]traffic.Policy{typo})
+	if n := strings.Count(log.String(), "TrafficPolicy left out"); n != 2 {
+		t.Errorf("a new generation logged: %d lines, want 2", n)
+	}
+	l.report(nil)
+	if strings.Contains(scrapeRegistry(t, g), "rampart_gateway_policies_left_out{") {
+		t.Error("a policy no longer left out is still shown")
 	}
 }
