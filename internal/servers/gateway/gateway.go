@@ -116,6 +116,11 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults(cfg)
+	// Again with the default pool filled in: the kubeconfig's server may
+	// be named in a pool too.
+	if errs := opts.validatePools(); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
 	pools, err := opts.pools(time.Now())
 	if err != nil {
 		return nil, err

@@ -3,6 +3,8 @@ package gateway
 import (
 	"strings"
 	"testing"
+
+	"k8s.io/client-go/rest"
 )
 
 // TestOptionsValidate: every problem is said at once, each naming its
@@ -79,5 +81,15 @@ func TestParseUpstreamPool(t *testing.T) {
 		if _, err := ParseUpstreamPool(bad); err == nil || !strings.Contains(err.Error(), "want NAME=URL[,URL...]") {
 			t.Errorf("ParseUpstreamPool(%q) = %v", bad, err)
 		}
+	}
+}
+
+// With no --upstreams the default pool is the kubeconfig's server, which
+// a named pool may not take too.
+func TestNewRefusesThePoolOfTheKubeconfigsServer(t *testing.T) {
+	_, err := New(&rest.Config{Host: "https://10.0.0.1:6443", BearerToken: "gateway"},
+		Options{UpstreamPools: []UpstreamPool{{Name: "heavy", URLs: []string{"https://10.0.0.1:6443"}}}})
+	if err == nil || !strings.Contains(err.Error(), "https://10.0.0.1:6443 is in pool default already") {
+		t.Errorf("New = %v", err)
 	}
 }
