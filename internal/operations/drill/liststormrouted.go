@@ -54,21 +54,21 @@ const (
 // holds each side's memory rise of the API servers other than the one the
 // storm is routed to (protected: the default pool), whose bound is
 // memoryRiseBound percent.
-func runListStormRouted(ctx context.Context, t Target) (Loss, error) {
+func runListStormRouted(ctx context.Context, t Target) (loss Loss, err error) {
 	if t.Local == nil || t.Local.GatewayURL() == "" {
 		return Loss{}, errors.New("list-storm-routed needs the local clusters `rampart drill` starts, with a gateway (it adds API servers, gives the gateway a pool and reads the API servers' memory): run without --kubeconfig")
 	}
 	undo, err := t.routedTopology(ctx)
 	defer func() {
+		// The drills after this one need the cluster as it was.
 		if uerr := undo(); uerr != nil && err == nil {
-			err = uerr
+			err = fmt.Errorf("putting the cluster back: %w", uerr)
 		}
 	}()
 	if err != nil {
 		return Loss{}, err
 	}
-	loss, err := t.stormRouted(ctx)
-	return loss, err
+	return t.stormRouted(ctx)
 }
 
 // routedTopology gives the cluster routedAPIServers API servers and, on
