@@ -6,12 +6,14 @@ import (
 
 // TrafficPolicySpec tells `rampart gateway` what to do with the requests it
 // matches: let them through unguarded (Exempt), guard them (Limit: rate
-// and concurrency, LIST cost, watches, a circuit breaker), or refuse them
-// (Reject). A request is judged by the first policy that matches it, by
-// ascending precedence, then by name.
+// and concurrency, LIST cost, watches, a circuit breaker), refuse them
+// (Reject), or send them to API servers of their own (Route). A request is
+// judged by the first policy that matches it, by ascending precedence,
+// then by name.
 //
 // +kubebuilder:validation:XValidation:rule="(self.action == 'Limit') == (has(self.limit) || has(self.list) || has(self.watch) || has(self.breaker))",message="action Limit needs at least one of limit, list, watch or breaker, and only action Limit may have them"
 // +kubebuilder:validation:XValidation:rule="self.action == 'Reject' || !has(self.rejectMessage)",message="rejectMessage is only for action Reject"
+// +kubebuilder:validation:XValidation:rule="(self.action == 'Route') == has(self.route)",message="action Route needs route (the pool to send requests to), and only action Route may have it"
 type TrafficPolicySpec struct {
 	// Precedence orders policies: the lowest number that matches wins.
 	// +kubebuilder:validation:Minimum=1
@@ -31,8 +33,14 @@ type TrafficPolicySpec struct {
 	// +optional
 	Except []TrafficMatch `json:"except,omitempty"`
 
-	// Action is Exempt, Limit or Reject.
+	// Action is Exempt, Limit, Reject or Route.
 	Action TrafficAction `json:"action"`
+
+	// Route names the gateway's upstream pool that serves what the policy
+	// matches (action Route), and what happens when none of the pool's
+	// API servers is available.
+	// +optional
+	Route *TrafficRoute `json:"route,omitempty"`
 
 	// Limit is the token bucket and concurrency limit of action Limit.
 	// +optional
@@ -151,7 +159,7 @@ type TrafficResourceRule struct {
 }
 
 // TrafficAction is what the gateway does with a matched request.
-// +kubebuilder:validation:Enum=Exempt;Limit;Reject
+// +kubebuilder:validation:Enum=Exempt;Limit;Reject;Route
 type TrafficAction string
 
 // The traffic actions.
@@ -162,6 +170,45 @@ const (
 	ActionLimit TrafficAction = "Limit"
 	// ActionReject refuses every matched request.
 	ActionReject TrafficAction = "Reject"
+	// ActionRoute sends matched requests, with no limit, to the API
+	// servers of the policy's route pool.
+	ActionRoute TrafficAction = "Route"
+)
+
+// TrafficRoute sends the requests a policy matches to one of the gateway's
+// named upstream pools (`rampart gateway --upstream-pool NAME=URL,...`),
+// balanced and health-checked within it as the default pool is: heavy
+// listers on an API server of their own, so that their LISTs cost the
+// other API servers neither memory nor latency. A gateway without the
+// pool leaves the policy out (it logs why) and judges its requests by the
+// next policy that matches.
+type TrafficRoute struct {
+	// Pool is the name of the gateway's upstream pool ("default" is the
+	// --upstreams list).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Pool string `json:"pool"`
+	// OnUnavailable says what happens to a request when none of the
+	// pool's API servers is available (all failing /readyz or ejected):
+	// Default sends it to the default pool; Reject answers 503 with a
+	// Retry-After and a message naming the policy and the pool, so that
+	// a storm never reaches the API servers it was moved away from.
+	// +kubebuilder:default=Reject
+	// +optional
+	OnUnavailable RouteUnavailable `json:"onUnavailable,omitempty"`
+}
+
+// RouteUnavailable is what a route does when its pool is down.
+// +kubebuilder:validation:Enum=Default;Reject
+type RouteUnavailable string
+
+// What a route does when its pool is down.
+const (
+	// RouteToDefault sends the request to the default pool.
+	RouteToDefault RouteUnavailable = "Default"
+	// RouteReject answers 503.
+	RouteReject RouteUnavailable = "Reject"
 )
 
 // TrafficLimit is a token bucket (qps, burst) and a concurrency limit
@@ -437,6 +484,7 @@ type GatewayBreakerStatus struct {
 // +kubebuilder:resource:scope=Cluster,categories=rampart
 // +kubebuilder:printcolumn:name="Precedence",type=integer,JSONPath=`.spec.precedence`
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.action`
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.route.pool`
 // +kubebuilder:printcolumn:name="QPS",type=integer,JSONPath=`.spec.limit.qps`
 // +kubebuilder:printcolumn:name="InFlight",type=integer,JSONPath=`.spec.limit.maxInFlight`
 // +kubebuilder:printcolumn:name="Breaker",type=string,JSONPath=`.status.breakers[0].state`

@@ -98,6 +98,7 @@ func setBreakerOpen(ctx context.Context, out io.Writer, cl client.Client, name s
 			name, p.Spec.Action, map[v1alpha1.TrafficAction]string{
 				v1alpha1.ActionExempt: "Its requests are exempt from every guard; to refuse them, give the requests a Limit policy of lower precedence, or change this one's action to Limit.",
 				v1alpha1.ActionReject: "It already refuses every request it matches.",
+				v1alpha1.ActionRoute:  "It sends its requests, unguarded, to the API servers of its pool (route.pool), which keep a storm off the others; onUnavailable says what happens when they are down.",
 			}[p.Spec.Action])
 	}
 	if !open && p.Spec.Breaker == nil {

@@ -23,14 +23,16 @@ func newGatewayCommand() *cobra.Command {
 	var kubeconfig, listen, metricsAddr, trafficLog string
 	var trafficLogMaxSize, trafficLogMaxBackups int
 	var profiling bool
+	var pools []string
 	anonymous := true
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Run the L7 gateway in front of kube-apiserver: authentication, TrafficPolicies, balancing",
 		Long: `gateway is a reverse proxy for kube-apiserver. Clients use it as they would
 the API server (same CA, client certificates or bearer tokens); it
-authenticates them, applies TrafficPolicies (Exempt, Limit, Reject), and
-forwards each request to the least loaded ready API server, impersonating
+authenticates them, applies TrafficPolicies (Exempt, Limit, Reject, Route),
+and forwards each request to the least loaded ready API server of its pool
+(--upstreams, or the --upstream-pool a Route policy names), impersonating
 the client. Its own identity comes from --kubeconfig and needs the
 ClusterRole rampart-gateway.`,
 		Args: cobra.NoArgs,
@@ -43,6 +45,14 @@ ClusterRole rampart-gateway.`,
 			}
 			if trafficLog != "" && trafficLog != "-" && (trafficLogMaxSize <= 0 || trafficLogMaxBackups < 0) {
 				problems = append(problems, errors.New("--traffic-log-max-size must be 1 or more (megabytes) and --traffic-log-max-backups 0 or more"))
+			}
+			for _, p := range pools {
+				pool, err := gateway.ParseUpstreamPool(p)
+				if err != nil {
+					problems = append(problems, err)
+					continue
+				}
+				o.UpstreamPools = append(o.UpstreamPools, pool)
 			}
 			if err := errors.Join(append(problems, o.Validate())...); err != nil {
 				return err
@@ -95,6 +105,7 @@ ClusterRole rampart-gateway.`,
 	f.StringVar(&metricsAddr, "metrics-bind-address", ":8090", "Prometheus metrics, /healthz and /readyz ('0' disables)")
 	f.BoolVar(&profiling, "profiling", false, "serve Go profiles at /debug/pprof/ on the metrics address")
 	f.StringSliceVar(&o.Upstreams, "upstreams", nil, "kube-apiserver base URLs, e.g. https://10.0.0.1:6443,https://10.0.0.2:6443 (default: the kubeconfig's server)")
+	f.StringArrayVar(&pools, "upstream-pool", nil, "a named pool of other kube-apiservers, NAME=URL[,URL...] (repeat for more pools): only requests a TrafficPolicy with action Route sends to NAME reach them, balanced and health-checked as --upstreams (the default pool) are")
 	f.StringVar(&o.CertFile, "tls-cert-file", "", "the gateway's serving certificate")
 	f.StringVar(&o.KeyFile, "tls-private-key-file", "", "the gateway's serving key")
 	f.StringVar(&o.ClientCAFile, "client-ca-file", "", "CA that signs client certificates (the API server's --client-ca-file)")

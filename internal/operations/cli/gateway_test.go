@@ -1,8 +1,10 @@
 package cli_test
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -11,8 +13,9 @@ import (
 	"github.com/rampart-io/rampart/internal/operations/localcluster/clustertest"
 )
 
-// `rampart up --apiservers 2 --gateway` starts two API servers and the
-// gateway, prints DIR/kubeconfig-gateway, which works, keeps
+// `rampart up --apiservers 2 --gateway --gateway-pool heavy=1` starts two
+// API servers and the gateway, the second API server in the gateway's pool
+// heavy, prints DIR/kubeconfig-gateway, which works, and the pools, keeps
 // DIR/kubeconfig direct, and `down` stops all of it.
 func TestUpWithTwoAPIServersAndGateway(t *testing.T) {
 	if testing.Short() {
@@ -23,7 +26,7 @@ func TestUpWithTwoAPIServersAndGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "cluster")
-	out, err := exec.Command(rampart, "up", "--detach", "--dir", dir, "--nodes", "1", "--unprotected", "--apiservers", "2", "--gateway", "--assets", assets).CombinedOutput()
+	out, err := exec.Command(rampart, "up", "--detach", "--dir", dir, "--nodes", "1", "--unprotected", "--apiservers", "2", "--gateway", "--gateway-pool", "heavy=1", "--assets", assets).CombinedOutput()
 	if err != nil {
 		t.Fatalf("rampart up: %v\n%s", err, out)
 	}
@@ -31,6 +34,12 @@ func TestUpWithTwoAPIServersAndGateway(t *testing.T) {
 	viaGateway := filepath.Join(dir, "kubeconfig-gateway")
 	if !strings.Contains(string(out), viaGateway) {
 		t.Errorf("up did not print the gateway kubeconfig:\n%s", out)
+	}
+	if !regexp.MustCompile(`pool default: https://127\.0\.0\.1:\d+\n  pool heavy: https://127\.0\.0\.1:\d+ `).Match(out) {
+		t.Errorf("up did not print the gateway's pools:\n%s", out)
+	}
+	if log, err := os.ReadFile(filepath.Join(dir, "logs", "rampart-gateway.log")); err != nil || !strings.Contains(string(log), `"pools":[{"Name":"heavy","URLs":["https://127.0.0.1:`) {
+		t.Errorf("the gateway's log does not say it serves pool heavy (%v)", err)
 	}
 	pids := recordedPIDs(t, dir)
 	if len(pids) != 7 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,6 +28,7 @@ func defaultAssets() string {
 func newUpCommand() *cobra.Command {
 	opts := localcluster.Options{Nodes: 3, EtcdSpace: true}
 	backups := false
+	var pools []string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start a real local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok nodes) protected by Rampart",
@@ -49,6 +51,13 @@ stops it.`,
 			}
 			opts.Rampart = exe
 			opts.Progress = out
+			for _, p := range pools {
+				pool, err := localcluster.ParseGatewayPool(p)
+				if err != nil {
+					return err
+				}
+				opts.GatewayPools = append(opts.GatewayPools, pool)
+			}
 			if backups {
 				// Where rampart backup looks by default.
 				opts.BackupStore = filepath.Join(opts.Dir, localBackupsDir)
@@ -65,7 +74,14 @@ stops it.`,
 			}
 			fmt.Fprintf(out, "\nReady in %.1fs. Kubeconfig: %s\n\n", time.Since(start).Seconds(), c.Kubeconfig)
 			if opts.Gateway {
-				fmt.Fprintf(out, "Through the gateway (%s): %s\n\n", c.GatewayURL(), c.GatewayKubeconfig())
+				fmt.Fprintf(out, "Through the gateway (%s): %s\n", c.GatewayURL(), c.GatewayKubeconfig())
+				if def, named := c.GatewayPools(); len(named) > 0 {
+					fmt.Fprintf(out, "  pool default: %s\n", strings.Join(def, " "))
+					for _, p := range named {
+						fmt.Fprintf(out, "  pool %s: %s (a TrafficPolicy with action Route and route.pool %s sends requests there)\n", p.Name, strings.Join(p.URLs, " "), p.Name)
+					}
+				}
+				fmt.Fprintln(out)
 			}
 			fmt.Fprintf(out, "  export KUBECONFIG=%s\n", c.Kubeconfig)
 			fmt.Fprintf(out, "  kubectl create namespace demo\n")
@@ -104,6 +120,7 @@ stops it.`,
 	f.StringSliceVar(&opts.CustomResourceGroups, "custom-resource-groups", nil, "API groups of custom resources the manager may list and watch (the chart's manager.customResourceGroups)")
 	f.BoolVar(&opts.Gateway, "gateway", false, "start rampart gateway in front of the API servers and write DIR/kubeconfig-gateway")
 	f.StringSliceVar(&opts.GatewayCountCustomResourceGroups, "gateway-count-custom-resource-groups", nil, "API groups of custom resources the gateway's LIST guard may count per namespace (the chart's gateway.countCustomResourceGroups); others are priced by their cluster-wide count")
+	f.StringArrayVar(&pools, "gateway-pool", nil, "NAME=N: the last N API servers (of --apiservers, not given to an earlier --gateway-pool) form the gateway's pool NAME, which only TrafficPolicies with action Route naming it reach; the rest stay in the default pool (e.g. --apiservers 3 --gateway-pool heavy=1)")
 	f.BoolVar(&opts.ComponentsViaGateway, "components-via-gateway", false, "point kube-controller-manager, kube-scheduler and kwok at the gateway (with --gateway)")
 	f.BoolVar(&backups, "backups", false, "run Backup objects of "+localcluster.ManagerNamespace+" into DIR/backups (the manager may then read every resource, as with the chart's manager.backup), etcd snapshots included, with the local etcd's client certificate in Secret "+localcluster.EtcdSnapshotSecret)
 	f.BoolVar(&opts.EtcdSpace, "etcd-space", true, "the manager watches etcd's space with the local etcd's client certificate in Secret "+localcluster.EtcdSnapshotSecret+" (the chart's manager.etcdSpace.secretName): rampart_etcd_* metrics, rampart status's ETCD SPACE")

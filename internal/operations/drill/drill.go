@@ -93,7 +93,7 @@ type Drill struct {
 func All() []Drill {
 	all := []Drill{crdDeletion, namespaceDeletion, scaleToZeroTypo, chartUninstall, peakHourRollout, runawayController, nodeOfflining}
 	all = append(all, nodeOffliningWays...)
-	return append(all, concurrentDisruptions, statefulMaintenance, listStorm, listStormAPF, gatewayRestart, podCreationSurge, namespaceRestore, etcdDirectDelete, kubeletBadRestart, orphanedPods, etcdNoSpace)
+	return append(all, concurrentDisruptions, statefulMaintenance, listStorm, listStormAPF, listStormRouted, gatewayRestart, podCreationSurge, namespaceRestore, etcdDirectDelete, kubeletBadRestart, orphanedPods, etcdNoSpace)
 }
 
 // Select returns the named incident drills and everyday operations, or all

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -87,23 +88,11 @@ func runListStorm(ctx context.Context, t Target, viaAPF bool) (Loss, error) {
 	if t.Local == nil {
 		return Loss{}, errors.New("the list-storm drills need the local clusters `rampart drill` starts (they read the API server's memory): run without --kubeconfig")
 	}
-	ns := t.Prefix + "-list-storm"
-	if err := t.namespace(ctx, ns, nil); err != nil {
-		return Loss{}, err
-	}
-	defer t.removeStormObjects(ns)
-	group := t.Prefix + ":list-storm"
-	if err := t.grantStorm(ctx, ns, group); err != nil {
-		return Loss{}, err
-	}
-	pods := stormPods / t.Scale
-	stormLasts := max(stormFor/time.Duration(t.Scale), stormAtLeast)
-	calmFor := 5 * time.Second
-	if viaAPF && t.Scale > 1 {
-		// Small in make test: list-storm runs the storm at this scale.
-		pods, stormLasts, calmFor = stormPods/(8*t.Scale), stormAtLeast/2, 2*time.Second
-	}
-	if err := t.createIdlePods(ctx, ns, pods); err != nil {
+	ns, group := t.Prefix+"-list-storm", t.Prefix+":list-storm"
+	pods, stormLasts, calmFor := stormSize(t.Scale, viaAPF)
+	done, err := t.stormSetup(ctx, ns, group, pods)
+	defer done()
+	if err != nil {
 		return Loss{}, err
 	}
 	host := t.Local.APIServerURL()
@@ -138,57 +127,119 @@ func runListStorm(ctx context.Context, t Target, viaAPF bool) (Loss, error) {
 	calm := biz.run(ctx, calmFor)
 	calmRSS := rssBytes(apiserver)
 
-	stormCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	storm := &stormCounts{}
-	for i := range stormClients {
-		cfg, err := issue(stormUser(i))
-		if err != nil {
-			stop()
-			return Loss{}, err
-		}
-		wg.Go(func() { storm.client(stormCtx, cfg) })
+	storm, err := startStorm(ctx, func(i int) (*rest.Config, error) { return issue(stormUser(i)) }, apiserver)
+	if err != nil {
+		return Loss{}, err
 	}
-	var peakRSS atomic.Int64
-	wg.Go(func() {
-		for stormCtx.Err() == nil {
-			peakRSS.Store(max(peakRSS.Load(), rssBytes(apiserver)))
-			sleep(stormCtx, 250*time.Millisecond)
-		}
-	})
 	during := biz.run(ctx, stormLasts)
-	stop()
-	wg.Wait()
+	peakRSS := storm.stop()[0]
 
-	lost := during.failed + during.slow
 	measured := map[string]float64{
-		"business_p99_ms":         ms(during.quantile(0.99)),
-		"business_p50_ms":         ms(during.quantile(0.50)),
-		"business_errors":         float64(during.failed),
-		"business_requests":       float64(len(during.latencies)),
-		"calm_business_p99_ms":    ms(calm.quantile(0.99)),
-		"apiserver_calm_rss_mib":  mib(calmRSS),
-		"apiserver_peak_rss_mib":  mib(peakRSS.Load()),
-		"storm_lists_served":      float64(storm.served.Load()),
-		"storm_lists_refused":     float64(storm.refused.Load()),
-		"storm_list_errors":       float64(storm.failed.Load()),
-		"pods":                    float64(pods),
-		"storm_clients":           stormClients,
-		"storm_seconds":           stormLasts.Seconds(),
-		"business_slow_bound_ms":  ms(businessSlow),
-		"business_timeout_ms":     ms(businessTimeout),
-		"business_failed_or_slow": float64(lost),
+		"apiserver_calm_rss_mib": mib(calmRSS),
+		"apiserver_peak_rss_mib": mib(peakRSS),
 	}
 	if viaAPF && t.Protected {
 		measured["apf_heavy_level_seats"] = float64(advised.seats)
 		measured["apf_isolated_clients"] = float64(advised.isolated)
 	}
+	return stormLoss(calm, during, storm, pods, stormLasts, measured), nil
+}
+
+// stormLoss is a storm drill's loss: the business requests that failed
+// or took longer than businessSlow, bound 1% of them (a p99 under
+// businessSlow); its figures are the business client's, the storm's and
+// those of measured.
+func stormLoss(calm, during businessFigures, storm *stormRun, pods int, lasts time.Duration, measured map[string]float64) Loss {
+	lost := during.failed + during.slow
+	maps.Copy(measured, map[string]float64{
+		"business_p99_ms":         ms(during.quantile(0.99)),
+		"business_p50_ms":         ms(during.quantile(0.50)),
+		"business_errors":         float64(during.failed),
+		"business_requests":       float64(len(during.latencies)),
+		"calm_business_p99_ms":    ms(calm.quantile(0.99)),
+		"storm_lists_served":      float64(storm.served.Load()),
+		"storm_lists_refused":     float64(storm.refused.Load()),
+		"storm_list_errors":       float64(storm.failed.Load()),
+		"pods":                    float64(pods),
+		"storm_clients":           stormClients,
+		"storm_seconds":           lasts.Seconds(),
+		"business_slow_bound_ms":  ms(businessSlow),
+		"business_timeout_ms":     ms(businessTimeout),
+		"business_failed_or_slow": float64(lost),
+	})
 	return Loss{
 		Lost: lost, Total: len(during.latencies), Bound: len(during.latencies) / 100,
 		Unit:     fmt.Sprintf("business requests failed or slower than %s", businessSlow),
 		Denied:   storm.refusal(),
 		Measured: measured,
-	}, nil
+	}
+}
+
+// stormSize is the storm's size at scale: its pods, how long it lasts and
+// the calm before it. At a scale above 1 (make test), the variants run
+// small: list-storm runs the storm at that scale.
+func stormSize(scale int, small bool) (pods int, lasts, calm time.Duration) {
+	if small && scale > 1 {
+		return stormPods / (8 * scale), stormAtLeast / 2, 2 * time.Second
+	}
+	return stormPods / scale, max(stormFor/time.Duration(scale), stormAtLeast), 5 * time.Second
+}
+
+// stormSetup makes the storm's namespace ns with pods idle pods, and lets
+// group list pods and use ConfigMaps there; done removes them all.
+func (t Target) stormSetup(ctx context.Context, ns, group string, pods int) (done func(), err error) {
+	done = func() {}
+	if err := t.namespace(ctx, ns, nil); err != nil {
+		return done, err
+	}
+	done = func() { t.removeStormObjects(ns) }
+	if err := t.grantStorm(ctx, ns, group); err != nil {
+		return done, err
+	}
+	return done, t.createIdlePods(ctx, ns, pods)
+}
+
+// stormRun is a storm under way, with the peak memory of the API servers
+// it watches.
+type stormRun struct {
+	*stormCounts
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	peak   []int64
+}
+
+// startStorm starts stormClients storm clients, client i as cfg(i), and
+// samples the resident memory of the processes pids every 250 ms.
+func startStorm(ctx context.Context, cfg func(i int) (*rest.Config, error), pids ...int) (*stormRun, error) {
+	stormCtx, cancel := context.WithCancel(ctx)
+	s := &stormRun{stormCounts: &stormCounts{}, cancel: cancel, peak: make([]int64, len(pids))}
+	for i := range stormClients {
+		c, err := cfg(i)
+		if err != nil {
+			s.stop()
+			return nil, err
+		}
+		s.wg.Go(func() { s.client(stormCtx, c) })
+	}
+	s.wg.Go(func() {
+		for stormCtx.Err() == nil {
+			s.mu.Lock()
+			for i, pid := range pids {
+				s.peak[i] = max(s.peak[i], rssBytes(pid))
+			}
+			s.mu.Unlock()
+			sleep(stormCtx, 250*time.Millisecond)
+		}
+	})
+	return s, nil
+}
+
+// stop ends the storm and returns the peak memory of each process.
+func (s *stormRun) stop() []int64 {
+	s.cancel()
+	s.wg.Wait()
+	return s.peak
 }
 
 // grantStorm lets the drill's clients (group) list pods everywhere and

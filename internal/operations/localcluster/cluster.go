@@ -83,6 +83,9 @@ type Options struct {
 	GatewayCountCustomResourceGroups []string
 	// GatewayArgs are extra flags for `rampart gateway`.
 	GatewayArgs []string
+	// GatewayPools give the last API servers to named pools of the
+	// gateway (--upstream-pool), the rest staying in its default pool.
+	GatewayPools []GatewayPool
 	// EtcdSpace has the managers watch etcd's space
 	// (--etcd-space-secret EtcdSnapshotSecret, as the chart's
 	// manager.etcdSpace.secretName): the rampart_etcd_* gauges and the
@@ -115,6 +118,8 @@ type Cluster struct {
 	scraper metricsScraperToken
 	// realNodes are the real kubelet nodes started so far.
 	realNodes []*realNode
+	// pools are the gateway's named pools now.
+	pools []GatewayPool
 }
 
 // Binaries the cluster needs from Options.Assets.
@@ -199,6 +204,12 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := gateway.CheckCountGroups(opts.GatewayCountCustomResourceGroups); err != nil {
 		return nil, err
 	}
+	if err := checkGatewayPools(opts.GatewayPools, opts.APIServers); err != nil {
+		return nil, err
+	}
+	if len(opts.GatewayPools) > 0 && !opts.Gateway {
+		return nil, errors.New("--gateway-pool needs --gateway")
+	}
 	if !opts.Unprotected || opts.Gateway {
 		if _, err := os.Stat(opts.Rampart); err != nil {
 			return nil, fmt.Errorf("rampart binary %s is missing: run `make build`", opts.Rampart)
@@ -250,6 +261,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		Dir:        dir,
 		Kubeconfig: filepath.Join(dir, adminID.file),
 		opts:       opts,
+		pools:      opts.GatewayPools,
 		ports: ports{etcdClient: p[0], etcdPeer: p[1], apiserver: p[2], kcm: p[3], scheduler: p[4],
 			kwok: p[5]},
 	}

@@ -201,7 +201,8 @@ func (c *Cluster) installGateway(ctx context.Context) error {
 	return nil
 }
 
-// StartGateway starts `rampart gateway` in front of every API server and
+// StartGateway starts `rampart gateway` in front of every API server (in
+// its pools: Options.GatewayPools, or SetGatewayPools) and
 // waits until it has loaded the TrafficPolicies. After StopComponent it
 // starts the gateway again on the same address.
 func (c *Cluster) StartGateway(ctx context.Context) error {
@@ -214,13 +215,12 @@ func (c *Cluster) StartGateway(ctx context.Context) error {
 		"--kubeconfig=" + c.path(gatewayID.file),
 		"--listen=127.0.0.1:" + strconv.Itoa(c.ports.gateway),
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(c.ports.gatewayMetrics),
-		"--upstreams=" + strings.Join(c.APIServerURLs(), ","),
 		"--tls-cert-file=" + c.pkiFile("gateway.crt"), "--tls-private-key-file=" + c.pkiFile("gateway.key"),
 		"--client-ca-file=" + c.pkiFile("ca.crt"),
 		"--health-interval=1s",
 		"--traffic-log=" + c.GatewayTrafficLog(), "--traffic-log-max-size=50", "--traffic-log-max-backups=2",
 		"--name=" + GatewayName,
-	}, extra...)...)
+	}, append(c.gatewayUpstreamArgs(), extra...)...)...)
 	if err != nil {
 		return err
 	}

@@ -192,7 +192,9 @@ func (rp *Replay) judge(e *Entry) {
 	out.Matched++
 	var refusal, message string
 	switch p.Spec.Action {
-	case v1alpha1.ActionExempt:
+	case v1alpha1.ActionExempt, v1alpha1.ActionRoute:
+		// A routed request is admitted unguarded too, on its pool's
+		// API servers.
 		out.Exempted++
 		return
 	case v1alpha1.ActionReject:

@@ -57,6 +57,9 @@ type Record struct {
 	Policy  string `json:"policy,omitempty"`
 	Verdict string `json:"verdict"`
 	Reason  string `json:"reason,omitempty"`
+	// Pool is the gateway's upstream pool a Route policy sent the
+	// request to; empty for the default pool.
+	Pool string `json:"pool,omitempty"`
 	// SampleEvery is how many requests this line stands for: 1 when every
 	// request of its policy is logged, 100/accessLogPercent otherwise.
 	// Readers weight counts by it.

@@ -15,6 +15,7 @@ import (
 	"github.com/rampart-io/rampart/internal/plumbing/verdict"
 	"github.com/rampart-io/rampart/internal/protection/traffic"
 	"github.com/rampart-io/rampart/internal/servers/gateway/identity"
+	"github.com/rampart-io/rampart/internal/servers/gateway/upstream"
 )
 
 // The gateway is a chain of guards, as kube-apiserver is a chain of filters
@@ -48,6 +49,7 @@ func (g *Gateway) chain() []guard {
 		g.refuseMasters,  // members of system:masters use the API server directly: 403
 		g.selectPolicy,   // the first matching TrafficPolicy; never refuses
 		g.reject,         // a policy with action Reject: 403
+		g.route,          // a policy with action Route: its pool, or 503 when the pool is down
 		g.breaker,        // the policy's circuit breaker: 429
 		g.limit,          // the policy's rate and in-flight limits: 429
 		g.guardListWatch, // LIST prices, unpaginated LISTs, watch counts and rates: 429, 403
@@ -81,7 +83,11 @@ func status(v verdict.Verdict) *apierrors.StatusError {
 	case verdict.Invalid:
 		return apierrors.NewBadRequest(v.Message)
 	case verdict.Unavailable:
-		return apierrors.NewServiceUnavailable(v.Message)
+		err := apierrors.NewServiceUnavailable(v.Message)
+		if retryAfter > 0 {
+			err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: int32(retryAfter)}
+		}
+		return err
 	}
 	// NewForbidden would rewrite the message ("X is forbidden: ..."); the
 	// gateway's messages name the policy themselves.
@@ -111,6 +117,10 @@ type exchange struct {
 	policy     *traffic.Policy
 	policyName string
 	selected   bool
+	// pool is the upstream pool the request goes to (nil: the default
+	// pool), fallback the pool it may go to when pool fails it (a route
+	// with onUnavailable: Default).
+	pool, fallback *upstream.Pool
 	// sample is the percentage of requests written to the access log.
 	sample int
 	// long is set for watches and other long-running requests.

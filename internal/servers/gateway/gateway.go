@@ -1,7 +1,8 @@
 // Package gateway is `rampart gateway`: an L7 reverse proxy in front of one
 // or more kube-apiservers that authenticates every client itself, applies
-// TrafficPolicies (exempt, limit with a fair share per client, reject) and
-// spreads requests over the API servers.
+// TrafficPolicies (exempt, limit with a fair share per client, reject,
+// route to a pool of API servers of their own) and spreads requests over
+// the API servers of their pool.
 //
 // # How the API server learns who the client is
 //
@@ -49,7 +50,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -73,7 +73,8 @@ import (
 type Gateway struct {
 	opts      Options
 	log       *slog.Logger
-	pool      *upstream.Pool
+	pools     upstream.Pools
+	routes    traffic.Routes
 	transport *upstream.Transport
 	proxy     *httputil.ReverseProxy
 	auth      *identity.Authenticator
@@ -83,12 +84,14 @@ type Gateway struct {
 	listWatch *traffic.Guards
 	counts    *objectCounts
 	policies  atomic.Pointer[[]traffic.Policy]
-	synced    atomic.Bool
-	metrics   *metrics
-	breakers  *breakers
-	client    kubernetes.Interface
-	restCfg   *rest.Config
-	tlsConfig *tls.Config
+	// policyFence holds the answer to a policy write until it applies.
+	policyFence *policyFence
+	synced      atomic.Bool
+	metrics     *metrics
+	breakers    *breakers
+	client      kubernetes.Interface
+	restCfg     *rest.Config
+	tlsConfig   *tls.Config
 	// refusalLog bounds the access-log lines of refused requests.
 	refusalLog *rate.Limiter
 	// streams are the long-running requests in flight, which a stopping
@@ -113,13 +116,14 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults(cfg)
-	var urls []*url.URL
-	for _, s := range opts.Upstreams {
-		u, err := upstreamURL(s)
-		if err != nil {
-			return nil, err
-		}
-		urls = append(urls, u)
+	// Again with the default pool filled in: the kubeconfig's server may
+	// be named in a pool too.
+	if errs := opts.validatePools(); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	pools, err := opts.pools(time.Now())
+	if err != nil {
+		return nil, err
 	}
 	upTLS, err := rest.TLSConfigFor(cfg)
 	if err != nil {
@@ -130,8 +134,12 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	if !hasCert && !hasToken {
 		return nil, errors.New("the gateway's kubeconfig has neither a client certificate nor a token: the gateway must authenticate as itself (bound to ClusterRole rampart-gateway) to impersonate its clients")
 	}
-	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), listWatch: traffic.NewGuards(), refusalLog: rate.NewLimiter(20, 20), stopLong: context.Background()}
-	g.pool = upstream.NewPool(urls, opts.Upstream, time.Now())
+	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), listWatch: traffic.NewGuards(), refusalLog: rate.NewLimiter(20, 20), stopLong: context.Background(), policyFence: newPolicyFence()}
+	g.pools = pools
+	g.routes = traffic.Routes{Available: func(name string) bool {
+		p := g.pools.Named(name)
+		return p != nil && p.Available(time.Now())
+	}}
 	g.transport = g.upstreamTransport(upTLS)
 	if g.proxy, err = g.reverseProxy(cfg, hasToken); err != nil {
 		return nil, err
@@ -154,9 +162,17 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// upstreamTransport spreads requests over the pool's API servers.
+// upstreamTransport spreads requests over the API servers of their pool:
+// the one the route guard chose (x.pool), the default pool for the
+// gateway's own requests.
 func (g *Gateway) upstreamTransport(upTLS *tls.Config) *upstream.Transport {
-	t := upstream.NewTransport(g.pool, upTLS)
+	t := upstream.NewTransport(g.pools, upTLS)
+	t.Route = func(r *http.Request) (*upstream.Pool, *upstream.Pool) {
+		if x := exchangeOf(r); x != nil && x.pool != nil {
+			return x.pool, x.fallback
+		}
+		return g.pools.Default(), nil
+	}
 	t.LongRunning = func(r *http.Request) bool {
 		if x := exchangeOf(r); x != nil {
 			return x.long
@@ -164,9 +180,9 @@ func (g *Gateway) upstreamTransport(upTLS *tls.Config) *upstream.Transport {
 		// The gateway's own requests (its policy and count watches).
 		return traffic.Describe(r).LongRunning()
 	}
-	t.OnEject = func(s *upstream.Server) {
-		g.metrics.ejections.WithLabelValues(s.URL.Host).Inc()
-		g.log.Warn("upstream ejected after consecutive failures", "upstream", s.URL.Host, "for", g.opts.Upstream.EjectFor.String())
+	t.OnEject = func(p *upstream.Pool, s *upstream.Server) {
+		g.metrics.ejections.WithLabelValues(p.Name, s.URL.Host).Inc()
+		g.log.Warn("upstream ejected after consecutive failures", "pool", p.Name, "upstream", s.URL.Host, "for", g.opts.Upstream.EjectFor.String())
 	}
 	return t
 }
@@ -200,10 +216,11 @@ func (g *Gateway) reverseProxy(cfg *rest.Config, hasToken bool) (*httputil.Rever
 				identity.Forward(r.Out.Header, identity.Anonymous)
 			}
 		},
-		Transport:    endableTransport{next: proxyTransport},
-		BufferPool:   bufferPool{},
-		ErrorHandler: g.upstreamError,
-		ErrorLog:     slog.NewLogLogger(g.opts.Log.Handler(), slog.LevelWarn),
+		Transport:      endableTransport{next: proxyTransport},
+		ModifyResponse: g.fencePolicyWrite,
+		BufferPool:     bufferPool{},
+		ErrorHandler:   g.upstreamError,
+		ErrorLog:       slog.NewLogLogger(g.opts.Log.Handler(), slog.LevelWarn),
 	}, nil
 }
 
@@ -289,8 +306,8 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
-		g.transport.CheckReady(background, g.opts.HealthInterval, func(s *upstream.Server, ready bool) {
-			g.log.Info("upstream availability changed", "upstream", s.URL.Host, "ready", ready)
+		g.transport.CheckReady(background, g.opts.HealthInterval, func(p *upstream.Pool, s *upstream.Server, ready bool) {
+			g.log.Info("upstream availability changed", "pool", p.Name, "upstream", s.URL.Host, "ready", ready)
 		})
 	})
 	wg.Go(func() { g.counts.run(background, g.opts.CountResources) })
@@ -317,7 +334,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	g.log.Info("gateway serving", "address", ln.Addr().String(), "upstreams", g.opts.Upstreams)
+	g.log.Info("gateway serving", "address", ln.Addr().String(), "upstreams", g.opts.Upstreams, "pools", g.opts.UpstreamPools)
 	var err error
 	select {
 	case <-ctx.Done():

@@ -156,7 +156,7 @@ func TestClusterComponentsWorkThroughGateway(t *testing.T) {
 	}
 	// Both API servers take a share.
 	for _, u := range env.APIServerURLs() {
-		series := `rampart_gateway_upstream_requests_total{upstream="` + strings.TrimPrefix(u, "https://") + `"}`
+		series := `rampart_gateway_upstream_requests_total{pool="default",upstream="` + strings.TrimPrefix(u, "https://") + `"}`
 		if n := metric(metrics, series); n < 10 {
 			t.Errorf("%s = %v: the gateway does not spread requests over both API servers", series, n)
 		}

@@ -95,6 +95,34 @@ func (g *Gateway) reject(x *exchange) verdict.Verdict {
 	return refusal(verdict.Forbidden, "rejected", msg)
 }
 
+// route sends what a Route policy matches to the policy's pool, or, when
+// none of the pool's API servers is available, to the default pool
+// (onUnavailable: Default) or nowhere (Reject: 503). Requests of other
+// policies go to the default pool.
+func (g *Gateway) route(x *exchange) verdict.Verdict {
+	p := x.policy
+	if p == nil || p.Spec.Action != v1alpha1.ActionRoute {
+		return pass
+	}
+	v := g.routes.Decide(p)
+	outcome := "routed"
+	switch {
+	case !v.Allowed:
+		outcome = "refused"
+	case v.Fallback:
+		outcome = "fallback"
+	}
+	g.metrics.routedOf.get([3]string{p.Name, v.Pool, outcome}).Inc()
+	if !v.Allowed {
+		return traffic.Spread(v.Verdict, jitter())
+	}
+	x.pool = g.pools.Named(v.Pool)
+	if p.Spec.Route != nil && p.Spec.Route.OnUnavailable == v1alpha1.RouteToDefault && x.pool != g.pools.Default() {
+		x.fallback = g.pools.Default()
+	}
+	return pass
+}
+
 // breaker asks the policy's circuit breaker, if it has one.
 func (g *Gateway) breaker(x *exchange) verdict.Verdict {
 	p := x.limited()

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -23,6 +25,7 @@ import (
 	"github.com/rampart-io/rampart/internal/plumbing/verdict"
 	"github.com/rampart-io/rampart/internal/protection/traffic"
 	"github.com/rampart-io/rampart/internal/servers/gateway/identity"
+	"github.com/rampart-io/rampart/internal/servers/gateway/upstream"
 )
 
 // guardedGateway is a gateway that is never served: its guards decide
@@ -30,9 +33,24 @@ import (
 // below, in process. Tokens are user names; "broken" fails the review,
 // "nobody" is not accepted, "root" is in system:masters. Only "admin"
 // may impersonate, and a review for "flaky" fails.
+//
+// Its upstream pools: the default one, heavy, and down (whose API server
+// fails /readyz). grace's requests are routed to heavy; heidi's to down,
+// refused; ivan's to down, sent to the default pool instead.
 func guardedGateway(t *testing.T) *Gateway {
 	t.Helper()
-	g, err := New(&rest.Config{Host: "https://127.0.0.1:1", BearerToken: "gateway"}, Options{Log: slog.New(slog.DiscardHandler)})
+	g := guardedGatewayOf(t, &rest.Config{Host: "https://127.0.0.1:1", BearerToken: "gateway"}, Options{
+		UpstreamPools: []UpstreamPool{{Name: "heavy", URLs: []string{"https://127.0.0.2:1"}}, {Name: "down", URLs: []string{"https://127.0.0.3:1"}}}})
+	down := g.pools.Named("down")
+	down.Checked(down.Servers[0], false, time.Now())
+	return g
+}
+
+// guardedGatewayOf is guardedGateway to the API servers of cfg and opts.
+func guardedGatewayOf(t *testing.T, cfg *rest.Config, opts Options) *Gateway {
+	t.Helper()
+	opts.Log = slog.New(slog.DiscardHandler)
+	g, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +90,9 @@ func guardedGateway(t *testing.T) *Gateway {
 		{Name: "t-watch", Spec: v1alpha1.TrafficPolicySpec{Match: user("erin"), Action: v1alpha1.ActionLimit,
 			Watch: &v1alpha1.TrafficWatchGuard{NewPerSecond: one, NewBurst: one, Key: v1alpha1.ClientUser}}},
 		{Name: "t-exempt", Spec: v1alpha1.TrafficPolicySpec{Match: user("frank"), Action: v1alpha1.ActionExempt}},
+		{Name: "t-route", Spec: v1alpha1.TrafficPolicySpec{Match: user("grace"), Action: v1alpha1.ActionRoute, Route: &v1alpha1.TrafficRoute{Pool: "heavy", OnUnavailable: v1alpha1.RouteReject}}},
+		{Name: "t-route-down", Spec: v1alpha1.TrafficPolicySpec{Match: user("heidi"), Action: v1alpha1.ActionRoute, Route: &v1alpha1.TrafficRoute{Pool: "down", OnUnavailable: v1alpha1.RouteReject}}},
+		{Name: "t-route-fallback", Spec: v1alpha1.TrafficPolicySpec{Match: user("ivan"), Action: v1alpha1.ActionRoute, Route: &v1alpha1.TrafficRoute{Pool: "down", OnUnavailable: v1alpha1.RouteToDefault}}},
 	}
 	traffic.Sort(ps)
 	g.policies.Store(&ps)
@@ -118,8 +139,9 @@ func TestGuardsVerdicts(t *testing.T) {
 		retry bool
 		// message must be part of the refusal's message.
 		message string
-		// as is whom a passed request is forwarded as, policy its policy.
-		as, policy string
+		// as is whom a passed request is forwarded as, policy its policy,
+		// pool its upstream pool ("": the default pool).
+		as, policy, pool string
 	}{
 		{name: "anonymous passes", requests: []*http.Request{get("", pods)}, as: "system:anonymous", policy: noPolicy},
 		{name: "a bearer token passes as its user", requests: []*http.Request{get("alice", pods)}, as: "alice", policy: noPolicy},
@@ -141,6 +163,10 @@ func TestGuardsVerdicts(t *testing.T) {
 			code: 429, reason: "watch-rate", retry: true, message: "t-watch"},
 		{name: "LISTs are not watches", requests: []*http.Request{get("erin", pods), get("erin", pods)}, as: "erin", policy: "t-watch"},
 		{name: "an Exempt policy", requests: []*http.Request{get("frank", pods), get("frank", pods)}, as: "frank", policy: "t-exempt"},
+		{name: "a Route policy", requests: []*http.Request{get("grace", pods), get("grace", pods)}, as: "grace", policy: "t-route", pool: "heavy"},
+		{name: "a Route policy whose pool is down", requests: []*http.Request{get("heidi", pods)}, code: 503, reason: "pool-unavailable", retry: true,
+			message: `TrafficPolicy "t-route-down" routes this request to upstream pool "down", and none of that pool's API servers is available now`},
+		{name: "a Route policy falling back", requests: []*http.Request{get("ivan", pods)}, as: "ivan", policy: "t-route-fallback"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := guardedGateway(t)
@@ -164,6 +190,16 @@ func TestGuardsVerdicts(t *testing.T) {
 			}
 			if tc.code == 0 && (x.as.Name != tc.as || x.policyName != tc.policy) {
 				t.Errorf("forwarded as %q under policy %q, want %q under %q", x.as.Name, x.policyName, tc.as, tc.policy)
+			}
+			if tc.code == 0 {
+				want := cmp.Or(tc.pool, upstream.DefaultPool)
+				got := g.pools.Default().Name
+				if x.pool != nil {
+					got = x.pool.Name
+				}
+				if got != want {
+					t.Errorf("sent to pool %q, want %q", got, want)
+				}
 			}
 		})
 	}
@@ -189,6 +225,7 @@ func TestRefusalsAreAPIStatuses(t *testing.T) {
 		{"breaker", []*http.Request{get("carol", pods)}, 429, metav1.StatusReasonTooManyRequests, true},
 		{"limit", []*http.Request{get("dave", pods), get("dave", pods)}, 429, metav1.StatusReasonTooManyRequests, true},
 		{"guardListWatch", []*http.Request{get("erin", pods+"?watch=1&resourceVersion=1"), get("erin", pods+"?watch=1&resourceVersion=1")}, 429, metav1.StatusReasonTooManyRequests, true},
+		{"route", []*http.Request{get("heidi", pods)}, 503, metav1.StatusReasonServiceUnavailable, true},
 	} {
 		t.Run(tc.guard+"/"+strconv.Itoa(tc.code), func(t *testing.T) {
 			g := guardedGateway(t)

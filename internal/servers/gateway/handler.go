@@ -47,7 +47,12 @@ func (g *Gateway) forward(x *exchange) {
 	sent := time.Now()
 	g.proxy.ServeHTTP(rec, out)
 	end := time.Now()
-	g.breakers.record(end, rec.code, end.Sub(sent), x.long)
+	// The breakers judge the default pool, the API servers of the
+	// requests they guard: a storm routed to a pool of its own, slow or
+	// refused there, must not open them for everyone else.
+	if x.pool == nil || x.pool == g.pools.Default() {
+		g.breakers.record(end, rec.code, end.Sub(sent), x.long)
+	}
 
 	verb, resource := g.metrics.labels(x.req, rec.code)
 	g.metrics.request(x.policyName, verb, resource, rec.code).Inc()

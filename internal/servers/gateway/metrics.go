@@ -24,6 +24,8 @@ type metrics struct {
 	inFlight   *prometheus.GaugeVec
 	rejections *prometheus.CounterVec
 	ejections  *prometheus.CounterVec
+	routed     *prometheus.CounterVec
+	leftOut    *prometheus.GaugeVec
 	top        *topClients
 	// What the answers held, by policy and resource (observe.go).
 	responseBytes *prometheus.CounterVec
@@ -37,6 +39,8 @@ type metrics struct {
 	latencies    children[[2]string, prometheus.Observer]
 	inFlights    children[[2]string, prometheus.Gauge]
 	rejectionsOf children[[2]string, prometheus.Counter]
+	// By policy, pool and outcome.
+	routedOf children[[3]string, prometheus.Counter]
 	// By policy and resource.
 	responseBytesOf children[[2]string, prometheus.Counter]
 	listObjectsOf   children[[2]string, prometheus.Observer]
@@ -112,12 +116,20 @@ func newMetrics(g *Gateway) *metrics {
 		}, []string{"policy", "kind"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rampart_gateway_rejections_total",
-			Help: "Requests the gateway refused itself, by policy and reason (rate, in-flight, rejected, impersonation, masters, unauthenticated, breaker, list-cost, unpaginated-list, watch-max, watch-rate, watch-storm).",
+			Help: "Requests the gateway refused itself, by policy and reason (rate, in-flight, rejected, impersonation, masters, unauthenticated, breaker, list-cost, unpaginated-list, watch-max, watch-rate, watch-storm, pool-unavailable).",
 		}, []string{"policy", "reason"}),
 		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rampart_gateway_upstream_ejections_total",
-			Help: "Times an API server was taken out of rotation after consecutive failed requests.",
-		}, []string{"upstream"}),
+			Help: "Times an API server was taken out of rotation after consecutive failed requests, by pool and API server.",
+		}, []string{"pool", "upstream"}),
+		routed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rampart_gateway_routed_requests_total",
+			Help: "Requests of Route TrafficPolicies by policy, pool and outcome: routed (to the policy's pool), fallback (to the default pool: none of the policy's pool's API servers was available) or refused (503: none was, and the policy says onUnavailable: Reject).",
+		}, []string{"policy", "pool", "outcome"}),
+		leftOut: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rampart_gateway_policies_left_out",
+			Help: "TrafficPolicies this gateway does not apply, by policy and reason (unknown-pool: a Route policy names a pool the gateway has no --upstream-pool for); their requests are judged by the next policy that matches.",
+		}, []string{"policy", "reason"}),
 		responseBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rampart_gateway_response_bytes_total",
 			Help: "Bytes of the answers sent to clients (as sent: compressed when the API server compressed them), by policy and resource; refusals included, upgraded connections (exec, port-forward) not.",
@@ -140,10 +152,11 @@ func newMetrics(g *Gateway) *metrics {
 	m.latencies.child = func(l [2]string) prometheus.Observer { return m.latency.WithLabelValues(l[0], l[1]) }
 	m.inFlights.child = func(l [2]string) prometheus.Gauge { return m.inFlight.WithLabelValues(l[0], l[1]) }
 	m.rejectionsOf.child = func(l [2]string) prometheus.Counter { return m.rejections.WithLabelValues(l[0], l[1]) }
+	m.routedOf.child = func(l [3]string) prometheus.Counter { return m.routed.WithLabelValues(l[0], l[1], l[2]) }
 	m.responseBytesOf.child = func(l [2]string) prometheus.Counter { return m.responseBytes.WithLabelValues(l[0], l[1]) }
 	m.listObjectsOf.child = func(l [2]string) prometheus.Observer { return m.listObjects.WithLabelValues(l[0], l[1]) }
 	m.watchEventsOf.child = func(l [2]string) prometheus.Counter { return m.watchEvents.WithLabelValues(l[0], l[1]) }
-	m.registry.MustRegister(m.requests, m.latency, m.inFlight, m.rejections, m.ejections, m.responseBytes, m.listObjects, m.watchEvents,
+	m.registry.MustRegister(m.requests, m.latency, m.inFlight, m.rejections, m.ejections, m.routed, m.leftOut, m.responseBytes, m.listObjects, m.watchEvents,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&upstreamCollector{g: g}, m.top)
 	return m
@@ -185,10 +198,11 @@ func (m *metrics) labels(r traffic.Request, code int) (verb, resource string) {
 }
 
 var (
-	upInFlight = prometheus.NewDesc("rampart_gateway_upstream_in_flight", "Short requests running on each API server.", []string{"upstream"}, nil)
-	upStreams  = prometheus.NewDesc("rampart_gateway_upstream_streams", "Watches and other long-running requests open on each API server.", []string{"upstream"}, nil)
-	upRequests = prometheus.NewDesc("rampart_gateway_upstream_requests_total", "Requests sent to each API server, retries on another included.", []string{"upstream"}, nil)
-	upWeight   = prometheus.NewDesc("rampart_gateway_upstream_weight", "Each API server's share of new requests: 0 out of rotation, rising from 0.1 to 1 during slow start.", []string{"upstream"}, nil)
+	upLabels   = []string{"pool", "upstream"}
+	upInFlight = prometheus.NewDesc("rampart_gateway_upstream_in_flight", "Short requests running on each API server, by pool.", upLabels, nil)
+	upStreams  = prometheus.NewDesc("rampart_gateway_upstream_streams", "Watches and other long-running requests open on each API server, by pool.", upLabels, nil)
+	upRequests = prometheus.NewDesc("rampart_gateway_upstream_requests_total", "Requests sent to each API server, by pool, retries on another included.", upLabels, nil)
+	upWeight   = prometheus.NewDesc("rampart_gateway_upstream_weight", "Each API server's share of its pool's new requests: 0 out of rotation, rising from 0.1 to 1 during slow start.", upLabels, nil)
 )
 
 // upstreamCollector reports the pool as it is at scrape time.
@@ -203,11 +217,13 @@ func (c *upstreamCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *upstreamCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
-	for _, s := range c.g.pool.Servers {
-		ch <- prometheus.MustNewConstMetric(upInFlight, prometheus.GaugeValue, float64(s.InFlight.Load()), s.URL.Host)
-		ch <- prometheus.MustNewConstMetric(upStreams, prometheus.GaugeValue, float64(s.Streams.Load()), s.URL.Host)
-		ch <- prometheus.MustNewConstMetric(upRequests, prometheus.CounterValue, float64(s.Requests.Load()), s.URL.Host)
-		ch <- prometheus.MustNewConstMetric(upWeight, prometheus.GaugeValue, c.g.pool.Weight(s, now), s.URL.Host)
+	for _, p := range c.g.pools {
+		for _, s := range p.Servers {
+			ch <- prometheus.MustNewConstMetric(upInFlight, prometheus.GaugeValue, float64(s.InFlight.Load()), p.Name, s.URL.Host)
+			ch <- prometheus.MustNewConstMetric(upStreams, prometheus.GaugeValue, float64(s.Streams.Load()), p.Name, s.URL.Host)
+			ch <- prometheus.MustNewConstMetric(upRequests, prometheus.CounterValue, float64(s.Requests.Load()), p.Name, s.URL.Host)
+			ch <- prometheus.MustNewConstMetric(upWeight, prometheus.GaugeValue, p.Weight(s, now), p.Name, s.URL.Host)
+		}
 	}
 }
 

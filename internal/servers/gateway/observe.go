@@ -101,6 +101,9 @@ func (g *Gateway) logTraffic(x *exchange, end time.Time) {
 	if x.as.Name != x.user.Name {
 		rec.Impersonated = x.as.Name
 	}
+	if x.pool != nil && x.pool != g.pools.Default() {
+		rec.Pool = x.pool.Name
+	}
 	if r := x.req; r.IsResource {
 		rec.APIGroup, rec.APIVersion, rec.Resource, rec.Subresource, rec.Namespace, rec.Name = r.APIGroup, r.Version, r.Resource, r.Subresource, r.Namespace, r.Name
 	} else {

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"regexp"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,9 +20,13 @@ import (
 
 // Options configure a gateway.
 type Options struct {
-	// Upstreams are the kube-apiservers' base URLs. Empty: the
-	// kubeconfig's server.
+	// Upstreams are the kube-apiservers' base URLs: the default pool.
+	// Empty: the kubeconfig's server.
 	Upstreams []string
+	// UpstreamPools are named pools of other kube-apiservers, which only
+	// the requests of a Route TrafficPolicy naming them reach
+	// (--upstream-pool NAME=URL,...).
+	UpstreamPools []UpstreamPool
 	// CertFile and KeyFile are the gateway's serving certificate.
 	CertFile, KeyFile string
 	// ClientCAFile verifies client certificates (the cluster's client CA).
@@ -63,6 +69,70 @@ type Options struct {
 	TrafficLogSample string
 }
 
+// UpstreamPool is a named pool of kube-apiservers.
+type UpstreamPool struct {
+	Name string
+	URLs []string
+}
+
+// ParseUpstreamPool reads --upstream-pool's NAME=URL,URL,...
+func ParseUpstreamPool(s string) (UpstreamPool, error) {
+	name, urls, ok := strings.Cut(s, "=")
+	if !ok || name == "" || urls == "" {
+		return UpstreamPool{}, fmt.Errorf("--upstream-pool %q: want NAME=URL[,URL...], e.g. heavy=https://10.0.0.3:6443", s)
+	}
+	return UpstreamPool{Name: name, URLs: strings.Split(urls, ",")}, nil
+}
+
+// poolName is what a TrafficPolicy's route.pool may be.
+var poolName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// CheckPoolName says why name cannot name a pool a TrafficPolicy routes
+// to, if it cannot.
+func CheckPoolName(name string) error {
+	if !poolName.MatchString(name) || len(name) > 63 {
+		return errors.New("a pool's name is lower-case letters, digits and '-' (at most 63), as a TrafficPolicy's route.pool")
+	}
+	return nil
+}
+
+// validatePools: names a Route policy can name, none twice, not the
+// default pool's; each API server in one pool only, since a server's
+// health and load are its pool's.
+func (o Options) validatePools() []error {
+	var errs []error
+	seen := map[string]string{}
+	for _, u := range o.Upstreams {
+		seen[u] = upstream.DefaultPool
+	}
+	names := map[string]bool{}
+	for _, p := range o.UpstreamPools {
+		switch {
+		case p.Name == upstream.DefaultPool:
+			errs = append(errs, fmt.Errorf("--upstream-pool %s: the default pool is --upstreams; name the pool otherwise", p.Name))
+		case CheckPoolName(p.Name) != nil:
+			errs = append(errs, fmt.Errorf("--upstream-pool %q: %w", p.Name, CheckPoolName(p.Name)))
+		case names[p.Name]:
+			errs = append(errs, fmt.Errorf("--upstream-pool %s: given twice; list all its API servers in one flag", p.Name))
+		}
+		names[p.Name] = true
+		if len(p.URLs) == 0 {
+			errs = append(errs, fmt.Errorf("--upstream-pool %s: no API server", p.Name))
+		}
+		for _, u := range p.URLs {
+			if _, err := upstreamURL(u); err != nil {
+				errs = append(errs, fmt.Errorf("--upstream-pool %s: %w", p.Name, err))
+				continue
+			}
+			if other, ok := seen[u]; ok {
+				errs = append(errs, fmt.Errorf("--upstream-pool %s: %s is in pool %s already; an API server belongs to one pool", p.Name, u, other))
+			}
+			seen[u] = p.Name
+		}
+	}
+	return errs
+}
+
 // Validate says what is wrong with the options, every problem at once,
 // each naming its flag. New refuses options that do not validate.
 func (o Options) Validate() error {
@@ -72,6 +142,7 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--upstreams: %w", err))
 		}
 	}
+	errs = append(errs, o.validatePools()...)
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file go together: set both, or neither"))
 	}
@@ -95,6 +166,34 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--traffic-log-sample %q: use %s or %s", o.TrafficLogSample, SampleAll, SamplePolicy))
 	}
 	return errors.Join(errs...)
+}
+
+// pools are the default pool (Upstreams) and the named ones.
+func (o Options) pools(now time.Time) (upstream.Pools, error) {
+	urls := func(ss []string) ([]*url.URL, error) {
+		var out []*url.URL
+		for _, s := range ss {
+			u, err := upstreamURL(s)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, u)
+		}
+		return out, nil
+	}
+	def, err := urls(o.Upstreams)
+	if err != nil {
+		return nil, err
+	}
+	pools := upstream.Pools{upstream.NewPool(def, o.Upstream, now)}
+	for _, p := range o.UpstreamPools {
+		us, err := urls(p.URLs)
+		if err != nil {
+			return nil, err
+		}
+		pools = append(pools, upstream.NewNamedPool(p.Name, us, o.Upstream, now))
+	}
+	return pools, nil
 }
 
 // upstreamURL is an API server's base URL.

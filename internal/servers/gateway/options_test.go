@@ -3,6 +3,8 @@ package gateway
 import (
 	"strings"
 	"testing"
+
+	"k8s.io/client-go/rest"
 )
 
 // TestOptionsValidate: every problem is said at once, each naming its
@@ -31,6 +33,18 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "the core group counted", opts: Options{CountCustomResourceGroups: []string{""}}, want: []string{"--count-custom-resource-groups: custom-resource group \"\" is the core group"}},
 		{name: "secrets counted", opts: Options{CountResources: []string{"pods", "secrets"}}, want: []string{"--count-resources: the gateway never counts secrets per namespace"}},
 		{name: "an unknown sample", opts: Options{TrafficLogSample: "some"}, want: []string{`--traffic-log-sample "some": use all or policy`}},
+		{name: "pools", opts: Options{Upstreams: []string{"https://10.0.0.1:6443", "https://10.0.0.2:6443"},
+			UpstreamPools: []UpstreamPool{{Name: "heavy", URLs: []string{"https://10.0.0.3:6443"}}, {Name: "batch-2", URLs: []string{"https://10.0.0.4:6443", "https://10.0.0.5:6443"}}}}},
+		{name: "a pool named default", opts: Options{UpstreamPools: []UpstreamPool{{Name: "default", URLs: []string{"https://10.0.0.3:6443"}}}},
+			want: []string{"--upstream-pool default: the default pool is --upstreams"}},
+		{name: "a pool's name no policy can give", opts: Options{UpstreamPools: []UpstreamPool{{Name: "Heavy_1", URLs: []string{"https://10.0.0.3:6443"}}}},
+			want: []string{`--upstream-pool "Heavy_1": a pool's name is lower-case letters`}},
+		{name: "a pool twice", opts: Options{UpstreamPools: []UpstreamPool{{Name: "heavy", URLs: []string{"https://10.0.0.3:6443"}}, {Name: "heavy", URLs: []string{"https://10.0.0.4:6443"}}}},
+			want: []string{"--upstream-pool heavy: given twice"}},
+		{name: "an API server in two pools", opts: Options{Upstreams: []string{"https://10.0.0.1:6443"}, UpstreamPools: []UpstreamPool{{Name: "heavy", URLs: []string{"https://10.0.0.1:6443"}}}},
+			want: []string{"--upstream-pool heavy: https://10.0.0.1:6443 is in pool default already"}},
+		{name: "a pool's API server over HTTP", opts: Options{UpstreamPools: []UpstreamPool{{Name: "heavy", URLs: []string{"http://10.0.0.3:8080"}}}},
+			want: []string{`--upstream-pool heavy: upstream "http://10.0.0.3:8080" is not an https://HOST:PORT URL`}},
 		{name: "every problem at once", opts: Options{Upstreams: []string{"10.0.0.1"}, KeyFile: "gw.key", ClientCAFile: "ca.crt", AccessLogPercent: 200,
 			CountCustomResourceGroups: []string{"*"}, CountResources: []string{"secrets"}, TrafficLogSample: "some"},
 			want: []string{"--upstreams", "--tls-cert-file and --tls-private-key-file go together", "a client CA needs a serving certificate",
@@ -55,5 +69,27 @@ func TestOptionsValidate(t *testing.T) {
 		if lines := strings.Count(err.Error(), "\n") + 1; lines != len(c.want) {
 			t.Errorf("%s: %d problems said (%q), want %d", c.name, lines, err, len(c.want))
 		}
+	}
+}
+
+func TestParseUpstreamPool(t *testing.T) {
+	p, err := ParseUpstreamPool("heavy=https://10.0.0.3:6443,https://10.0.0.4:6443")
+	if err != nil || p.Name != "heavy" || len(p.URLs) != 2 || p.URLs[1] != "https://10.0.0.4:6443" {
+		t.Errorf("ParseUpstreamPool = %+v, %v", p, err)
+	}
+	for _, bad := range []string{"heavy", "=https://10.0.0.3:6443", "heavy="} {
+		if _, err := ParseUpstreamPool(bad); err == nil || !strings.Contains(err.Error(), "want NAME=URL[,URL...]") {
+			t.Errorf("ParseUpstreamPool(%q) = %v", bad, err)
+		}
+	}
+}
+
+// With no --upstreams the default pool is the kubeconfig's server, which
+// a named pool may not take too.
+func TestNewRefusesThePoolOfTheKubeconfigsServer(t *testing.T) {
+	_, err := New(&rest.Config{Host: "https://10.0.0.1:6443", BearerToken: "gateway"},
+		Options{UpstreamPools: []UpstreamPool{{Name: "heavy", URLs: []string{"https://10.0.0.1:6443"}}}})
+	if err == nil || !strings.Contains(err.Error(), "https://10.0.0.1:6443 is in pool default already") {
+		t.Errorf("New = %v", err)
 	}
 }

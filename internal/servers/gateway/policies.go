@@ -33,6 +33,7 @@ func (g *Gateway) watchPolicies(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 10*time.Minute)
 	informer := factory.ForResource(TrafficPolicies).Informer()
+	leftOut := &leftOutPolicies{g: g, logged: map[string]int64{}}
 	reload := func() {
 		var ps []traffic.Policy
 		for _, obj := range informer.GetStore().List() {
@@ -44,14 +45,16 @@ func (g *Gateway) watchPolicies(ctx context.Context, wg *sync.WaitGroup) error {
 			ps = append(ps, p)
 		}
 		traffic.Sort(ps)
+		ps, unknown := traffic.WithKnownPools(ps, func(name string) bool { return g.pools.Named(name) != nil })
+		leftOut.report(unknown)
 		g.policies.Store(&ps)
 		g.limiter.Forget(ps)
 		g.listWatch.Forget(ps)
 	}
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { reload() },
-		UpdateFunc: func(any, any) { reload() },
-		DeleteFunc: func(any) { reload() },
+		AddFunc:    func(obj any) { reload(); g.policyFence.apply(obj) },
+		UpdateFunc: func(_, obj any) { reload(); g.policyFence.apply(obj) },
+		DeleteFunc: func(obj any) { reload(); g.policyFence.apply(obj) },
 	}); err != nil {
 		return err
 	}
@@ -78,6 +81,44 @@ func (g *Gateway) watchPolicies(ctx context.Context, wg *sync.WaitGroup) error {
 	reload()
 	g.synced.Store(true)
 	return nil
+}
+
+// leftOutPolicies reports the Route policies naming a pool this gateway
+// lacks: a log line once per generation, and
+// rampart_gateway_policies_left_out while they are left out.
+type leftOutPolicies struct {
+	g  *Gateway
+	mu sync.Mutex
+	// logged is the generation of each policy last logged.
+	logged map[string]int64
+}
+
+func (l *leftOutPolicies) report(unknown []traffic.Policy) {
+	g := l.g
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g.metrics.leftOut.Reset()
+	now := map[string]bool{}
+	for _, p := range unknown {
+		now[p.Name] = true
+		g.metrics.leftOut.WithLabelValues(p.Name, "unknown-pool").Set(1)
+		if gen, ok := l.logged[p.Name]; ok && gen == p.Generation {
+			continue
+		}
+		l.logged[p.Name] = p.Generation
+		var pools []string
+		for _, pool := range g.pools {
+			pools = append(pools, pool.Name)
+		}
+		g.log.Error("TrafficPolicy left out: it routes to a pool this gateway does not have; its requests are judged by the next policy that matches them",
+			"policy", p.Name, "pool", p.Spec.Route.Pool, "pools", pools,
+			"fix", "give the gateway --upstream-pool "+p.Spec.Route.Pool+"=URL,... (the chart's gateway.upstreamPools) or correct spec.route.pool")
+	}
+	for name := range l.logged {
+		if !now[name] {
+			delete(l.logged, name)
+		}
+	}
 }
 
 func toPolicy(obj any) (traffic.Policy, error) {

@@ -75,10 +75,20 @@ func TestMalformedTrafficPoliciesAreRejected(t *testing.T) {
 		`{precedence: 100, action: Limit, list: {objectsPerSecond: 20000, objectsBurst: 50000, maxUnpaginatedObjects: 5000}, watch: {maxPerClient: 100, newPerSecond: 5, newBurst: 50, policyNewPerSecond: 100}, match: [{}]}`,
 		`{precedence: 100, action: Limit, breaker: {open: true}, match: [{}]}`,
 		`{precedence: 100, action: Limit, breaker: {rampSeconds: 60, trip: {errorPercent: 50, latencyMilliseconds: 5000, forSeconds: 5}}, match: [{}]}`,
+		`{precedence: 100, action: Route, route: {pool: heavy}, match: [{groups: [reporting], verbs: [list]}]}`,
+		`{precedence: 100, action: Route, route: {pool: batch-2, onUnavailable: Default}, match: [{userAgents: ["exporter/*"]}]}`,
 	} {
 		if err := create(ok); err != nil {
 			t.Errorf("valid policy %s rejected: %v", ok, err)
 		}
+	}
+	// A route's onUnavailable defaults to Reject: a storm moved away
+	// stays away when its pool is down.
+	u := trafficPolicy(t, "", `{precedence: 100, action: Route, route: {pool: heavy}, match: [{}]}`)
+	u.SetGenerateName("tp-")
+	created, err := res.Create(context.Background(), u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if got, _, _ := unstructured.NestedString(created.Object, "spec", "route", "onUnavailable"); err != nil || got != "Reject" {
+		t.Errorf("route.onUnavailable defaulted to %q (%v), want Reject", got, err)
 	}
 	for spec, want := range map[string]string{
 		`{precedence: 1, action: Limit, match: [{}]}`:                                                           "action Limit needs at least one of limit, list, watch or breaker",
@@ -103,6 +113,12 @@ func TestMalformedTrafficPoliciesAreRejected(t *testing.T) {
 		`{precedence: 1, action: Exempt, match: [{nonResourceURLs: ["/healthz"], namespaces: [default]}]}`:      "either resource requests",
 		`{precedence: 1, action: Exempt, match: [{resources: [{apiGroups: [""], resources: ["pods/log/x"]}]}]}`: "should match",
 		`{precedence: 1, action: Exempt, rejectMessage: "no", match: [{}]}`:                                     "rejectMessage is only for action Reject",
+		`{precedence: 1, action: Route, match: [{}]}`:                                                           "action Route needs route",
+		`{precedence: 1, action: Exempt, route: {pool: heavy}, match: [{}]}`:                                    "only action Route may have it",
+		`{precedence: 1, action: Limit, limit: {qps: 1}, route: {pool: heavy}, match: [{}]}`:                    "only action Route may have it",
+		`{precedence: 1, action: Route, route: {pool: Heavy_1}, match: [{}]}`:                                   "should match",
+		`{precedence: 1, action: Route, route: {pool: heavy, onUnavailable: Drop}, match: [{}]}`:                `Unsupported value: "Drop"`,
+		`{precedence: 1, action: Route, route: {onUnavailable: Reject}, match: [{}]}`:                           "spec.route.pool: Required value",
 	} {
 		if err := create(spec); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
 			t.Errorf("policy %s: err = %v, want Invalid naming %q", spec, err, want)

@@ -23,7 +23,7 @@ func TestAPIServerOutageAndSlowStartReturn(t *testing.T) {
 	ns := env.Namespace(t)
 	ctx := context.Background()
 	second := strings.TrimPrefix(env.APIServerURLs()[1], "https://")
-	weight := `rampart_gateway_upstream_weight{upstream="` + second + `"}`
+	weight := `rampart_gateway_upstream_weight{pool="default",upstream="` + second + `"}`
 	if w := metric(scrape(t, env), weight); w != 1 {
 		t.Fatalf("second API server's weight %v before the outage, want 1", w)
 	}
@@ -60,7 +60,7 @@ func TestAPIServerOutageAndSlowStartReturn(t *testing.T) {
 	if first >= 0.5 {
 		t.Errorf("restarted API server came back with weight %v, want a small share first (slow start)", first)
 	}
-	requests := `rampart_gateway_upstream_requests_total{upstream="` + second + `"}`
+	requests := `rampart_gateway_upstream_requests_total{pool="default",upstream="` + second + `"}`
 	before := metric(scrape(t, env), requests)
 	// Under load it takes its (small) share at once: bursts of concurrent
 	// requests keep the other busy enough.

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rampart-io/rampart/internal/protection/traffic"
 )
 
 // Options tune the pool.
@@ -48,17 +50,29 @@ type Server struct {
 	availableSince time.Time
 }
 
-// Pool is the set of servers.
+// Pool is a set of servers that requests are balanced over.
 type Pool struct {
+	// Name is the pool's name: DefaultPool, or one of the gateway's
+	// --upstream-pool names.
+	Name    string
 	Servers []*Server
 	opts    Options
 	next    atomic.Uint64
 }
 
-// NewPool makes a pool of urls, all assumed ready until checked; it
-// starts them with a full share, since nothing has failed yet.
+// DefaultPool is the name of the pool requests go to unless a
+// TrafficPolicy routes them elsewhere.
+const DefaultPool = traffic.DefaultPool
+
+// NewPool makes the default pool of urls, all assumed ready until
+// checked; it starts them with a full share, since nothing has failed yet.
 func NewPool(urls []*url.URL, opts Options, now time.Time) *Pool {
-	p := &Pool{opts: opts}
+	return NewNamedPool(DefaultPool, urls, opts, now)
+}
+
+// NewNamedPool makes the pool name of urls, as NewPool does.
+func NewNamedPool(name string, urls []*url.URL, opts Options, now time.Time) *Pool {
+	p := &Pool{Name: name, opts: opts}
 	for _, u := range urls {
 		p.Servers = append(p.Servers, &Server{URL: u, ready: true, availableSince: now.Add(-opts.SlowStart)})
 	}
@@ -87,6 +101,32 @@ func (s *Server) Available(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.available(now)
+}
+
+// Available says whether any of p's servers takes new requests now.
+func (p *Pool) Available(now time.Time) bool {
+	for _, s := range p.Servers {
+		if s.Available(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// Pools are the gateway's pools, the default one first.
+type Pools []*Pool
+
+// Default is the pool of requests no TrafficPolicy routes.
+func (ps Pools) Default() *Pool { return ps[0] }
+
+// Named is the pool called name, nil if there is none.
+func (ps Pools) Named(name string) *Pool {
+	for _, p := range ps {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
 }
 
 // Pick chooses the server for a request: the available one with the least

@@ -25,21 +25,26 @@ import (
 // each. Upgrade requests (exec, attach, port-forward, WebSockets) need
 // HTTP/1.1, which alone has Upgrade.
 type Transport struct {
-	Pool *Pool
+	// Pools are the servers, by pool; the first is the default pool.
+	Pools Pools
+	// Route is the pool a request goes to, and the pool it may go to
+	// when every server of the first is unavailable or fails before an
+	// answer (nil: none). Default: the default pool alone.
+	Route func(*http.Request) (pool, fallback *Pool)
 	// LongRunning says whether a request is balanced by streams rather
 	// than short requests in flight.
 	LongRunning func(*http.Request) bool
 	// Now is the clock; time.Now in production.
 	Now func() time.Time
 	// OnEject is told when a server is ejected (for logs and metrics).
-	OnEject func(*Server)
+	OnEject func(*Pool, *Server)
 
 	h2, h1 *http.Transport
 }
 
-// NewTransport connects to the pool's servers with tlsConfig (the servers'
+// NewTransport connects to the pools' servers with tlsConfig (the servers'
 // CA and the gateway's client certificate).
-func NewTransport(pool *Pool, tlsConfig *tls.Config) *Transport {
+func NewTransport(pools Pools, tlsConfig *tls.Config) *Transport {
 	base := func(protocols func(*http.Protocols)) *http.Transport {
 		var ps http.Protocols
 		protocols(&ps)
@@ -73,7 +78,8 @@ func NewTransport(pool *Pool, tlsConfig *tls.Config) *Transport {
 		}
 	}
 	return &Transport{
-		Pool:        pool,
+		Pools:       pools,
+		Route:       func(*http.Request) (*Pool, *Pool) { return pools.Default(), nil },
 		LongRunning: func(*http.Request) bool { return false },
 		Now:         time.Now,
 		h2:          base(func(p *http.Protocols) { p.SetHTTP2(true); p.SetHTTP1(true) }),
@@ -86,8 +92,11 @@ func (t *Transport) HealthClient() *http.Client {
 	return &http.Client{Transport: t.h2, Timeout: 3 * time.Second}
 }
 
-// RoundTrip sends req to the least loaded available server. A request
-// with no body that could not reach a server is tried once on another.
+// RoundTrip sends req to the least loaded available server of its pool. A
+// request with no body that could not reach a server is tried once on
+// each other server of the pool, and then, if its route allows, on the
+// fallback pool's. A route whose pool has no server available goes to the
+// fallback pool at once.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	long := t.LongRunning(req)
 	rt := http.RoundTripper(t.h1)
@@ -97,9 +106,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if httpstream.IsUpgradeRequest(req) {
 		rt, long = t.h1, true
 	}
+	pool, fallback := t.Route(req)
+	if fallback != nil && !pool.Available(t.Now()) {
+		pool, fallback = fallback, nil
+	}
 	var tried []*Server
 	for {
-		s := t.Pool.Pick(long, t.Now(), tried...)
+		s := pool.Pick(long, t.Now(), tried...)
 		if s == nil {
 			return nil, errors.New("no kube-apiserver left to try")
 		}
@@ -121,9 +134,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			counter.Add(-1)
 			if req.Context().Err() == nil {
-				t.failed(s)
+				t.failed(pool, s)
 			}
-			if retryable(req, err) && len(tried) < len(t.Pool.Servers) {
+			if !retryable(req, err) {
+				return nil, err
+			}
+			if len(tried) < len(pool.Servers) {
+				continue
+			}
+			if fallback != nil {
+				pool, fallback, tried = fallback, nil, nil
 				continue
 			}
 			return nil, err
@@ -132,15 +152,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// usually speaks for an aggregated API or a proxied pod behind it,
 		// and ejecting a healthy API server for those would move the
 		// problem to the others. Its own unreadiness shows in /readyz.
-		t.Pool.Succeeded(s)
+		pool.Succeeded(s)
 		resp.Body = &countedBody{body: resp.Body, done: func() { counter.Add(-1) }}
 		return resp, nil
 	}
 }
 
-func (t *Transport) failed(s *Server) {
-	if t.Pool.Failed(s, t.Now()) && t.OnEject != nil {
-		t.OnEject(s)
+func (t *Transport) failed(p *Pool, s *Server) {
+	if p.Failed(s, t.Now()) && t.OnEject != nil {
+		t.OnEject(p, s)
 	}
 }
 

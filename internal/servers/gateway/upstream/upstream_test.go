@@ -125,7 +125,7 @@ func TestTransportTriesAnotherServerWhenOneIsDown(t *testing.T) {
 	downURL := down.URL
 	down.Close()
 	p := NewPool(urls(t, downURL, up.URL), Defaults, t0)
-	tr := NewTransport(p, up.Client().Transport.(*http.Transport).TLSClientConfig)
+	tr := NewTransport(Pools{p}, up.Client().Transport.(*http.Transport).TLSClientConfig)
 	tr.LongRunning = func(r *http.Request) bool { return r.URL.Query().Get("watch") == "true" }
 	client := &http.Client{Transport: tr}
 	for i, c := range []struct{ path, want string }{
@@ -175,7 +175,7 @@ func TestUpgradedConnectionPassesThroughBothWays(t *testing.T) {
 	echo.StartTLS()
 	defer echo.Close()
 	p := NewPool(urls(t, echo.URL), Defaults, t0)
-	tr := NewTransport(p, echo.Client().Transport.(*http.Transport).TLSClientConfig)
+	tr := NewTransport(Pools{p}, echo.Client().Transport.(*http.Transport).TLSClientConfig)
 	proxy := httptest.NewServer(&httputil.ReverseProxy{Transport: tr, Rewrite: func(r *httputil.ProxyRequest) {
 		r.Out.URL.Scheme, r.Out.URL.Host = "https", "upstream"
 	}})
@@ -215,13 +215,13 @@ func TestReadyzCheckTakesUnreadyServerOut(t *testing.T) {
 	p := NewPool(urls(t, unready.URL, ready.URL), Defaults, time.Now())
 	tlsConfig := ready.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
 	tlsConfig.RootCAs.AddCert(unready.Certificate())
-	tr := NewTransport(p, tlsConfig)
+	tr := NewTransport(Pools{p}, tlsConfig)
 	changed := make(chan *Server, 2)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tr.CheckReady(ctx, time.Hour, func(s *Server, _ bool) { changed <- s })
+		tr.CheckReady(ctx, time.Hour, func(_ *Pool, s *Server, _ bool) { changed <- s })
 	}()
 	if s := <-changed; s != p.Servers[0] {
 		t.Fatalf("%s changed availability, want the unready server", s.URL)
@@ -232,5 +232,78 @@ func TestReadyzCheckTakesUnreadyServerOut(t *testing.T) {
 		if got := p.Pick(false, time.Now()); got != p.Servers[1] {
 			t.Fatal("a server failing /readyz was picked")
 		}
+	}
+}
+
+// A routed request goes to its pool's servers only; with a fallback, a
+// pool with no server available sends it to the fallback pool at once, and
+// a request that fails on every server of its pool before an answer is
+// tried on the fallback's; without one, it fails (the guard has answered
+// 503 before it got here, or the pool is the default one).
+func TestTransportRoutesToPoolAndFallsBack(t *testing.T) {
+	a, b, heavy := tlsServer(t, "a"), tlsServer(t, "b"), tlsServer(t, "heavy")
+	tlsConfig := a.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	tlsConfig.RootCAs.AddCert(b.Certificate())
+	tlsConfig.RootCAs.AddCert(heavy.Certificate())
+	now := time.Now()
+	def := NewPool(urls(t, a.URL, b.URL), Defaults, now)
+	hp := NewNamedPool("heavy", urls(t, heavy.URL), Defaults, now)
+	tr := NewTransport(Pools{def, hp}, tlsConfig)
+	fallback := false
+	tr.Route = func(r *http.Request) (*Pool, *Pool) {
+		if r.URL.Query().Get("pool") == "heavy" {
+			if fallback {
+				return hp, def
+			}
+			return hp, nil
+		}
+		return def, nil
+	}
+	client := &http.Client{Transport: tr}
+	answer := func(path string) (string, error) {
+		resp, err := client.Get("https://gateway.invalid" + path)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.Fields(string(body))[0], nil
+	}
+	for range 10 {
+		if got, err := answer("/api/v1/pods?pool=heavy"); err != nil || got != "heavy" {
+			t.Fatalf("routed request answered by %q (%v), want heavy", got, err)
+		}
+		if got, err := answer("/api/v1/configmaps"); err != nil || got == "heavy" {
+			t.Fatalf("default request answered by %q (%v), want a or b", got, err)
+		}
+	}
+	if hp.Servers[0].Requests.Load() != 10 || def.Servers[0].Requests.Load()+def.Servers[1].Requests.Load() != 10 {
+		t.Errorf("requests by server: heavy %d, a %d, b %d; want 10 and 10 between a and b",
+			hp.Servers[0].Requests.Load(), def.Servers[0].Requests.Load(), def.Servers[1].Requests.Load())
+	}
+
+	// Down: a crashed server fails before any answer.
+	heavy.Close()
+	if _, err := answer("/api/v1/pods?pool=heavy"); err == nil {
+		t.Fatal("a routed request without fallback was answered by another pool while its own was down")
+	}
+	fallback = true
+	if got, err := answer("/api/v1/pods?pool=heavy"); err != nil || got == "heavy" {
+		t.Fatalf("with a fallback, the request failing on its pool got %q, %v; want the default pool's answer", got, err)
+	}
+	// Out of rotation (ejected after its failures, or failing /readyz):
+	// straight to the fallback, without trying it.
+	for range Defaults.EjectAfter {
+		hp.Failed(hp.Servers[0], time.Now())
+	}
+	if hp.Available(time.Now()) {
+		t.Fatal("heavy still available after its failures")
+	}
+	before := hp.Servers[0].Requests.Load()
+	if got, err := answer("/api/v1/pods?pool=heavy"); err != nil || got == "heavy" {
+		t.Fatalf("fell back to %q, %v", got, err)
+	}
+	if hp.Servers[0].Requests.Load() != before {
+		t.Error("a request was sent to the pool that has no server available, though it had a fallback")
 	}
 }
