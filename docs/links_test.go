@@ -1,6 +1,7 @@
 package docs
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -255,6 +256,18 @@ func TestEveryDocsPageIsLinkedFromTheReadme(t *testing.T) {
 		if rel := "docs/" + filepath.Base(file); !linked[rel] {
 			t.Errorf("README.md does not link %s: add it to \"Where to read more\"", rel)
 		}
+	}
+}
+
+// TestTheReadmeIsShort: the README is what a new user reads in five
+// minutes; figures and how-tos belong on the docs pages it links.
+func TestTheReadmeIsShort(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(data, []byte("\n")); n >= 300 {
+		t.Errorf("README.md has %d lines, want under 300: move the detail to the docs page it belongs to", n)
 	}
 }
 
