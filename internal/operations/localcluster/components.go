@@ -83,6 +83,10 @@ func (c *Cluster) startAPIServerOn(ctx context.Context, name string, port int, a
 		// A real node's name does not resolve; its address does.
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--authorization-mode=Node,RBAC",
+		// The gateway forwards identities by constrained impersonation:
+		// beta and on by default from Kubernetes 1.36, alpha in 1.35 (make
+		// compat runs 1.35), where it must be turned on.
+		"--feature-gates=ConstrainedImpersonation=true",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+c.pkiFile("sa.key"),
 		"--service-account-signing-key-file="+c.pkiFile("sa.key"),
