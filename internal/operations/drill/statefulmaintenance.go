@@ -60,6 +60,9 @@ const (
 	// runawayEvery is the runaway controller's pace: one pod deleted
 	// every 200 ms, chosen at random from those it sees.
 	runawayEvery = 200 * time.Millisecond
+	// runawayAtLeast is how many deletes the runaway has answered, deleted
+	// or refused, before it may stop.
+	runawayAtLeast = 20
 	// evictRetry is how long the drain waits after a 429, as t.drain
 	// (kubectl drain waits 5 s; a shorter wait only favours the drain).
 	evictRetry = 500 * time.Millisecond
@@ -349,7 +352,11 @@ func (t Target) maintain(ctx context.Context, ns string, m maintenance, nodes []
 		return run, err
 	}
 	start := time.Now()
-	runawayCtx, stopRunaway := context.WithTimeout(ctx, m.runaway)
+	// The runaway stops after m.runaway and runawayAtLeast deletes
+	// answered, whichever is later (within the window): on a loaded
+	// machine a delete can take seconds, and a runaway that made three
+	// deletes shows nothing of what the budgets refuse.
+	runawayCtx, stopRunaway := context.WithTimeout(ctx, m.window)
 	runaway := make(chan struct{})
 	var deleted, refused atomic.Int32
 	var refusal atomic.Value
@@ -357,7 +364,7 @@ func (t Target) maintain(ctx context.Context, ns string, m maintenance, nodes []
 		defer close(runaway)
 		defer stopRunaway()
 		rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), 39))
-		for runawayCtx.Err() == nil {
+		for runawayCtx.Err() == nil && (time.Since(start) < m.runaway || deleted.Load()+refused.Load() < runawayAtLeast) {
 			sleep(runawayCtx, runawayEvery)
 			pods := w.livePods()
 			if len(pods) == 0 {

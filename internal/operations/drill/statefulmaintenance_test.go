@@ -24,7 +24,7 @@ func checkStatefulMaintenance(t *testing.T, r drill.Result) {
 		t.Errorf("stateful-maintenance: the drain under the grouped budgets left %g pods after %gs", m["pods_left_on_drained"], m["drain_seconds"])
 	}
 	if d := r.Protected.Denied; !strings.Contains(d, "kubectl rampart pub status") {
-		t.Errorf("stateful-maintenance: the runaway was not refused with the way to proceed: %q", d)
+		t.Errorf("stateful-maintenance: the runaway was not refused with the way to proceed: %q (%g deleted, %g refused)", d, m["runaway_deletes"], m["runaway_refused"])
 	}
 	// The whole-store comparison runs at full scale only (rampart drill).
 	if _, ran := m["whole_store_budget_drain_seconds"]; !ran {

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/rampart-io/rampart/internal/plumbing/loopback"
 	"github.com/rampart-io/rampart/internal/servers/gateway"
 )
 
@@ -147,27 +147,9 @@ type ports struct {
 
 type managerPorts struct{ webhook, metrics, health int }
 
-// freePorts asks the kernel for distinct unused loopback ports. Another
-// process may take one before we bind it; the window is small and a
-// component that fails to bind fails Start with its log named.
-func freePorts(n int) ([]int, error) {
-	out := make([]int, 0, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out, nil
-}
+// freePorts: loopback ports for the cluster's components, which bind them
+// later; see package loopback for why not the kernel's :0.
+func freePorts(n int) ([]int, error) { return loopback.FreePorts(n) }
 
 func (c *Cluster) path(elem ...string) string {
 	return filepath.Join(append([]string{c.Dir}, elem...)...)

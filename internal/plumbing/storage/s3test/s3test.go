@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -27,6 +26,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/rampart-io/rampart/internal/plumbing/loopback"
 	"github.com/rampart-io/rampart/internal/plumbing/pki"
 )
 
@@ -154,7 +154,7 @@ func start() (*Server, error) {
 	// Free ports can be taken before weed binds them: try again on new ones.
 	var errs []error
 	for range 3 {
-		p, err := freePorts(9)
+		p, err := loopback.FreePorts(9)
 		if err != nil {
 			return nil, err
 		}
@@ -247,19 +247,6 @@ func (s *Server) launch() error {
 		return fmt.Errorf("%w; weed's log ends:\n%s", err, tail.String())
 	}
 	return nil
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // ready waits until TestBucket is made and takes an object.
