@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/rampart-io/rampart/internal/operations/etcdtool/source"
 	"github.com/rampart-io/rampart/internal/operations/etcdtool/space"
 	"github.com/rampart-io/rampart/internal/operations/localcluster"
 	"github.com/rampart-io/rampart/internal/operations/localcluster/clustertest"
@@ -68,12 +67,16 @@ func TestManagerWatchesEtcdSpace(t *testing.T) {
 	// writing then. Past 80% a rewrite (512 KiB, under 1% of the quota)
 	// every 300 ms gives the manager several looks (one a second) before
 	// 95%, where the fill stops short of the NOSPACE alarm.
-	etcd, err := source.Client{Endpoints: []string{env.EtcdURL()}, CACert: env.PKIFile("etcd-ca.crt"),
-		Cert: env.PKIFile("etcd-client.crt"), Key: env.PKIFile("etcd-client.key")}.Dial(ctx)
+	// As the manager's space guard reads: etcd's authentication is on
+	// (rampart up's default), and the reader may measure, not write.
+	etcd, err := env.EtcdClient(localcluster.EtcdReaderUser).Dial(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer etcd.Close()
+	if _, err := etcd.Put(ctx, "/registry/configmaps/default/written-by-the-reader", "x"); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("the space guard's read-only etcd identity wrote /registry/: %v", err)
+	}
 	ns := env.Namespace(t)
 	prefix := "/registry/configmaps/" + ns + "/"
 	cms := env.Client.CoreV1().ConfigMaps(ns)

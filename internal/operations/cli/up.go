@@ -27,7 +27,7 @@ func defaultAssets() string {
 
 func newUpCommand() *cobra.Command {
 	opts := localcluster.Options{Nodes: 3, EtcdSpace: true}
-	backups := false
+	backups, etcdAuth := false, true
 	var pools []string
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -58,6 +58,7 @@ stops it.`,
 				}
 				opts.GatewayPools = append(opts.GatewayPools, pool)
 			}
+			opts.NoEtcdAuth = !etcdAuth
 			if backups {
 				// Where rampart backup looks by default.
 				opts.BackupStore = filepath.Join(opts.Dir, localBackupsDir)
@@ -122,8 +123,9 @@ stops it.`,
 	f.StringSliceVar(&opts.GatewayCountCustomResourceGroups, "gateway-count-custom-resource-groups", nil, "API groups of custom resources the gateway's LIST guard may count per namespace (the chart's gateway.countCustomResourceGroups); others are priced by their cluster-wide count")
 	f.StringArrayVar(&pools, "gateway-pool", nil, "NAME=N: the last N API servers (of --apiservers, not given to an earlier --gateway-pool) form the gateway's pool NAME, which only TrafficPolicies with action Route naming it reach; the rest stay in the default pool (e.g. --apiservers 3 --gateway-pool heavy=1)")
 	f.BoolVar(&opts.ComponentsViaGateway, "components-via-gateway", false, "point kube-controller-manager, kube-scheduler and kwok at the gateway (with --gateway)")
-	f.BoolVar(&backups, "backups", false, "run Backup objects of "+localcluster.ManagerNamespace+" into DIR/backups (the manager may then read every resource, as with the chart's manager.backup), etcd snapshots included, with the local etcd's client certificate in Secret "+localcluster.EtcdSnapshotSecret)
-	f.BoolVar(&opts.EtcdSpace, "etcd-space", true, "the manager watches etcd's space with the local etcd's client certificate in Secret "+localcluster.EtcdSnapshotSecret+" (the chart's manager.etcdSpace.secretName): rampart_etcd_* metrics, rampart status's ETCD SPACE")
+	f.BoolVar(&backups, "backups", false, "run Backup objects of "+localcluster.ManagerNamespace+" into DIR/backups (the manager may then read every resource, as with the chart's manager.backup), etcd snapshots included, with the local etcd's root certificate in Secret "+localcluster.EtcdSnapshotSecret+" (only etcd's root may take a snapshot once its authentication is on)")
+	f.BoolVar(&opts.EtcdSpace, "etcd-space", true, "the manager watches etcd's space with a read-only etcd identity in Secret "+localcluster.EtcdSpaceSecret+" (the chart's manager.etcdSpace.secretName): rampart_etcd_* metrics, rampart status's ETCD SPACE")
+	f.BoolVar(&etcdAuth, "etcd-auth", true, "turn etcd's authentication on (not with --unprotected): only the API server's certificate may write /registry/, etcd compacts itself; DIR/pki/etcd-root.crt is root's, for rampart etcd snapshot and space recover (docs/etcd.md, \"Only the API server writes etcd\")")
 	f.StringVar(&opts.Assets, "assets", defaultAssets(), "directory with the binaries `make assets` builds")
 	return cmd
 }

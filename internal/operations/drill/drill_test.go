@@ -226,6 +226,17 @@ func checkRecovery(t *testing.T, r drill.Result) {
 	if r.Protected.Measured["restore_seconds"] == 0 && r.Protected.Measured["restored_seconds"] == 0 {
 		t.Errorf("%s: no restore time measured: %v", r.Drill, r.Protected.Measured)
 	}
+	if r.Drill == "etcd-direct-delete" {
+		// etcd's door: only the API server may write /registry/, so the
+		// administrator's deletes are refused by etcd itself, every one.
+		if refused := r.Protected.Measured["deletes_refused_by_etcd"]; refused != float64(r.Protected.Total) || !strings.Contains(r.Protected.Denied, "permission denied") {
+			t.Errorf("etcd-direct-delete: etcd refused %g of %d deletes (%q), want all, with etcd's authentication on", refused, r.Protected.Total, r.Protected.Denied)
+		}
+		if r.Unprotected.Denied != "" {
+			t.Errorf("etcd-direct-delete: etcd refused the unprotected cluster's delete: %q", r.Unprotected.Denied)
+		}
+		return
+	}
 	if r.Unprotected.Denied != "" || r.Protected.Denied != "" {
 		t.Errorf("%s: something denied the mistake: %q / %q", r.Drill, r.Unprotected.Denied, r.Protected.Denied)
 	}

@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rampart-io/rampart/internal/operations/etcdtool/space"
+	"github.com/rampart-io/rampart/internal/operations/localcluster"
 	"github.com/rampart-io/rampart/internal/plumbing/storage"
 )
 
@@ -50,7 +51,7 @@ func runEtcdNoSpace(ctx context.Context, t Target) (Loss, error) {
 	if t.Local == nil {
 		return loss, errors.New("etcd-nospace restarts the local cluster's etcd with a small quota: run it without --kubeconfig")
 	}
-	cli, err := t.dialEtcd(ctx)
+	cli, err := t.dialEtcd(ctx, localcluster.EtcdRootUser)
 	if err != nil {
 		return loss, err
 	}
@@ -104,7 +105,7 @@ func runEtcdNoSpace(ctx context.Context, t Target) (Loss, error) {
 	// etcd's own client, re-dialled: the restart closed the first one's
 	// connection.
 	cli.Close()
-	if cli, err = t.dialEtcd(ctx); err != nil {
+	if cli, err = t.dialEtcd(ctx, localcluster.EtcdRootUser); err != nil {
 		return loss, err
 	}
 
@@ -211,7 +212,7 @@ func runEtcdNoSpace(ctx context.Context, t Target) (Loss, error) {
 // recoverQuietly brings the cluster's etcd back after the drill, with a
 // snapshot in a temporary directory it removes.
 func recoverQuietly(ctx context.Context, t Target) error {
-	cli, err := t.dialEtcd(ctx)
+	cli, err := t.dialEtcd(ctx, localcluster.EtcdRootUser)
 	if err != nil {
 		return err
 	}

@@ -8,8 +8,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/rampart-io/rampart/internal/operations/etcdtool/source"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -237,9 +235,8 @@ func deniedBy(err error) (string, error) {
 	return "", err
 }
 
-// dialEtcd connects to the local cluster's etcd with the API server's
-// client certificate.
-func (t Target) dialEtcd(ctx context.Context) (*clientv3.Client, error) {
-	return source.Client{Endpoints: []string{t.Local.EtcdURL()}, CACert: t.Local.PKIFile("etcd-ca.crt"),
-		Cert: t.Local.PKIFile("etcd-client.crt"), Key: t.Local.PKIFile("etcd-client.key")}.Dial(ctx)
+// dialEtcd connects to the local cluster's etcd as user
+// (localcluster.Etcd*User).
+func (t Target) dialEtcd(ctx context.Context, user string) (*clientv3.Client, error) {
+	return t.Local.EtcdClient(user).Dial(ctx)
 }

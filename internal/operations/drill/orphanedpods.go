@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/rampart-io/rampart/internal/operations/etcdtool/source"
 	"github.com/rampart-io/rampart/internal/operations/localcluster"
 	"github.com/rampart-io/rampart/internal/servers/nodeguard"
 )
@@ -62,8 +61,7 @@ var orphanedPods = Drill{
 		}
 
 		// The incident: the pods' keys removed from etcd.
-		cli, err := source.Client{Endpoints: []string{t.Local.EtcdURL()}, CACert: t.Local.PKIFile("etcd-ca.crt"),
-			Cert: t.Local.PKIFile("etcd-client.crt"), Key: t.Local.PKIFile("etcd-client.key")}.Dial(ctx)
+		cli, err := t.dialEtcd(ctx, localcluster.EtcdAPIServerUser)
 		if err != nil {
 			return loss, err
 		}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/operations/localcluster"
 	"github.com/rampart-io/rampart/internal/operations/restore"
 	"github.com/rampart-io/rampart/internal/protection/recyclebin"
 )
@@ -197,8 +199,9 @@ spec:
 }
 
 // etcdDirectDelete: key objects are removed with an etcd client, past
-// every admission check; Rampart's watch keeps what vanished and a
-// restore brings it back.
+// every admission check. Protected, etcd refuses: only the API server may
+// write /registry/ (localcluster/etcdauth.go); and what etcd's root
+// deletes anyway, Rampart's watch keeps and a restore brings back.
 var etcdDirectDelete = Drill{
 	Name:     "etcd-direct-delete",
 	Incident: "an administrator deletes key objects straight from etcd (a Namespace's workloads, a CRD's custom resources), bypassing every admission check (ByteDance report, data layer)",
@@ -250,18 +253,23 @@ var etcdDirectDelete = Drill{
 				return loss, fmt.Errorf("the recycle bin's watch never held the drill's objects: %w", err)
 			}
 		}
-		cli, err := t.dialEtcd(ctx)
+		// The administrator's etcdctl holds a certificate etcd's CA
+		// signed, not the API server's: with etcd's authentication on
+		// (the protected cluster, as rampart up runs it) etcd refuses.
+		refused, err := t.deleteInEtcd(ctx, localcluster.EtcdOperatorUser, keys)
 		if err != nil {
 			return loss, err
 		}
-		defer cli.Close()
-		for _, k := range keys {
-			if _, err := cli.Delete(ctx, k); err != nil {
-				return loss, err
-			}
+		loss.Measured = map[string]float64{"deletes_refused_by_etcd": float64(len(refused))}
+		if len(refused) > 0 {
+			loss.Denied = refused[0]
 		}
-		loss.Measured = map[string]float64{}
 		if t.Protected {
+			// Root may still delete (etcd's root holds every right); what
+			// it deletes, the recycle bin notices and brings back.
+			if refused, err := t.deleteInEtcd(ctx, localcluster.EtcdRootUser, keys); err != nil || len(refused) > 0 {
+				return loss, fmt.Errorf("root's deletes in etcd: %v %v", err, refused)
+			}
 			start := time.Now()
 			bin, err := t.Local.RecycleBin()
 			if err != nil {
@@ -328,3 +336,22 @@ func (t Target) watchedAll(ctx context.Context, gvrs ...schema.GroupVersionResou
 }
 
 func seconds(d time.Duration) float64 { return float64(d.Milliseconds()) / 1000 }
+
+// deleteInEtcd deletes keys in the local etcd as user; a delete etcd
+// refuses for want of the right is returned, not an error.
+func (t Target) deleteInEtcd(ctx context.Context, user string, keys []string) (refused []string, err error) {
+	cli, err := t.dialEtcd(ctx, user)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	for _, k := range keys {
+		if _, err := cli.Delete(ctx, k); err != nil {
+			if !strings.Contains(err.Error(), "permission denied") {
+				return refused, err
+			}
+			refused = append(refused, fmt.Sprintf("etcd refused %s's delete of %s: %v", user, k, err))
+		}
+	}
+	return refused, nil
+}

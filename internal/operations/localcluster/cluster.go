@@ -87,7 +87,7 @@ type Options struct {
 	// gateway (--upstream-pool), the rest staying in its default pool.
 	GatewayPools []GatewayPool
 	// EtcdSpace has the managers watch etcd's space
-	// (--etcd-space-secret EtcdSnapshotSecret, as the chart's
+	// (--etcd-space-secret EtcdSpaceSecret, as the chart's
 	// manager.etcdSpace.secretName): the rampart_etcd_* gauges and the
 	// ConfigMap rampart-etcd-space that rampart status shows.
 	EtcdSpace bool
@@ -95,6 +95,10 @@ type Options struct {
 	// DefaultEtcdQuotaBytes): a small one lets a test or drill fill etcd
 	// to its NOSPACE alarm in seconds.
 	EtcdQuotaBytes int64
+	// NoEtcdAuth leaves etcd's authentication off on a protected cluster
+	// (an unprotected one never has it): any certificate etcd's CA signed
+	// may then write every key, as on most clusters (etcdauth.go).
+	NoEtcdAuth bool
 }
 
 // DefaultEtcdQuotaBytes is the local etcd's quota: 8 GiB, because drills

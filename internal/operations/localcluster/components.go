@@ -33,29 +33,40 @@ func (c *Cluster) pkiFile(name string) string { return c.path("pki", name) }
 func (c *Cluster) startEtcd(ctx context.Context) error {
 	client := c.EtcdURL()
 	name, peer := c.EtcdMember()
-	err := c.run("etcd", c.asset("etcd"),
-		"--name="+name,
-		"--data-dir="+c.EtcdDataDir(),
-		"--listen-client-urls="+client, "--advertise-client-urls="+client,
-		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer,
-		"--initial-cluster=rampart-local="+peer,
-		"--cert-file="+c.pkiFile("etcd-server.crt"), "--key-file="+c.pkiFile("etcd-server.key"),
-		"--client-cert-auth", "--trusted-ca-file="+c.pkiFile("etcd-ca.crt"),
-		"--peer-cert-file="+c.pkiFile("etcd-server.crt"), "--peer-key-file="+c.pkiFile("etcd-server.key"),
-		"--peer-client-cert-auth", "--peer-trusted-ca-file="+c.pkiFile("etcd-ca.crt"),
+	args := []string{
+		"--name=" + name,
+		"--data-dir=" + c.EtcdDataDir(),
+		"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=rampart-local=" + peer,
+		"--cert-file=" + c.pkiFile("etcd-server.crt"), "--key-file=" + c.pkiFile("etcd-server.key"),
+		"--client-cert-auth", "--trusted-ca-file=" + c.pkiFile("etcd-ca.crt"),
+		"--peer-cert-file=" + c.pkiFile("etcd-server.crt"), "--peer-key-file=" + c.pkiFile("etcd-server.key"),
+		"--peer-client-cert-auth", "--peer-trusted-ca-file=" + c.pkiFile("etcd-ca.crt"),
 		// Drills write thousands of objects; the default 2 GiB quota and
 		// per-write fsync are production settings, not a laptop's.
-		"--quota-backend-bytes="+strconv.FormatInt(cmp.Or(c.opts.EtcdQuotaBytes, DefaultEtcdQuotaBytes), 10), "--unsafe-no-fsync",
+		"--quota-backend-bytes=" + strconv.FormatInt(cmp.Or(c.opts.EtcdQuotaBytes, DefaultEtcdQuotaBytes), 10), "--unsafe-no-fsync",
 		"--log-level=warn",
-	)
-	if err != nil {
+	}
+	if c.etcdAuth() {
+		// The API server's compactor needs root (etcdauth.go): etcd
+		// compacts itself as often, keeping five minutes of history.
+		args = append(args, "--auto-compaction-mode=periodic", "--auto-compaction-retention=5m")
+	}
+	if err := c.run("etcd", c.asset("etcd"), args...); err != nil {
 		return err
 	}
 	tlsCfg, err := c.tlsConfig("etcd-ca.crt", "etcd-client")
 	if err != nil {
 		return err
 	}
-	return c.waitHealthy(ctx, "etcd", client+"/health", tlsCfg)
+	if err := c.waitHealthy(ctx, "etcd", client+"/health", tlsCfg); err != nil {
+		return err
+	}
+	if !c.etcdAuth() {
+		return nil
+	}
+	return c.enableEtcdAuth(ctx)
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
@@ -74,6 +85,7 @@ func (c *Cluster) startAPIServerOn(ctx context.Context, name string, port int, a
 		"--etcd-servers=https://127.0.0.1:"+strconv.Itoa(c.ports.etcdClient),
 		"--etcd-cafile="+c.pkiFile("etcd-ca.crt"),
 		"--etcd-certfile="+c.pkiFile("etcd-client.crt"), "--etcd-keyfile="+c.pkiFile("etcd-client.key"),
+		c.apiserverCompaction(),
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(port),
 		"--tls-cert-file="+c.pkiFile("apiserver.crt"), "--tls-private-key-file="+c.pkiFile("apiserver.key"),

@@ -40,7 +40,7 @@ var (
 	schedulerID  = identity{"kubeconfigs/kube-scheduler.kubeconfig", "system:kube-scheduler", nil}
 	kwokID       = identity{"kubeconfigs/kwok.kubeconfig", "kwok", []string{"system:masters"}}
 	managerID    = identity{"kubeconfigs/rampart-manager.kubeconfig", ManagerUser, nil}
-	apiserverEtc = identity{"", "kube-apiserver-etcd-client", nil}
+	apiserverEtc = identity{"", EtcdAPIServerUser, nil}
 )
 
 // ManagerUser is the user name of the local manager's client certificate,
@@ -72,6 +72,10 @@ func (c *Cluster) makePKI(now time.Time) error {
 	}{
 		{etcdCA, "etcd-server", pki.Request{CommonName: "etcd", Hosts: []string{"127.0.0.1", "localhost"}, Client: true}},
 		{etcdCA, "etcd-client", pki.Request{CommonName: apiserverEtc.user, Client: true}},
+		// etcd's other users (etcdauth.go): the common name is the user.
+		{etcdCA, "etcd-root", pki.Request{CommonName: EtcdRootUser, Client: true}},
+		{etcdCA, "etcd-reader", pki.Request{CommonName: EtcdReaderUser, Client: true}},
+		{etcdCA, "etcd-operator", pki.Request{CommonName: EtcdOperatorUser, Client: true}},
 		{ca, "apiserver", pki.Request{CommonName: "kube-apiserver", Hosts: []string{
 			"127.0.0.1", "localhost", "10.0.0.1", "kubernetes", "kubernetes.default",
 			"kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}}},

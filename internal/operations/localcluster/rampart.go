@@ -71,7 +71,7 @@ func (c *Cluster) chartObjects() ([]*unstructured.Unstructured, error) {
 	objs = append(objs, localBindings()...)
 	objs = append(objs, customResourceRights(c.opts.CustomResourceGroups)...)
 	objs = append(objs, backupRights(c.opts.BackupStore)...)
-	etcdSecret, err := c.etcdSnapshotSecret()
+	etcdSecret, err := c.etcdSecrets()
 	if err != nil {
 		return nil, err
 	}
@@ -265,45 +265,58 @@ func backupRights(store string) []*unstructured.Unstructured {
 }
 
 // EtcdSnapshotSecret is the Secret with the local etcd's endpoint and
-// client certificate that a local cluster makes when its managers read
-// etcd: for Backups with an etcdSnapshot (BackupStore) and to watch
-// etcd's space (EtcdSpace).
-const EtcdSnapshotSecret = "rampart-etcd-client"
+// a client certificate that a local cluster makes for Backups with an
+// etcdSnapshot (BackupStore): root's, since etcd lets only root take a
+// snapshot once its authentication is on (etcdauth.go); the API server's
+// without it.
+const EtcdSnapshotSecret = "rampart-etcd-snapshot"
 
-// etcdSnapshotSecret is EtcdSnapshotSecret and, as the chart grants it
+// EtcdSpaceSecret is the Secret the managers watch etcd's space with
+// (EtcdSpace): the reader's certificate, which may read /registry/ and
+// ask etcd's status and alarms, nothing more.
+const EtcdSpaceSecret = "rampart-etcd-reader"
+
+// etcdSecrets are EtcdSnapshotSecret and EtcdSpaceSecret as the cluster
+// uses them and, as the chart grants them
 // (manager.backup.etcdSnapshot.secretNames, manager.etcdSpace.secretName),
-// get on it alone, in a Role per use.
-func (c *Cluster) etcdSnapshotSecret() ([]*unstructured.Unstructured, error) {
-	var roles []string
+// get on each alone, in a Role per use.
+func (c *Cluster) etcdSecrets() ([]*unstructured.Unstructured, error) {
+	type use struct{ role, secret, user string }
+	var uses []use
 	if c.opts.BackupStore != "" {
-		roles = append(roles, "rampart-manager-etcd-snapshot")
+		user := EtcdAPIServerUser
+		if c.etcdAuth() {
+			user = EtcdRootUser
+		}
+		uses = append(uses, use{"rampart-manager-etcd-snapshot", EtcdSnapshotSecret, user})
 	}
 	if c.opts.EtcdSpace && !c.opts.Unprotected {
-		roles = append(roles, "rampart-manager-etcd-space")
-	}
-	if len(roles) == 0 {
-		return nil, nil
-	}
-	data := map[string]any{"endpoints": base64.StdEncoding.EncodeToString([]byte(c.EtcdURL()))}
-	for key, file := range map[string]string{"ca.crt": "etcd-ca.crt", "tls.crt": "etcd-client.crt", "tls.key": "etcd-client.key"} {
-		b, err := os.ReadFile(c.pkiFile(file))
-		if err != nil {
-			return nil, err
+		user := EtcdAPIServerUser
+		if c.etcdAuth() {
+			user = EtcdReaderUser
 		}
-		data[key] = base64.StdEncoding.EncodeToString(b)
+		uses = append(uses, use{"rampart-manager-etcd-space", EtcdSpaceSecret, user})
 	}
-	objs := []*unstructured.Unstructured{
-		{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": EtcdSnapshotSecret, "namespace": ManagerNamespace}, "data": data}},
-	}
-	rule := map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "resourceNames": []any{EtcdSnapshotSecret}, "verbs": []any{"get"}}
+	var objs []*unstructured.Unstructured
 	subjects := []any{map[string]any{"kind": "User", "name": ManagerUser, "apiGroup": "rbac.authorization.k8s.io"}}
-	for _, name := range roles {
+	for _, u := range uses {
+		id := c.EtcdClient(u.user)
+		data := map[string]any{"endpoints": base64.StdEncoding.EncodeToString([]byte(c.EtcdURL()))}
+		for key, file := range map[string]string{"ca.crt": id.CACert, "tls.crt": id.Cert, "tls.key": id.Key} {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				return nil, err
+			}
+			data[key] = base64.StdEncoding.EncodeToString(b)
+		}
+		rule := map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "resourceNames": []any{u.secret}, "verbs": []any{"get"}}
 		objs = append(objs,
+			&unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": u.secret, "namespace": ManagerNamespace}, "data": data}},
 			&unstructured.Unstructured{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-				"metadata": map[string]any{"name": name, "namespace": ManagerNamespace}, "rules": []any{rule}}},
+				"metadata": map[string]any{"name": u.role, "namespace": ManagerNamespace}, "rules": []any{rule}}},
 			&unstructured.Unstructured{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-				"metadata": map[string]any{"name": name, "namespace": ManagerNamespace},
-				"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}, "subjects": subjects}})
+				"metadata": map[string]any{"name": u.role, "namespace": ManagerNamespace},
+				"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": u.role}, "subjects": subjects}})
 	}
 	return objs, nil
 }
@@ -365,7 +378,7 @@ func (c *Cluster) managerArgs(i int) []string {
 		bin = append(bin, "--backup-store="+c.opts.BackupStore, "--backup-key-file="+c.pkiFile(RecycleBinKey), "--etcd-snapshot-secrets="+EtcdSnapshotSecret)
 	}
 	if c.opts.EtcdSpace {
-		bin = append(bin, "--etcd-space-secret="+EtcdSnapshotSecret)
+		bin = append(bin, "--etcd-space-secret="+EtcdSpaceSecret)
 	}
 	args := append([]string{"manager",
 		"--kubeconfig=" + c.path(managerID.file),

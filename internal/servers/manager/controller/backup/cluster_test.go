@@ -79,7 +79,9 @@ func TestScheduledBackupsRunKeepAndReport(t *testing.T) {
 	}
 	etcdSecret("etcd-wrong-ca", map[string]string{"ca.crt": "ca.crt", "tls.crt": "etcd-client.crt", "tls.key": "etcd-client.key"})
 	etcdSecret("etcd-no-key", map[string]string{"ca.crt": "etcd-ca.crt", "tls.crt": "etcd-client.crt"})
-	etcdSecret("etcd-one-down", map[string]string{"ca.crt": "etcd-ca.crt", "tls.crt": "etcd-client.crt", "tls.key": "etcd-client.key"})
+	// Root's: only etcd's root may take a snapshot once its
+	// authentication is on, as on this cluster.
+	etcdSecret("etcd-one-down", map[string]string{"ca.crt": "etcd-ca.crt", "tls.crt": "etcd-root.crt", "tls.key": "etcd-root.key"})
 	// A member down (nothing listens on port 1) does not stop the snapshot.
 	oneDown := &corev1.Secret{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: localcluster.ManagerNamespace, Name: "etcd-one-down"}, oneDown); err != nil {
@@ -200,7 +202,7 @@ func TestScheduledBackupsRunKeepAndReport(t *testing.T) {
 		t.Errorf("a snapshot with one of two etcd endpoints down: %+v", r)
 	}
 	if cond := meta.FindStatusCondition(get(notAllowed).Status.Conditions, "Ready"); cond == nil || cond.Reason != "SecretNotAllowed" ||
-		!strings.Contains(cond.Message, "rampart-etcd-client") || !strings.Contains(cond.Message, "the Secret rampart up --backups made") {
+		!strings.Contains(cond.Message, localcluster.EtcdSnapshotSecret) || !strings.Contains(cond.Message, "the Secret rampart up --backups made") {
 		t.Errorf("a Backup naming a Secret the manager may not read: %+v", cond)
 	}
 	checkStatusShowsBackups(ctx, t, env)
