@@ -110,7 +110,7 @@ const autoscalerSync = 15 * time.Second
 var hpaScale = Operation{
 	Name: "hpa-scale",
 	What: "the horizontal-pod-autoscaler scales a 20-replica Deployment to 5 and back (its scale writes made as its service account, " +
-		"impersonated: kwok has no metrics); protected: rampart.io/explicit-replicas (autoscaler exempt, as the chart has it) and rampart.io/generate-pub",
+		"impersonated: kwok has no metrics); protected: rampart.io/explicit-replicas (autoscaler exempt, as the chart has it), rampart.io/generate-pub and a budget per node",
 	Run: func(ctx context.Context, t Target) (Timing, error) {
 		var tm Timing
 		ns := t.Prefix + "-hpa"
@@ -151,6 +151,23 @@ var hpaScale = Operation{
 		refusals, err := t.watchRefusals(ctx, []string{ns})
 		if err != nil {
 			return tm, err
+		}
+		if t.Protected {
+			// Beside the generated budget, one per node (each node's pods
+			// a group): a group is sized by the pods it has, not by the
+			// Deployment's replicas, so the ReplicaSet controller's
+			// scale-down deletes are what it must not hold back. Created
+			// the moment before the scale, as a budget holds from then.
+			if err := t.budget(ctx, ns, `
+apiVersion: rampart.io/v1alpha1
+kind: PodUnavailableBudget
+metadata: {name: web-per-node}
+spec:
+  selector: {matchLabels: {app: web}}
+  groupBy: {labelKey: kubernetes.io/hostname}
+  maxUnavailable: 1`); err != nil {
+				return tm, err
+			}
 		}
 		start := time.Now()
 		deadline := start.Add(3 * time.Minute)

@@ -48,6 +48,9 @@ type NodeHealth interface {
 // clusterview.Budgets.OwnerAlive).
 type OwnerView interface {
 	OwnerAlive(ns string, ref metav1.OwnerReference) (alive, known bool)
+	// Surplus says from the cache whether pod is one its controller is
+	// removing to scale down (see clusterview.Budgets.Surplus).
+	Surplus(ns string, ref metav1.OwnerReference, pod string) bool
 }
 
 // Scales reads workloads' scale subresources, for any kind that has one

@@ -2,6 +2,7 @@ package clusterview
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -263,6 +264,61 @@ func (v *Budgets) OwnerAlive(ns string, ref metav1.OwnerReference) (alive, known
 		return false, false
 	}
 	return m.GetUID() == ref.UID && m.GetDeletionTimestamp() == nil, true
+}
+
+// revisionAnnotation is the Deployment controller's revision, on a
+// Deployment and on each of its ReplicaSets.
+const revisionAnnotation = "deployment.kubernetes.io/revision"
+
+// Surplus says whether pod is one its controller removes because it was
+// scaled down (by a user, kubectl scale, or a HorizontalPodAutoscaler),
+// not replaced: a ReplicaSet (or ReplicationController) asking for fewer
+// pods than it last counted, unless it is an older ReplicaSet its
+// Deployment is rolling away from (a rollout's deletes stay judged); a
+// StatefulSet's pod of an ordinal at or past its replicas. false when the
+// owner is not cached.
+func (v *Budgets) Surplus(ns string, ref metav1.OwnerReference, pod string) bool {
+	get := func(gr schema.GroupResource, name string) (any, bool) {
+		obj, found, err := v.informers.informer(gr).GetIndexer().GetByKey(ns + "/" + name)
+		if err != nil || !found {
+			return nil, false
+		}
+		m, err := meta.Accessor(obj)
+		return obj, err == nil && m.GetDeletionTimestamp() == nil
+	}
+	switch ref.Kind {
+	case "ReplicaSet":
+		obj, ok := get(replicaSets, ref.Name)
+		rs, isRS := obj.(*appsv1.ReplicaSet)
+		if !ok || !isRS || rs.UID != ref.UID || rs.Spec.Replicas == nil || *rs.Spec.Replicas >= rs.Status.Replicas {
+			return false
+		}
+		d := metav1.GetControllerOf(rs)
+		if d == nil || d.Kind != "Deployment" {
+			return true
+		}
+		obj, ok = get(deployments, d.Name)
+		dep, isDep := obj.(*appsv1.Deployment)
+		return ok && isDep && dep.UID == d.UID && dep.Annotations[revisionAnnotation] != "" &&
+			dep.Annotations[revisionAnnotation] == rs.Annotations[revisionAnnotation]
+	case "ReplicationController":
+		obj, ok := get(replicationControllers, ref.Name)
+		rc, isRC := obj.(*corev1.ReplicationController)
+		return ok && isRC && rc.UID == ref.UID && rc.Spec.Replicas != nil && *rc.Spec.Replicas < rc.Status.Replicas
+	case "StatefulSet":
+		obj, ok := get(statefulSets, ref.Name)
+		sts, isSTS := obj.(*appsv1.StatefulSet)
+		if !ok || !isSTS || sts.UID != ref.UID || !strings.HasPrefix(pod, sts.Name+"-") {
+			return false
+		}
+		ordinal, err := strconv.Atoi(strings.TrimPrefix(pod, sts.Name+"-"))
+		replicas := int32(1)
+		if sts.Spec.Replicas != nil {
+			replicas = *sts.Spec.Replicas
+		}
+		return err == nil && ordinal >= int(replicas)
+	}
+	return false
 }
 
 // Nodes are the cached nodes sel selects, slimmed to what the decisions

@@ -49,11 +49,13 @@ func slim(obj any) (any, error) {
 		o.Spec = appsv1.StatefulSetSpec{Replicas: o.Spec.Replicas}
 		o.Status = appsv1.StatefulSetStatus{}
 	case *appsv1.ReplicaSet:
+		// Budgets tell a scale-down's surplus pods by replicas wanted
+		// against counted (Budgets.Surplus).
 		o.Spec = appsv1.ReplicaSetSpec{Replicas: o.Spec.Replicas}
-		o.Status = appsv1.ReplicaSetStatus{}
+		o.Status = appsv1.ReplicaSetStatus{Replicas: o.Status.Replicas}
 	case *corev1.ReplicationController:
 		o.Spec = corev1.ReplicationControllerSpec{Replicas: o.Spec.Replicas}
-		o.Status = corev1.ReplicationControllerStatus{}
+		o.Status = corev1.ReplicationControllerStatus{Replicas: o.Status.Replicas}
 	case *batchv1.Job:
 		// Budgets size a Job's pods by how many it runs at once.
 		o.Spec = batchv1.JobSpec{Parallelism: o.Spec.Parallelism, Completions: o.Spec.Completions, Suspend: o.Spec.Suspend}

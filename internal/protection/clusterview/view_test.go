@@ -58,6 +58,8 @@ func add(t testing.TB, v *Views, objs ...any) {
 			gr = deployments
 		case *appsv1.ReplicaSet:
 			gr = replicaSets
+		case *appsv1.StatefulSet:
+			gr = statefulSets
 		case *batchv1.Job:
 			gr = jobs
 		case *corev1.ConfigMap:

@@ -116,6 +116,53 @@ func TestBudgetsControllerReplicas(t *testing.T) {
 	}
 }
 
+// TestBudgetsSurplus: the pods a scale-down leaves over are surplus; a
+// rollout's, a replacement's and an unseen owner's are not.
+func TestBudgetsSurplus(t *testing.T) {
+	v := newTestView(t)
+	rev := func(n string) map[string]string { return map[string]string{"deployment.kubernetes.io/revision": n} }
+	owned := func(kind, name string) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: name, UID: types.UID(name), Controller: ptr.To(true)}}
+	}
+	rs := func(name, owner, revision string, want, counted int32) *appsv1.ReplicaSet {
+		r := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, UID: types.UID(name), Annotations: rev(revision)},
+			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To(want)}, Status: appsv1.ReplicaSetStatus{Replicas: counted}}
+		if owner != "" {
+			r.OwnerReferences = owned("Deployment", owner)
+		}
+		return r
+	}
+	d := deployment("shop", "web", ptr.To[int32](2), nil)
+	d.UID, d.Annotations = "web", rev("3")
+	add(t, v, d,
+		rs("web-new", "web", "3", 2, 10), // an autoscaler's scale-down
+		rs("web-old", "web", "2", 2, 10), // a rollout scaling the old one down
+		rs("web-steady", "web", "3", 5, 5),
+		rs("bare", "", "", 1, 3),
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db", UID: "db"}, Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3)}},
+	)
+	ref := func(kind, name string) metav1.OwnerReference { return owned(kind, name)[0] }
+	for _, tt := range []struct {
+		owner metav1.OwnerReference
+		pod   string
+		want  bool
+	}{
+		{ref("ReplicaSet", "web-new"), "web-new-x", true},
+		{ref("ReplicaSet", "web-old"), "web-old-x", false},
+		{ref("ReplicaSet", "web-steady"), "web-steady-x", false},
+		{ref("ReplicaSet", "bare"), "bare-x", true},
+		{metav1.OwnerReference{Kind: "ReplicaSet", Name: "web-new", UID: "other"}, "web-new-x", false},
+		{ref("StatefulSet", "db"), "db-3", true},
+		{ref("StatefulSet", "db"), "db-2", false},
+		{ref("StatefulSet", "db"), "dbx-7", false},
+		{ref("ReplicaSet", "unseen"), "unseen-x", false},
+	} {
+		if got := v.Budgets.Surplus("shop", tt.owner, tt.pod); got != tt.want {
+			t.Errorf("Surplus(%s/%s, %s) = %v, want %v", tt.owner.Kind, tt.owner.Name, tt.pod, got, tt.want)
+		}
+	}
+}
+
 // TestDeletionCountsPolicyProtectedObjects: a namespace DELETE counts the
 // objects a policy protects as it counts labelled ones.
 func TestDeletionCountsPolicyProtectedObjects(t *testing.T) {

@@ -43,7 +43,7 @@ const (
 
 var budgetDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "rampart_budget_decisions_total",
-	Help: "Pod disruptions judged by PodUnavailableBudgets, by operation and outcome (admitted, denied, dryrun; unavailable: a pod already unavailable, admitted at no cost; ownergone: a delete of a pod whose controller is gone or being deleted, the garbage collector's; jobcontroller: the Job controller removing its Job's pods).",
+	Help: "Pod disruptions judged by PodUnavailableBudgets, by operation and outcome (admitted, denied, dryrun; unavailable: a pod already unavailable, admitted at no cost; ownergone: a delete of a pod whose controller is gone or being deleted, the garbage collector's; jobcontroller: the Job controller removing its Job's pods; scaledown: a workload's controller removing the pods a scale-down left over).",
 }, []string{"operation", "outcome"})
 
 func init() { metrics.Registry.MustRegister(budgetDecisions) }
@@ -105,6 +105,12 @@ var _ admission.Handler = (*Budgets)(nil)
 // the default of kubeadm and most distributions), or the manager's shared
 // identity.
 var jobController = []string{"system:serviceaccount:kube-system:job-controller", "system:kube-controller-manager"}
+
+// scaleController are the names the controllers that scale pods down act
+// under (as jobController).
+var scaleController = []string{"system:serviceaccount:kube-system:replicaset-controller",
+	"system:serviceaccount:kube-system:replication-controller", "system:serviceaccount:kube-system:statefulset-controller",
+	"system:kube-controller-manager"}
 
 // disrupted is what a decision reads of the disrupted pod.
 type disrupted struct {
@@ -314,6 +320,17 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 		// protection), its pods go with it, as in a terminating
 		// namespace.
 		budgetDecisions.WithLabelValues(string(r.Op), "ownergone").Inc()
+		return admission.Allowed("")
+	}
+	if r.Op == v1alpha1.DisruptDelete && pod.owner != nil && slices.Contains(scaleController, req.UserInfo.Username) &&
+		h.Owners != nil && h.Owners.Surplus(req.Namespace, *pod.owner, r.Pod) {
+		// A workload scaled down (by a user or a HorizontalPodAutoscaler)
+		// removing the pods it no longer wants: the scale was the
+		// decision (judged by rampart.io/explicit-replicas), and a
+		// grouped budget, which sizes each group by the pods it has,
+		// would otherwise hold the scale-down to one pod per group at a
+		// time (do no harm: HPA). A rollout's deletes stay judged.
+		budgetDecisions.WithLabelValues(string(r.Op), "scaledown").Inc()
 		return admission.Allowed("")
 	}
 	if r.Op == v1alpha1.DisruptDelete && pod.owner != nil && pod.owner.Kind == "Job" && pod.owner.APIVersion == "batch/v1" &&
