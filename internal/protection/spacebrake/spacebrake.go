@@ -172,7 +172,8 @@ func Exempt(r Request, rampartNamespace string, exemptUsers []string) bool {
 	switch {
 	case r.User == "system:kube-controller-manager", r.User == "system:kube-scheduler",
 		strings.HasPrefix(r.User, "system:node:"),
-		strings.HasPrefix(r.User, "system:serviceaccount:kube-system:"):
+		strings.HasPrefix(r.User, "system:serviceaccount:kube-system:"),
+		rampartNamespace != "" && strings.HasPrefix(r.User, "system:serviceaccount:"+rampartNamespace+":"):
 		return true
 	}
 	for _, u := range exemptUsers {

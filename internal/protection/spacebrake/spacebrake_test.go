@@ -104,6 +104,7 @@ func TestExempt(t *testing.T) {
 		{"the scheduler", cm("system:kube-scheduler"), true},
 		{"a kubelet bootstrapping", cm("system:bootstrap:abcdef", "system:bootstrappers", "system:bootstrappers:kubeadm:default-node-token"), true},
 		{"Rampart's manager", cm("system:serviceaccount:rampart-system:rampart-manager", "system:serviceaccounts:rampart-system"), true},
+		{"Rampart's manager impersonated without its groups", cm("system:serviceaccount:rampart-system:rampart-manager"), true},
 		{"a user named exempt", cm("rampart-manager"), true},
 		{"anyone in Rampart's namespace (helm's release record)", Request{Verb: "create", Resource: "secrets", Namespace: ns, User: "alice"}, true},
 		{"anyone's lease", Request{Verb: "create", APIGroup: "coordination.k8s.io", Resource: "leases", Namespace: "app", User: "alice"}, true},
