@@ -285,12 +285,20 @@ func TestChartNetworkPolicyOpensOnlyTheManagersPorts(t *testing.T) {
 // TestChartGatewayRoleIsTheGatewaysRole keeps the chart's gateway rights
 // the same as those `rampart up` grants (internal/servers/gateway/rbac.go).
 func TestChartGatewayRoleIsTheGatewaysRole(t *testing.T) {
-	role := convert[rbacv1.ClusterRole](t, find(t, render(t, everything...), "ClusterRole", gateway.RoleName))
+	objs := render(t, everything...)
+	role := convert[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", gateway.RoleName))
 	if want := gateway.ClusterRole().Rules; !equality.Semantic.DeepEqual(role.Rules, want) {
 		t.Errorf("the chart's ClusterRole %s differs from gateway.ClusterRole():\nchart: %+v\ncode:  %+v", gateway.RoleName, role.Rules, want)
 	}
+	space := convert[rbacv1.Role](t, find(t, objs, "Role", gateway.SpaceRoleName))
+	if want := gateway.SpaceRole(releaseNamespace); !equality.Semantic.DeepEqual(space.Rules, want.Rules) || space.Namespace != releaseNamespace {
+		t.Errorf("the chart's Role %s differs from gateway.SpaceRole():\nchart: %+v\ncode:  %+v", gateway.SpaceRoleName, space.Rules, want.Rules)
+	}
+	if b := convert[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", gateway.SpaceRoleName)); b.RoleRef.Name != gateway.SpaceRoleName || len(b.Subjects) != 1 || b.Subjects[0].Name != gateway.RoleName {
+		t.Errorf("the chart's RoleBinding %s binds %+v to %+v, want the gateway's service account", gateway.SpaceRoleName, b.RoleRef, b.Subjects)
+	}
 	groups := []string{"cert-manager.io", "example.com"}
-	objs := render(t, append(slices.Clone(everything), "--set", "gateway.countCustomResourceGroups={"+strings.Join(groups, ",")+"}")...)
+	objs = render(t, append(slices.Clone(everything), "--set", "gateway.countCustomResourceGroups={"+strings.Join(groups, ",")+"}")...)
 	custom := convert[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", gateway.CustomResourceRoleName))
 	if want := gateway.CustomResourceRole(groups).Rules; !equality.Semantic.DeepEqual(custom.Rules, want) {
 		t.Errorf("the chart's ClusterRole %s differs from gateway.CustomResourceRole():\nchart: %+v\ncode:  %+v", gateway.CustomResourceRoleName, custom.Rules, want)

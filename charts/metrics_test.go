@@ -388,6 +388,9 @@ var (
 	groupingRE = regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
 	// tokenRE: a number or duration, or a name, with "(" if it is called.
 	tokenRE = regexp.MustCompile(`[0-9][\w.]*|([A-Za-z_:][\w:]*)(\s*\()?`)
+	// rangeQueryRE: a query an alert's annotation runs, and what it
+	// writes of each series.
+	rangeQueryRE = regexp.MustCompile(`\{\{\s*range\s+query\s+("(?:[^"\\]|\\.)*")\s*\}\}(.*?)\{\{\s*end\s*\}\}`)
 	// templateRE: a label in a legend, an annotation title, or an alert's
 	// $labels.
 	templateRE = regexp.MustCompile(`\{\{\s*(?:\$labels\.|\.Labels\.)?(\w+)\s*\}\}|\$labels\.(\w+)`)
@@ -566,7 +569,16 @@ func alertQueries(t *testing.T) []query {
 			q := query{where: "alert " + r.Alert + r.Record, expr: r.Expr}
 			for _, m := range []map[string]string{r.Labels, r.Annotations} {
 				for _, v := range m {
-					q.templates = append(q.templates, v)
+					// A {{ range query "EXPR" }}...{{ end }} in an
+					// annotation names the labels of EXPR's series.
+					for _, m := range rangeQueryRE.FindAllStringSubmatch(v, -1) {
+						expr, err := strconv.Unquote(m[1])
+						if err != nil {
+							t.Fatalf("alert %s: %s: %v", r.Alert, m[1], err)
+						}
+						qs = append(qs, query{where: "alert " + r.Alert + " annotation query", expr: expr, templates: []string{m[2]}})
+					}
+					q.templates = append(q.templates, rangeQueryRE.ReplaceAllString(v, ""))
 				}
 			}
 			qs = append(qs, q)

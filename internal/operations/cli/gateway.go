@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rampart-io/rampart/internal/plumbing/trafficlog"
+	"github.com/rampart-io/rampart/internal/protection/spacebrake"
 	"github.com/rampart-io/rampart/internal/servers/gateway"
 	"github.com/rampart-io/rampart/internal/servers/gateway/identity"
 	"github.com/rampart-io/rampart/internal/servers/gateway/upstream"
@@ -126,6 +127,9 @@ ClusterRole rampart-gateway.`,
 	f.IntVar(&trafficLogMaxSize, "traffic-log-max-size", 100, "megabytes of a traffic log file before it is rotated")
 	f.IntVar(&trafficLogMaxBackups, "traffic-log-max-backups", 5, "rotated traffic log files kept (0: all)")
 	f.StringVar(&o.TrafficLogSample, "traffic-log-sample", gateway.SampleAll, "which requests the traffic log records: all, or policy (as the access log samples: each TrafficPolicy's accessLogPercent, --access-log-percent for requests no policy matches; each line says how many requests it stands for)")
+	f.StringVar(&o.Namespace, "namespace", "rampart-system", "Rampart's namespace, where the manager publishes its look at etcd's space (ConfigMap rampart-etcd-space) for the etcd-space brake")
+	f.Float64Var(&o.EtcdSpaceBrakeShare, "etcd-space-brake-share", spacebrake.DefaultShare, "from this share of etcd's quota (the fullest member's, as the manager last reported it), or at NOSPACE, refuse creates from clients outside the control plane (429) so that leases, node status, updates and deletes keep working while space is recovered; 0 turns the brake off")
+	f.StringSliceVar(&o.EtcdSpaceBrakeExemptUsers, "etcd-space-brake-exempt-users", nil, "users whose creates pass the etcd-space brake besides the control plane, Rampart's service accounts and leases (Rampart's manager when it is not a service account of --namespace)")
 	cmd.AddCommand(newBreakerCommand())
 	f.DurationVar(&o.ShutdownWatchSpread, "shutdown-watch-spread", 5*time.Second, "on SIGTERM, end the watches in batches over this time, each so that its client resumes from where it was instead of relisting; set the pod's terminationGracePeriodSeconds above this plus 10s")
 	return cmd

@@ -158,7 +158,11 @@ func (c *Cluster) installGateway(ctx context.Context) error {
 			objs = append(objs, o)
 		}
 	}
-	rbac := []runtime.Object{gateway.ClusterRole(), gateway.ClusterRoleBinding(gatewayID.user), gatewayAdminsBinding()}
+	// Rampart's namespace, for the Role that lets the gateway read the
+	// manager's look at etcd's space (its brake).
+	objs = append(objs, all[0])
+	rbac := []runtime.Object{gateway.ClusterRole(), gateway.ClusterRoleBinding(gatewayID.user), gatewayAdminsBinding(),
+		gateway.SpaceRole(ManagerNamespace), gateway.SpaceRoleBinding(ManagerNamespace, gatewayID.user)}
 	if role := gateway.CustomResourceRole(c.opts.GatewayCountCustomResourceGroups); role != nil {
 		rbac = append(rbac, role, gateway.CustomResourceRoleBinding(gatewayID.user))
 	}
@@ -220,6 +224,7 @@ func (c *Cluster) StartGateway(ctx context.Context) error {
 		"--health-interval=1s",
 		"--traffic-log=" + c.GatewayTrafficLog(), "--traffic-log-max-size=50", "--traffic-log-max-backups=2",
 		"--name=" + GatewayName,
+		"--namespace=" + ManagerNamespace, "--etcd-space-brake-exempt-users=" + ManagerUser,
 	}, append(c.gatewayUpstreamArgs(), extra...)...)...)
 	if err != nil {
 		return err

@@ -49,6 +49,7 @@ func (g *Gateway) chain() []guard {
 		g.refuseMasters,  // members of system:masters use the API server directly: 403
 		g.selectPolicy,   // the first matching TrafficPolicy; never refuses
 		g.reject,         // a policy with action Reject: 403
+		g.brakeSpace,     // etcd nearly full: creates from outside the control plane, 429
 		g.route,          // a policy with action Route: its pool, or 503 when the pool is down
 		g.breaker,        // the policy's circuit breaker: 429
 		g.limit,          // the policy's rate and in-flight limits: 429

@@ -107,6 +107,8 @@ type Gateway struct {
 	// traffic log, nil when off.
 	observe []observer
 	traffic *trafficlog.Log
+	// space is the etcd-space brake's reading (spacebrake.go).
+	space *spaceBrake
 }
 
 // New builds a gateway that reaches the API servers with cfg's
@@ -134,7 +136,7 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 	if !hasCert && !hasToken {
 		return nil, errors.New("the gateway's kubeconfig has neither a client certificate nor a token: the gateway must authenticate as itself (bound to ClusterRole rampart-gateway) to impersonate its clients")
 	}
-	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), listWatch: traffic.NewGuards(), refusalLog: rate.NewLimiter(20, 20), stopLong: context.Background(), policyFence: newPolicyFence()}
+	g := &Gateway{opts: opts, log: opts.Log, limiter: traffic.NewLimiter(), listWatch: traffic.NewGuards(), refusalLog: rate.NewLimiter(20, 20), stopLong: context.Background(), policyFence: newPolicyFence(""), space: newSpaceBrake()}
 	g.pools = pools
 	g.routes = traffic.Routes{Available: func(name string) bool {
 		p := g.pools.Named(name)
@@ -312,6 +314,10 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	})
 	wg.Go(func() { g.counts.run(background, g.opts.CountResources) })
 	if err := g.watchPolicies(background, &wg); err != nil {
+		stopBackground()
+		return err
+	}
+	if err := g.watchSpace(background, &wg); err != nil {
 		stopBackground()
 		return err
 	}

@@ -22,7 +22,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/rampart-io/rampart/api/v1alpha1"
+	"github.com/rampart-io/rampart/internal/operations/etcdtool/space"
 	"github.com/rampart-io/rampart/internal/plumbing/verdict"
+	"github.com/rampart-io/rampart/internal/protection/spacebrake"
 	"github.com/rampart-io/rampart/internal/protection/traffic"
 	"github.com/rampart-io/rampart/internal/servers/gateway/identity"
 	"github.com/rampart-io/rampart/internal/servers/gateway/upstream"
@@ -40,9 +42,14 @@ import (
 func guardedGateway(t *testing.T) *Gateway {
 	t.Helper()
 	g := guardedGatewayOf(t, &rest.Config{Host: "https://127.0.0.1:1", BearerToken: "gateway"}, Options{
-		UpstreamPools: []UpstreamPool{{Name: "heavy", URLs: []string{"https://127.0.0.2:1"}}, {Name: "down", URLs: []string{"https://127.0.0.3:1"}}}})
+		UpstreamPools: []UpstreamPool{{Name: "heavy", URLs: []string{"https://127.0.0.2:1"}}, {Name: "down", URLs: []string{"https://127.0.0.3:1"}}},
+		Namespace:     "rampart-system", EtcdSpaceBrakeShare: 0.9})
 	down := g.pools.Named("down")
 	down.Checked(down.Servers[0], false, time.Now())
+	// etcd at 95% of its quota, just reported: the brake holds.
+	g.space.reading.Store(&spacebrake.Reading{Synced: true, Report: &space.Report{
+		Verdict: space.Verdict{Level: space.Warning, Share: 0.95, Fullest: space.Member{Name: "etcd-0", DBSize: 95, Quota: 100}},
+		At:      time.Now(), Every: time.Minute}})
 	return g
 }
 
@@ -112,6 +119,14 @@ func get(token, path string, headers ...string) *http.Request {
 	return r
 }
 
+// post is a POST (a create) of path by the client with token, with extra
+// headers as name, value pairs.
+func post(token, path string, headers ...string) *http.Request {
+	r := get(token, path, headers...)
+	r.Method = http.MethodPost
+	return r
+}
+
 // decide runs the chain as ServeHTTP does, without forwarding, and
 // returns the first refusal (or pass) and the exchange.
 func decide(g *Gateway, r *http.Request) (verdict.Verdict, *exchange) {
@@ -126,7 +141,10 @@ func decide(g *Gateway, r *http.Request) (verdict.Verdict, *exchange) {
 	return pass, x
 }
 
-const pods = "/api/v1/namespaces/shop/pods"
+const (
+	pods       = "/api/v1/namespaces/shop/pods"
+	configMaps = "/api/v1/namespaces/shop/configmaps"
+)
 
 func TestGuardsVerdicts(t *testing.T) {
 	for _, tc := range []struct {
@@ -167,6 +185,11 @@ func TestGuardsVerdicts(t *testing.T) {
 		{name: "a Route policy whose pool is down", requests: []*http.Request{get("heidi", pods)}, code: 503, reason: "pool-unavailable", retry: true,
 			message: `TrafficPolicy "t-route-down" routes this request to upstream pool "down", and none of that pool's API servers is available now`},
 		{name: "a Route policy falling back", requests: []*http.Request{get("ivan", pods)}, as: "ivan", policy: "t-route-fallback"},
+		{name: "a create while etcd is nearly full", requests: []*http.Request{post("judy", configMaps)}, code: 429, reason: "etcd-space",
+			message: "rampart etcd space recover --dir DIR"},
+		{name: "an eviction while etcd is nearly full", requests: []*http.Request{post("judy", pods+"/web-0/eviction")}, as: "judy", policy: noPolicy},
+		{name: "a node's create while etcd is nearly full", requests: []*http.Request{post("admin", configMaps, "Impersonate-User", "system:node:n1", "Impersonate-Group", "system:nodes")},
+			as: "system:node:n1", policy: noPolicy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := guardedGateway(t)
@@ -226,6 +249,7 @@ func TestRefusalsAreAPIStatuses(t *testing.T) {
 		{"limit", []*http.Request{get("dave", pods), get("dave", pods)}, 429, metav1.StatusReasonTooManyRequests, true},
 		{"guardListWatch", []*http.Request{get("erin", pods+"?watch=1&resourceVersion=1"), get("erin", pods+"?watch=1&resourceVersion=1")}, 429, metav1.StatusReasonTooManyRequests, true},
 		{"route", []*http.Request{get("heidi", pods)}, 503, metav1.StatusReasonServiceUnavailable, true},
+		{"brakeSpace", []*http.Request{post("judy", configMaps)}, 429, metav1.StatusReasonTooManyRequests, false},
 	} {
 		t.Run(tc.guard+"/"+strconv.Itoa(tc.code), func(t *testing.T) {
 			g := guardedGateway(t)

@@ -116,7 +116,7 @@ func newMetrics(g *Gateway) *metrics {
 		}, []string{"policy", "kind"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rampart_gateway_rejections_total",
-			Help: "Requests the gateway refused itself, by policy and reason (rate, in-flight, rejected, impersonation, masters, unauthenticated, breaker, list-cost, unpaginated-list, watch-max, watch-rate, watch-storm, pool-unavailable).",
+			Help: "Requests the gateway refused itself, by policy and reason (rate, in-flight, rejected, impersonation, masters, unauthenticated, breaker, list-cost, unpaginated-list, watch-max, watch-rate, watch-storm, pool-unavailable, etcd-space).",
 		}, []string{"policy", "reason"}),
 		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rampart_gateway_upstream_ejections_total",
@@ -158,7 +158,7 @@ func newMetrics(g *Gateway) *metrics {
 	m.watchEventsOf.child = func(l [2]string) prometheus.Counter { return m.watchEvents.WithLabelValues(l[0], l[1]) }
 	m.registry.MustRegister(m.requests, m.latency, m.inFlight, m.rejections, m.ejections, m.routed, m.leftOut, m.responseBytes, m.listObjects, m.watchEvents,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&upstreamCollector{g: g}, m.top)
+		&upstreamCollector{g: g}, m.top, brakeCollector{g}, g.space.refusals)
 	return m
 }
 

@@ -67,6 +67,19 @@ type Options struct {
 	TrafficLog io.Writer
 	// TrafficLogSample is SampleAll (the default) or SamplePolicy.
 	TrafficLogSample string
+	// Namespace is Rampart's namespace, where the manager publishes its
+	// look at etcd's space (ConfigMap rampart-etcd-space) for the brake.
+	// Empty: no brake.
+	Namespace string
+	// EtcdSpaceBrakeShare is the share of etcd's quota (on the fullest
+	// member) from which creates from clients outside the control plane
+	// are refused (spacebrake.DefaultShare from the command line); 0: no
+	// brake.
+	EtcdSpaceBrakeShare float64
+	// EtcdSpaceBrakeExemptUsers pass the brake besides the control plane,
+	// Rampart's service accounts and leases: Rampart's manager when it is
+	// not a service account of Namespace.
+	EtcdSpaceBrakeExemptUsers []string
 }
 
 // UpstreamPool is a named pool of kube-apiservers.
@@ -159,6 +172,9 @@ func (o Options) Validate() error {
 		if gr := schema.ParseGroupResource(name); gr == (schema.GroupResource{Resource: "secrets"}) {
 			errs = append(errs, errors.New("--count-resources: the gateway never counts secrets per namespace (it may not read them); they are priced by their cluster-wide count"))
 		}
+	}
+	if o.EtcdSpaceBrakeShare < 0 || o.EtcdSpaceBrakeShare > 1 {
+		errs = append(errs, fmt.Errorf("--etcd-space-brake-share %v: give a share of etcd's quota, 0 (no brake) to 1", o.EtcdSpaceBrakeShare))
 	}
 	switch o.TrafficLogSample {
 	case "", SampleAll, SamplePolicy:

@@ -36,13 +36,18 @@ const maxFencedBody = 1 << 20
 // policyFence is the highest resourceVersion of the TrafficPolicies the
 // gateway has applied.
 type policyFence struct {
+	// only is the one object's name whose writes it fences; empty: every
+	// object its watch sees.
+	only    string
 	mu      sync.Mutex
 	applied uint64
 	// changed is closed and replaced when applied rises.
 	changed chan struct{}
 }
 
-func newPolicyFence() *policyFence { return &policyFence{changed: make(chan struct{})} }
+func newPolicyFence(only string) *policyFence {
+	return &policyFence{only: only, changed: make(chan struct{})}
+}
 
 // applied records that the policies now include obj (an object of the
 // watch, or the tombstone of a deleted one). The watch delivers changes in
@@ -102,12 +107,30 @@ func policyWrite(r traffic.Request) bool {
 	return false
 }
 
+// fenceOf is the fence of the writes r may be: a TrafficPolicy's, or the
+// etcd space report's (the brake holds from the answer to its write on,
+// spacebrake.go); nil for other requests.
+func (g *Gateway) fenceOf(r traffic.Request) *policyFence {
+	switch {
+	case policyWrite(r):
+		return g.policyFence
+	case g.spaceReportWrite(r):
+		return g.space.fence
+	}
+	return nil
+}
+
 // fencePolicyWrite is the proxy's ModifyResponse: the answer to a
-// successful write of a TrafficPolicy waits until the gateway applies the
-// resourceVersion it carries. Other answers pass untouched.
+// successful write of a TrafficPolicy (or of the etcd space report) waits
+// until the gateway applies the resourceVersion it carries. Other answers
+// pass untouched.
 func (g *Gateway) fencePolicyWrite(resp *http.Response) error {
 	x := exchangeOf(resp.Request)
-	if x == nil || !policyWrite(x.req) || resp.StatusCode/100 != 2 || resp.Header.Get("Content-Encoding") != "" {
+	if x == nil || resp.StatusCode/100 != 2 || resp.Header.Get("Content-Encoding") != "" {
+		return nil
+	}
+	fence := g.fenceOf(x.req)
+	if fence == nil {
 		return nil
 	}
 	rest := resp.Body
@@ -123,6 +146,7 @@ func (g *Gateway) fencePolicyWrite(resp *http.Response) error {
 	resp.Body = readCloser{bytes.NewReader(body), rest}
 	var obj struct {
 		Metadata struct {
+			Name            string `json:"name"`
 			ResourceVersion string `json:"resourceVersion"`
 		} `json:"metadata"`
 	}
@@ -130,11 +154,11 @@ func (g *Gateway) fencePolicyWrite(resp *http.Response) error {
 		return nil // not JSON (YAML, CBOR) or a Status: nothing to wait for
 	}
 	rv, err := strconv.ParseUint(obj.Metadata.ResourceVersion, 10, 64)
-	if err != nil {
+	if err != nil || fence.only != "" && obj.Metadata.Name != fence.only {
 		return nil
 	}
-	if !g.policyFence.wait(resp.Request.Context(), rv, policyFenceTimeout) && resp.Request.Context().Err() == nil {
-		g.log.Warn("TrafficPolicy written through the gateway but not applied yet: answering anyway; it applies when the policy watch brings it",
+	if !fence.wait(resp.Request.Context(), rv, policyFenceTimeout) && resp.Request.Context().Err() == nil {
+		g.log.Warn("written through the gateway but not applied yet: answering anyway; it applies when the gateway's watch brings it",
 			"path", resp.Request.URL.Path, "resourceVersion", rv, "waited", policyFenceTimeout.String())
 	}
 	return nil

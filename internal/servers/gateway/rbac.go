@@ -5,6 +5,8 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rampart-io/rampart/internal/operations/etcdtool/space"
 )
 
 // RoleName names the gateway's ClusterRole and its bindings.
@@ -135,6 +137,33 @@ func impersonateOn(mode string, verbs []string) []string {
 		out[i] = "impersonate-on:" + mode + ":" + v
 	}
 	return out
+}
+
+// SpaceRoleName names the Role, in Rampart's namespace, that lets the
+// gateway read the manager's look at etcd's space for its brake.
+const SpaceRoleName = "rampart-gateway-etcd-space"
+
+// SpaceRole lets the gateway get, list and watch the one ConfigMap the
+// manager publishes etcd's space in (its watch names it with a
+// fieldSelector, which RBAC accepts for resourceNames), and nothing else
+// in Rampart's namespace.
+func SpaceRole(namespace string) *rbacv1.Role {
+	return &rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: metav1.ObjectMeta{Name: SpaceRoleName, Namespace: namespace},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
+			ResourceNames: []string{space.ReportConfigMap}, Verbs: []string{"get", "list", "watch"}}},
+	}
+}
+
+// SpaceRoleBinding binds SpaceRole to the gateway's user.
+func SpaceRoleBinding(namespace, user string) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: SpaceRoleName, Namespace: namespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: SpaceRoleName},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}
 }
 
 // ClusterRoleBinding binds ClusterRole to the gateway's user (the CN of

@@ -146,7 +146,7 @@ func scrapeRegistry(t *testing.T, g *Gateway) string {
 // resourceVersion (or a later one), and not before; it gives up after its
 // timeout. Only writes of a TrafficPolicy's spec are fenced.
 func TestPolicyFence(t *testing.T) {
-	f := newPolicyFence()
+	f := newPolicyFence("")
 	obj := func(rv string) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{}
 		u.SetResourceVersion(rv)

@@ -15,23 +15,14 @@ import (
 )
 
 // SpaceConfigMap is where the leader publishes its last look at etcd's
-// space (rampart status shows it).
-const SpaceConfigMap = "rampart-etcd-space"
+// space (rampart status shows it, the gateway's brake reads it).
+const SpaceConfigMap = space.ReportConfigMap
 
 // SpaceKey is the ConfigMap's key holding the look as JSON.
-const SpaceKey = "space.json"
+const SpaceKey = space.ReportKey
 
 // SpaceReport is what the leader publishes.
-type SpaceReport struct {
-	Verdict space.Verdict `json:"verdict"`
-	Space   space.Space   `json:"space"`
-	// Written are the prefixes written most since the previous look.
-	Written []space.Grown `json:"written"`
-	// Since is that look's revision.
-	Since     int64   `json:"since"`
-	WarnShare float64 `json:"warnShare"`
-	Error     string  `json:"error,omitempty"`
-}
+type SpaceReport = space.Report
 
 var spaceMetrics = space.NewMetrics()
 
@@ -110,6 +101,7 @@ func (w *spaceWatch) look(ctx context.Context) SpaceReport {
 // +kubebuilder:rbac:groups="",namespace=rampart-system,resources=configmaps,verbs=get;update,resourceNames=rampart-etcd-space
 
 func (w *spaceWatch) publish(ctx context.Context, r SpaceReport) error {
+	r.At, r.Every = time.Now(), w.every
 	raw, err := json.Marshal(r)
 	if err != nil {
 		return err
