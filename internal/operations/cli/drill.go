@@ -92,15 +92,19 @@ or if an operation missed its bound.`,
 			if err := writeReport(jsonOut, out, results, opResults); err != nil {
 				return err
 			}
-			var failed []string
+			var failed, over []string
 			for _, r := range results {
 				if r.Protected.Lost > r.Protected.Bound {
 					failed = append(failed, r.Drill)
 				}
+				over = append(over, r.OverBounds()...)
 			}
 			var problems []string
 			if len(failed) > 0 {
 				problems = append(problems, "loss under protection in: "+strings.Join(failed, ", "))
+			}
+			if len(over) > 0 {
+				problems = append(problems, "figures over their bound under protection: "+strings.Join(over, "; "))
 			}
 			if slow := drill.OperationsFailed(opResults); len(slow) > 0 {
 				problems = append(problems, "operations over their bound under protection: "+strings.Join(slow, ", "))

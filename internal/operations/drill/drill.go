@@ -132,6 +132,25 @@ type Result struct {
 	Duration    time.Duration `json:"durationNanos"`
 }
 
+// OverBounds are the protected side's figures past a bound the drill
+// measured beside them: a figure NAME_percent over its NAME_bound_pct
+// (list-storm-routed's memory rise of the API servers the storm was
+// routed away from), named with both values.
+func (r Result) OverBounds() []string {
+	var over []string
+	for key, bound := range r.Protected.Measured {
+		name, ok := strings.CutSuffix(key, "_bound_pct")
+		if !ok {
+			continue
+		}
+		if v, measured := r.Protected.Measured[name+"_percent"]; measured && v > bound {
+			over = append(over, fmt.Sprintf("%s %s %.1f%% over its bound %.0f%%", r.Drill, name, v, bound))
+		}
+	}
+	slices.Sort(over)
+	return over
+}
+
 // Run runs each drill on the unprotected and the protected target.
 func Run(ctx context.Context, drills []Drill, unprotected, protected Target, progress io.Writer) ([]Result, error) {
 	var results []Result
