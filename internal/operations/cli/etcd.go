@@ -42,7 +42,7 @@ type etcdFlags struct {
 func (f *etcdFlags) add(cmd *cobra.Command, withSnapshot bool) {
 	cmd.Flags().StringSliceVar(&f.Endpoints, "endpoints", nil, "etcd client URLs (https://HOST:2379)")
 	cmd.Flags().StringVar(&f.CACert, "cacert", "", "CA bundle that signed etcd's serving certificate")
-	cmd.Flags().StringVar(&f.Cert, "cert", "", "client certificate (the API server's etcd client certificate will do)")
+	cmd.Flags().StringVar(&f.Cert, "cert", "", "client certificate: the API server's etcd client certificate will do unless etcd's authentication is on; then one that may read every key (rampart up: DIR/pki/etcd-reader.crt), or root's (DIR/pki/etcd-root.crt) for snapshot save and space recover")
 	cmd.Flags().StringVar(&f.Key, "key", "", "client certificate's key")
 	if withSnapshot {
 		cmd.Flags().StringVar(&f.snapshot, "snapshot", "", "read this snapshot file (or a member's member/snap/db) instead of a live etcd")
