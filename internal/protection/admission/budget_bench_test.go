@@ -60,6 +60,13 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 	if v := os.Getenv("RAMPART_BENCH_FENCE_ABOVE"); v != "" {
 		args = []string{"--budget-fence-above=" + v}
 	}
+	// RAMPART_BENCH_PROFILE=PREFIX takes a 20 s CPU profile of the manager
+	// during each case's evictions into PREFIX-CASE.pprof (give -benchtime
+	// enough evictions to last that long).
+	profile := os.Getenv("RAMPART_BENCH_PROFILE")
+	if profile != "" {
+		args = append(args, "--profiling")
+	}
 	// A group's pods run (kwok), or the group counts as disrupted: 250
 	// pods fit on a node.
 	nodes := 1
@@ -190,6 +197,10 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 			}
 			sum0, count0 := webhook()
 			stopWrites := backgroundWrites(b, env, ns)
+			profiled := func() {}
+			if profile != "" {
+				profiled = profileManager(b, env, profile+"-"+name+".pprof")
+			}
 			var lat []time.Duration
 			b.ResetTimer()
 			for b.Loop() {
@@ -201,6 +212,7 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 			}
 			b.StopTimer()
 			stopWrites()
+			profiled()
 			reportPercentiles(b, lat)
 			if sum1, count1 := webhook(); count1 > count0 {
 				b.ReportMetric((sum1-sum0)/(count1-count0)*1e6, "webhook-mean-us")
