@@ -61,10 +61,6 @@ const etcdRegistry = "/registry/"
 // protected cluster does unless Options.NoEtcdAuth.
 func (c *Cluster) etcdAuth() bool { return !c.opts.Unprotected && !c.opts.NoEtcdAuth }
 
-// EtcdAuth says whether etcd's authentication is on: only the API server
-// may write /registry/.
-func (c *Cluster) EtcdAuth() bool { return c.etcdAuth() }
-
 // enableEtcdAuth adds the users and roles above and turns authentication
 // on, as root; an etcd that has it on already (a restart) is left alone.
 func (c *Cluster) enableEtcdAuth(ctx context.Context) error {
