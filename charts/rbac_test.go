@@ -41,7 +41,7 @@ var managerGrants = []grant{
 	{[]string{"authorization.k8s.io"}, []string{"subjectaccessreviews"}, []string{"create"}, nil, "authorizes metrics scrapers"},
 	{[]string{"rampart.io"}, []string{"*"}, []string{"get", "list", "watch"}, nil, "Rampart's own policies"},
 	{[]string{"rampart.io"}, []string{"*/status"}, []string{"get", "update", "patch"}, nil, "status of Rampart's own policies"},
-	{[]string{"rampart.io"}, []string{"podunavailablebudgets"}, []string{"create", "update", "patch", "delete"}, nil, "generated budgets, and the budget fence rampart-fence in its own namespace (created once, an annotation patched per fenced disruption)"},
+	{[]string{"rampart.io"}, []string{"podunavailablebudgets"}, []string{"create", "update", "patch", "delete"}, nil, "generated budgets; in its own namespace the budget fence rampart-fence (created once, an annotation patched per fenced disruption) and the change marks rampart-changes.NAMESPACE (an annotation patched per budget created or changed)"},
 }
 
 // ownNamespaceGrants are the rights of the Role in Rampart's own namespace.

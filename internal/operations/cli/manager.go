@@ -25,6 +25,7 @@ func newManagerCommand() *cobra.Command {
 	var kubeconfig string
 	var exemptSAs []string
 	var installedBy string
+	marks := true
 	zapOpts := zap.Options{}
 	cmd := &cobra.Command{
 		Use:   "manager",
@@ -35,6 +36,7 @@ func newManagerCommand() *cobra.Command {
 			ctrl.SetLogger(log)
 			o.Log = log
 			o.Version = Version
+			o.NoBudgetMarks = !marks
 			if err := exemptServiceAccounts(&o.ReplicasExempt, exemptSAs); err != nil {
 				return err
 			}
@@ -80,6 +82,8 @@ func newManagerCommand() *cobra.Command {
 		"share of the nodes a PodUnavailableBudget's pods run on that, NotReady at once (two at least), is taken for a partition: pods there are then decided like healthy ones, whatever the budget's unhealthyPodPolicy (kube-controller-manager's --unhealthy-zone-threshold default)")
 	f.IntVar(&o.BudgetFenceAbove, "budget-fence-above", budget.DefaultFenceAbove,
 		"number of PodUnavailableBudgets in a namespace from which a disruption there is judged after one write of the budget fence (rampart-fence in --namespace) instead of a live list of the namespace's budgets: the list's cost grows with the budgets, the fence's does not")
+	f.BoolVar(&marks, "budget-change-marks", true,
+		"mark each creation and spec change of a PodUnavailableBudget, before the API server stores it, in its namespace's rampart-changes.NAMESPACE in --namespace, so that a disruption knows the manager has seen every budget accepted before it with one read of those marks, instead of a list of the namespace's budgets or a write of the fence (false: list or fence, as --budget-fence-above says)")
 	addReplicasExemptFlags(f, &o.ReplicasExempt, &exemptSAs)
 	f.BoolVar(&o.CompiledPolicies, "compiled-policies", true,
 		"have the API server enforce the static rules itself as ValidatingAdmissionPolicies kept applied by the leader (the label rules, and each enforced ProtectionPolicy's Always and built-in workloads' replicas), and narrow the label webhooks once every API server does: those rules then hold while Rampart is down")

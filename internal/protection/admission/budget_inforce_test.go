@@ -257,15 +257,48 @@ func TestBudgetHoldsFromCreationWithSeveralReplicas(t *testing.T) {
 		if disrupted > 2 {
 			t.Fatalf("iteration %d: %d pods disrupted right after the workload asked for a budget of maxUnavailable 2", i, disrupted)
 		}
+		disrupted, took = budgetChangeActAtOnce(t, env)
+		t.Logf("iteration %d: budget tightened in %v; %d of 10 pods disrupted by 10 concurrent deletes and evictions sent at once (budget allows 2)",
+			i, took.Round(time.Millisecond), disrupted)
+		if disrupted > 2 {
+			t.Fatalf("iteration %d: %d pods disrupted right after the budget was tightened to minAvailable 8", i, disrupted)
+		}
+	}
+	// Each replica knew its index current through the change marks: a
+	// read, no write and no list (budget.MarksName).
+	if reads := budgetIndexReads(t, env, 3); reads["marks"] == 0 || reads["fence"] != 0 {
+		t.Fatalf("disruptions' reads of the budget index by way: %v; want them through the marks, none through the fence", reads)
+	} else {
+		t.Logf("disruptions' reads of the budget index by way: %v", reads)
 	}
 }
 
-// The same through the budget fence (--budget-fence-above=1: every
-// namespace holding a budget is judged after a fence write, not a live
-// list of its budgets): the replica judging the disruptions has filed the
+// A budget tightened (minAvailable 0 to 8, a new generation) holds from the
+// moment the API server accepts the change, on every replica: the objects
+// webhook marks the change before it is stored.
+func budgetChangeActAtOnce(t testing.TB, env *clustertest.Env) (int, time.Duration) {
+	t.Helper()
+	ns := env.Namespace(t)
+	createPods(t, env, ns, "web", 10, map[string]string{"app": "web"}, nil)
+	env.WaitPodsRunning(t, ns, "app=web", 10, 2*time.Minute)
+	createBudget(t, env, ns, "web", `{selector: {matchLabels: {app: web}}, minAvailable: 0}`)
+	waitBudget(t, env, ns, "web", time.Minute, func(s v1alpha1.PodUnavailableBudgetStatus) bool { return s.UnavailableAllowed == 10 })
+	start := time.Now()
+	if _, err := env.Dynamic.Resource(budgetsGVR).Namespace(ns).Patch(context.Background(), "web", types.MergePatchType,
+		[]byte(`{"spec":{"minAvailable":8}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("tightening the budget: %v", err)
+	}
+	took := time.Since(start)
+	return disruptAtOnce(t, env, ns), took
+}
+
+// The same through the budget fence (--budget-change-marks=false
+// --budget-fence-above=1: every namespace holding a budget is judged after
+// a fence write, not a read of its change marks or a live list of its
+// budgets): the replica judging the disruptions has filed the
 // new budget before it decides, or the fence makes it wait until it has.
 func TestBudgetHoldsFromCreationThroughTheFence(t *testing.T) {
-	env := clustertest.Start(t, localcluster.Options{Nodes: 1, Managers: 3, ManagerArgs: []string{"--budget-fence-above=1"}})
+	env := clustertest.Start(t, localcluster.Options{Nodes: 1, Managers: 3, ManagerArgs: []string{"--budget-fence-above=1", "--budget-change-marks=false"}})
 	for i := range inForceIterations() {
 		budgetHoldsAtOnce(t, env, i)
 	}
@@ -280,17 +313,39 @@ func TestBudgetHoldsFromCreationThroughTheFence(t *testing.T) {
 // the manager replicas.
 func fenceWrites(t *testing.T, env *clustertest.Env, replicas int) float64 {
 	t.Helper()
-	var sum float64
+	return sumManagerMetrics(t, env, replicas, `rampart_budget_fence_writes_total{outcome="ok"}`)[""]
+}
+
+// budgetIndexReads sums rampart_budget_index_reads_total over the manager
+// replicas, by way.
+func budgetIndexReads(t *testing.T, env *clustertest.Env, replicas int) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for labels, v := range sumManagerMetrics(t, env, replicas, "rampart_budget_index_reads_total") {
+		out[strings.TrimSuffix(strings.TrimPrefix(labels, `{way="`), `"}`)] += v
+	}
+	return out
+}
+
+// sumManagerMetrics sums the samples of a metric (a name, or a name with
+// its labels) over the manager replicas, by the rest of the sample's name
+// (its labels, if not given).
+func sumManagerMetrics(t *testing.T, env *clustertest.Env, replicas int, metric string) map[string]float64 {
+	t.Helper()
+	sum := map[string]float64{}
 	for i := range replicas {
 		text, err := env.ScrapeManagerMetrics(context.Background(), i)
 		if err != nil {
 			t.Fatalf("scraping manager %d: %v", i, err)
 		}
 		for _, line := range strings.Split(text, "\n") {
-			if v, ok := strings.CutPrefix(line, `rampart_budget_fence_writes_total{outcome="ok"} `); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				sum += f
+			name, v, ok := strings.Cut(line, " ")
+			rest, found := strings.CutPrefix(name, metric)
+			if !ok || !found || (rest != "" && rest[0] != '{') {
+				continue
 			}
+			f, _ := strconv.ParseFloat(v, 64)
+			sum[rest] += f
 		}
 	}
 	return sum
@@ -313,13 +368,20 @@ func budgetHoldsAtOnce(t *testing.T, env *clustertest.Env, iteration int) {
 // returns how many pods were disrupted and how long the create took.
 func budgetActAtOnce(t testing.TB, env *clustertest.Env) (int, time.Duration) {
 	t.Helper()
-	ctx := context.Background()
 	ns := env.Namespace(t)
 	createPods(t, env, ns, "web", 10, map[string]string{"app": "web"}, nil)
 	env.WaitPodsRunning(t, ns, "app=web", 10, 2*time.Minute)
 	start := time.Now()
 	createBudget(t, env, ns, "web", `{selector: {matchLabels: {app: web}}, minAvailable: 8}`)
 	took := time.Since(start)
+	return disruptAtOnce(t, env, ns), took
+}
+
+// disruptAtOnce sends 10 concurrent deletes and evictions of pods web-0 to
+// web-9 of ns, deletes ns, and says how many pods were disrupted.
+func disruptAtOnce(t testing.TB, env *clustertest.Env, ns string) int {
+	t.Helper()
+	ctx := context.Background()
 	var n atomic.Int64
 	var wg sync.WaitGroup
 	for i := range 10 {
@@ -342,7 +404,7 @@ func budgetActAtOnce(t testing.TB, env *clustertest.Env) (int, time.Duration) {
 	}
 	wg.Wait()
 	_ = env.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
-	return int(n.Load()), took
+	return int(n.Load())
 }
 
 // Issue 20: a generated budget holds from the moment the annotation that

@@ -78,14 +78,23 @@ func (x *Index) sawFence(rv string) {
 // rv or later: every budget change accepted before the fence's write at rv
 // is filed then.
 func (x *Index) WaitFence(ctx context.Context, rv string) error {
-	for {
+	return waitFiled(ctx, rv, "the fence", func() (string, chan struct{}) {
 		x.mu.RLock()
-		seen, next := x.fenceRV, x.fenced
-		x.mu.RUnlock()
+		defer x.mu.RUnlock()
+		return x.fenceRV, x.fenced
+	})
+}
+
+// waitFiled returns once filed says the index has filed what at
+// resourceVersion rv or later; filed also returns a channel closed when
+// that may have changed.
+func waitFiled(ctx context.Context, rv, what string, filed func() (string, chan struct{})) error {
+	for {
+		seen, next := filed()
 		if seen != "" {
 			c, err := resourceversion.CompareResourceVersion(seen, rv)
 			if err != nil {
-				return fmt.Errorf("comparing the fence's resourceVersions: %w", err)
+				return fmt.Errorf("comparing the resourceVersions of %s: %w", what, err)
 			}
 			if c >= 0 {
 				return nil
@@ -94,7 +103,7 @@ func (x *Index) WaitFence(ctx context.Context, rv string) error {
 		select {
 		case <-next:
 		case <-ctx.Done():
-			return fmt.Errorf("the budget index has not filed the fence at resourceVersion %s (filed: %q): %w", rv, seen, ctx.Err())
+			return fmt.Errorf("the budget index has not filed %s at resourceVersion %s (filed: %q): %w", what, rv, seen, ctx.Err())
 		}
 	}
 }

@@ -59,6 +59,13 @@ type Index struct {
 	fenceAbove int
 	fenceRV    string
 	fenced     chan struct{}
+
+	// marking turns the change marks on (see MarksName); marks are the
+	// marks filed, by the namespace they are for, and marked is closed
+	// and replaced when they change.
+	marking bool
+	marks   map[string]*marksSeen
+	marked  chan struct{}
 }
 
 type nsIndex struct {
@@ -70,11 +77,18 @@ type nsIndex struct {
 	pods map[string]*podEntry
 	// unresolved are the targetRef budgets whose selector is not known
 	// yet, or known for an older spec: not filed, or filed as they were.
-	unresolved map[string]struct{}
+	unresolved map[string]seenAs
+}
+
+// seenAs is the UID and generation a budget was last seen at.
+type seenAs struct {
+	uid        string
+	generation int64
 }
 
 type entry struct {
 	key        Key
+	uid        string
 	generation int64
 	selector   labels.Selector
 	ignored    labels.Selector
@@ -111,13 +125,15 @@ type podEntry struct {
 }
 
 // NewIndex returns an empty index.
-func NewIndex() *Index { return &Index{ns: map[string]*nsIndex{}, fenced: make(chan struct{})} }
+func NewIndex() *Index {
+	return &Index{ns: map[string]*nsIndex{}, fenced: make(chan struct{}), marks: map[string]*marksSeen{}, marked: make(chan struct{})}
+}
 
 func (x *Index) namespace(ns string) *nsIndex {
 	n := x.ns[ns]
 	if n == nil {
 		n = &nsIndex{budgets: map[string]*entry{}, byPair: map[string]map[*entry]struct{}{},
-			scan: map[*entry]struct{}{}, pods: map[string]*podEntry{}, unresolved: map[string]struct{}{}}
+			scan: map[*entry]struct{}{}, pods: map[string]*podEntry{}, unresolved: map[string]seenAs{}}
 		x.ns[ns] = n
 	}
 	return n
@@ -166,6 +182,13 @@ func (x *Index) SetBudget(b *v1alpha1.PodUnavailableBudget) (changed bool) {
 		x.sawFence(b.ResourceVersion)
 		return false
 	}
+	x.mu.RLock()
+	of, marks := x.marksFor(b.Namespace, b.Name)
+	x.mu.RUnlock()
+	if marks {
+		x.sawMarks(of, b.ResourceVersion, b.Annotations)
+		return false
+	}
 	sel, ignored, ok, err := Selectors(b)
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -173,13 +196,13 @@ func (x *Index) SetBudget(b *v1alpha1.PodUnavailableBudget) (changed bool) {
 	// A targetRef whose selector is not written yet, or was written for
 	// an older spec (the target may have changed): read live by a reader.
 	if (!ok && err == nil) || (b.Spec.TargetRef != nil && b.Status.ObservedGeneration != b.Generation) {
-		n.unresolved[b.Name] = struct{}{}
+		n.unresolved[b.Name] = seenAs{string(b.UID), b.Generation}
 	} else {
 		delete(n.unresolved, b.Name)
 	}
 	if old := n.budgets[b.Name]; old != nil {
 		if ok && err == nil && old.selector.String() == sel.String() && selString(old.ignored) == selString(ignored) && old.groupBy == groupBy(b) {
-			old.generation = b.Generation
+			old.uid, old.generation = string(b.UID), b.Generation
 			return false // same pods as before
 		}
 		n.remove(old)
@@ -188,7 +211,7 @@ func (x *Index) SetBudget(b *v1alpha1.PodUnavailableBudget) (changed bool) {
 	if !ok || err != nil {
 		return changed
 	}
-	e := &entry{key: Key{b.Namespace, b.Name}, generation: b.Generation, selector: sel, ignored: ignored, pods: map[string]*podEntry{},
+	e := &entry{key: Key{b.Namespace, b.Name}, uid: string(b.UID), generation: b.Generation, selector: sel, ignored: ignored, pods: map[string]*podEntry{},
 		groupBy: groupBy(b), groupPods: map[string]int32{}}
 	n.budgets[b.Name] = e
 	e.pair = n.choosePair(sel)
@@ -226,6 +249,13 @@ func selString(s labels.Selector) string {
 // DeleteBudget forgets a budget.
 func (x *Index) DeleteBudget(k Key) {
 	if x.IsFence(k.Namespace, k.Name) {
+		return
+	}
+	x.mu.RLock()
+	of, marks := x.marksFor(k.Namespace, k.Name)
+	x.mu.RUnlock()
+	if marks {
+		x.forgetMarks(of)
 		return
 	}
 	x.mu.Lock()

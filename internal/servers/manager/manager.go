@@ -66,6 +66,9 @@ type Options struct {
 	// a disruption there is judged through the budget fence rather than a
 	// live list of the namespace's budgets (0: budget.DefaultFenceAbove).
 	BudgetFenceAbove int
+	// NoBudgetMarks turns the budgets' change marks off (see
+	// budget.MarksName): disruptions then list or fence always.
+	NoBudgetMarks bool
 	// Namespace holds the leader-election lease; Rampart's webhooks never
 	// judge objects in it.
 	Namespace string
@@ -274,6 +277,8 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	// The budget fence orders the budget index against the API server
 	// (see budget.Index.SetFence).
 	views.Budgets.Index().SetFence(budget.Key{Namespace: o.Namespace, Name: budgetadmit.FenceName}, o.BudgetFenceAbove)
+	// The change marks tell it the same with a read (budget.MarksName).
+	views.Budgets.Index().SetMarking(!o.NoBudgetMarks)
 	bin, err := recycleBin(ctx, cfg, o)
 	if err != nil {
 		return err

@@ -11,9 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -141,10 +139,7 @@ func EnsureFence(ctx context.Context, c client.Client, ns string, owner *metav1.
 		Labels: map[string]string{budget.FenceLabel: "true", "app.kubernetes.io/managed-by": "rampart"},
 		Annotations: map[string]string{"rampart.io/description": "Not a budget: Rampart's manager writes it to know its view of the budgets " +
 			"is current before it judges a disruption. It covers no pod; deleting it is safe (the manager creates it again)."}},
-		Spec: v1alpha1.PodUnavailableBudgetSpec{Selector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-			{Key: budget.FenceLabel, Operator: metav1.LabelSelectorOpExists},
-			{Key: budget.FenceLabel, Operator: metav1.LabelSelectorOpDoesNotExist}}},
-			MaxUnavailable: ptr.To(intstr.FromInt32(0))}}
+		Spec: fenceSpec()}
 	if owner != nil {
 		b.OwnerReferences = []metav1.OwnerReference{*owner}
 	}

@@ -85,6 +85,10 @@ type Budgets struct {
 	// deletes of pods whose owner is gone like any other.
 	Owners rampartadmission.OwnerView
 
+	// Marks bring the index up to date in namespaces that have change
+	// marks (see budget.MarksName), with one read; nil, or a namespace
+	// without marks, goes through Fence or lists.
+	Marks *Marks
 	// Fence brings the index up to date in namespaces holding
 	// Index.FenceAbove budgets or more; nil lists them live always.
 	Fence *Fence
@@ -388,57 +392,64 @@ func (h *Budgets) Handle(ctx context.Context, req admission.Request) admission.R
 // index has filed, and those of the namespace it has not filed as they are
 // now — a budget created or changed a moment ago that this replica's
 // informer has not delivered, or a targetRef whose selector the status
-// controller has not written yet. A budget holds from the moment the API server accepts it,
-// not from the moment this replica hears of it, so the namespace's budgets
-// are listed live (metadata only) and any the index lacks is read and
-// matched here.
+// controller has not written yet. A budget holds from the moment the API
+// server accepts it, not from the moment this replica hears of it.
 //
-// The live list costs in proportion to the namespace's budgets (333 ms at
-// 10,000). In a namespace holding Index.FenceAbove budgets or more, the index
-// is brought up to date through the fence instead (one write and its
-// event, whatever the number of budgets), and only the budgets it could
-// not file (a targetRef not resolved yet) are read live.
+// So the index is first made as current as the API server, in one of three
+// ways. The namespace's change marks (budget.MarksName), read live: one
+// small read whatever the number of budgets, and nothing written. Without
+// marks (no budget created or changed there since they were turned on), or
+// if they cannot be read: in a namespace holding Index.FenceAbove budgets
+// or more, a write of the fence and the wait for its event; else a live
+// list of the namespace's budgets (metadata only), which costs in
+// proportion to them (333 ms at 10,000). Each way names the budgets the
+// index may lack, which are read and matched here.
 func (h *Budgets) covering(ctx context.Context, ns string, podLabels map[string]string) ([]budget.Key, error) {
+	if h.Marks != nil && h.Index.Marking() {
+		if keys, unsure, found := h.Marks.covering(ctx, ns, podLabels); found {
+			indexReads.WithLabelValues("marks").Inc()
+			return h.withLive(ctx, ns, podLabels, keys, unsure)
+		}
+	}
 	if h.Fence != nil && h.Index.Count(ns) >= h.Index.FenceAbove() {
 		if err := h.Fence.Pass(ctx); err == nil {
+			indexReads.WithLabelValues("fence").Inc()
 			keys, unresolved := h.Index.CoveringUnresolved(ns, podLabels)
-			for _, name := range unresolved {
-				covers, err := h.liveCovers(ctx, ns, name, podLabels)
-				if err != nil {
-					return nil, err
-				}
-				if covers {
-					keys = append(keys, budget.Key{Namespace: ns, Name: name})
-				}
-			}
-			slices.SortFunc(keys, func(a, b budget.Key) int { return strings.Compare(a.Name, b.Name) })
-			return slices.Compact(keys), nil
+			return h.withLive(ctx, ns, podLabels, keys, unresolved)
 		}
 		// The fence could not be written (see rampart_budget_fence_writes_total):
 		// the live list is slower, and as sure.
 	}
+	indexReads.WithLabelValues("list").Inc()
 	keys, filed := h.Index.CoveringFiled(ns, podLabels)
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("PodUnavailableBudgetList"))
 	if err := h.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("listing the PodUnavailableBudgets of namespace %s: %w", ns, err)
 	}
+	var unsure []string
 	for _, m := range list.Items {
-		if gen, ok := filed[m.Name]; (ok && gen == m.Generation) || m.DeletionTimestamp != nil {
+		if gen, ok := filed[m.Name]; (ok && gen == m.Generation) || m.DeletionTimestamp != nil || h.Index.IsOwn(ns, m.Name) {
 			continue
 		}
 		// Not filed, or filed with a spec that has changed since: decide by
 		// the budget as it is now.
-		keys = slices.DeleteFunc(keys, func(k budget.Key) bool { return k.Name == m.Name })
-		if h.Index.IsFence(ns, m.Name) {
-			continue
-		}
-		covers, err := h.liveCovers(ctx, ns, m.Name, podLabels)
+		unsure = append(unsure, m.Name)
+	}
+	keys = slices.DeleteFunc(keys, func(k budget.Key) bool { return slices.Contains(unsure, k.Name) })
+	return h.withLive(ctx, ns, podLabels, keys, unsure)
+}
+
+// withLive adds to keys those of the budgets named unsure (not in keys)
+// that, read live, cover a pod with these labels; sorted.
+func (h *Budgets) withLive(ctx context.Context, ns string, podLabels map[string]string, keys []budget.Key, unsure []string) ([]budget.Key, error) {
+	for _, name := range unsure {
+		covers, err := h.liveCovers(ctx, ns, name, podLabels)
 		if err != nil {
 			return nil, err
 		}
 		if covers {
-			keys = append(keys, budget.Key{Namespace: ns, Name: m.Name})
+			keys = append(keys, budget.Key{Namespace: ns, Name: name})
 		}
 	}
 	slices.SortFunc(keys, func(a, b budget.Key) int { return strings.Compare(a.Name, b.Name) })

@@ -43,27 +43,45 @@ func (p *Plugin) Keys() rampartadmission.KeySet {
 
 func (p *Plugin) Routes() []rampartadmission.Route {
 	var fence *Fence
+	var marks *Marks
 	if p.BudgetIndex != nil && p.BudgetIndex.Fence().Name != "" {
 		fence = &Fence{Client: p.Direct, Index: p.BudgetIndex}
+		marks = &Marks{Client: p.Direct, Index: p.BudgetIndex}
 	}
 	return []rampartadmission.Route{{Path: Path, Handler: &Budgets{Client: p.Direct, Cache: p.Cache, Index: p.BudgetIndex, Pods: p.Pods,
 		Namespaces: p.Namespaces, Recorder: p.Recorder, Targets: p.Scales, Nodes: p.Nodes, PartitionThreshold: p.PartitionThreshold, Owners: p.Owners,
-		Fence: fence}}}
+		Marks: marks, Fence: fence}}}
 }
 
 // ObjectHandlers: a new budget is admitted once the budget webhooks reach
-// its namespace.
+// its namespace, and a creation or change of a budget's spec once it is
+// marked.
 func (p *Plugin) ObjectHandlers() map[string]admission.Handler {
-	return map[string]admission.Handler{"podunavailablebudgets": &BudgetAdmission{InForce: p.InForce, Index: p.BudgetIndex}}
+	var marks *Marks
+	if p.BudgetIndex != nil {
+		marks = &Marks{Client: p.Direct, Index: p.BudgetIndex}
+	}
+	return map[string]admission.Handler{"podunavailablebudgets": &BudgetAdmission{InForce: p.InForce, Index: p.BudgetIndex, Marks: marks}}
 }
 
-// ObjectRules send the creations of budgets to the objects webhook.
+// ObjectRules send the creations of budgets, and the changes of their
+// spec (ObjectMatchConditions), to the objects webhook.
 func (*Plugin) ObjectRules() []admissionregistrationv1.RuleWithOperations {
 	return []admissionregistrationv1.RuleWithOperations{{
-		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
 			Resources: []string{"podunavailablebudgets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 	}}
+}
+
+// ObjectMatchConditions let through to the objects webhook only the
+// updates of budgets that change their spec (a new generation): the
+// garbage collector's and other metadata-only writes never wait on
+// Rampart, nor fail while it is down.
+func (*Plugin) ObjectMatchConditions() []admissionregistrationv1.MatchCondition {
+	return []admissionregistrationv1.MatchCondition{{Name: "budget-spec-changes",
+		Expression: `request.operation != "UPDATE" || request.resource.group != "` + v1alpha1.GroupVersion.Group +
+			`" || request.resource.resource != "podunavailablebudgets" || object.metadata.generation != oldObject.metadata.generation`}}
 }
 
 func (*Plugin) Webhooks(reg rampartadmission.Registration, b rampartadmission.Builder) []rampartadmission.Webhook {

@@ -36,6 +36,14 @@ type AdmitsObjects interface {
 	ObjectRules() []admissionregistrationv1.RuleWithOperations
 }
 
+// ConditionsObjects is an AdmitsObjects protection that narrows, by match
+// conditions, which of the requests its rules send reach the objects
+// webhook. Every condition must hold for any request to reach it: each
+// must be true of the requests of the other protections.
+type ConditionsObjects interface {
+	ObjectMatchConditions() []admissionregistrationv1.MatchCondition
+}
+
 func (*Plugin) Name() string { return "objects" }
 
 // ObjectsPath admits Rampart's own objects, by resource: the namespaced
@@ -84,6 +92,9 @@ func (*Plugin) Webhooks(reg rampartadmission.Registration, b rampartadmission.Bu
 	}
 	objects := b.Webhook("objects.rampart.io", ObjectsPath, rules...)
 	objects.TimeoutSeconds = ptr.To(rampartadmission.InForceTimeout)
+	for _, c := range rampartadmission.Declared(reg.Protections, ConditionsObjects.ObjectMatchConditions) {
+		objects.MatchConditions = append(objects.MatchConditions, c...)
+	}
 	return rampartadmission.Own(rampartadmission.Owner{}, objects, specWebhook(b, kinds))
 }
 

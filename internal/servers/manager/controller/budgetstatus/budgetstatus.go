@@ -142,7 +142,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, rea
 	if err := ctrl.NewControllerManagedBy(mgr).Named("podunavailablebudget-status").
 		// The fence is written on disruptions and is no budget: no status.
 		For(&v1alpha1.PodUnavailableBudget{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			return !index.IsFence(o.GetNamespace(), o.GetName())
+			return !index.IsOwn(o.GetNamespace(), o.GetName())
 		}))).
 		WatchesRawSource(statusQ).
 		Complete(r); err != nil {
