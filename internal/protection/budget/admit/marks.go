@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +47,10 @@ type Marks struct {
 	// (0: 2 s).
 	Timeout time.Duration
 	Clock   clock.PassiveClock
+
+	mu      sync.Mutex
+	next    map[string]*markRound // by namespace, the marks waiting for a write
+	writing map[string]bool
 }
 
 func (m *Marks) timeout() time.Duration {
@@ -55,20 +61,80 @@ func (m *Marks) timeout() time.Duration {
 }
 
 // Record marks the creation or spec change of budget ns/name, which the
-// API server will store at this UID and generation, pruning the marks the
-// index says may go (budget.Index.Prunable). The marks' budget is created
-// when missing, owned as the fence is (so helm uninstall removes both).
+// API server will store at this UID and generation, and returns once the
+// mark is written. Records that arrive while a write for ns is out share
+// the next one, so a burst of creations in one namespace costs a write per
+// round trip, not one each.
 func (m *Marks) Record(ctx context.Context, ns, name, uid string, generation int64) error {
-	ctx, cancel := context.WithTimeout(ctx, m.timeout())
-	defer cancel()
-	now := rampartadmission.ClockOrReal(m.Clock).Now()
-	k := m.Index.MarksKey(ns)
-	key, value := budget.MarkAnnotation(name, uid, generation, now)
-	annotations := map[string]any{key: value}
-	for _, old := range m.Index.Prunable(ns, now) {
-		if old != key {
-			annotations[old] = nil // a merge patch's null removes it
+	key, value := budget.MarkAnnotation(name, uid, generation, rampartadmission.ClockOrReal(m.Clock).Now())
+	m.mu.Lock()
+	if m.next == nil {
+		m.next, m.writing = map[string]*markRound{}, map[string]bool{}
+	}
+	r := m.next[ns]
+	if r == nil {
+		r = &markRound{marks: map[string]string{}, done: make(chan struct{})}
+		m.next[ns] = r
+	}
+	r.marks[key] = value
+	if !m.writing[ns] {
+		m.writing[ns] = true
+		go m.run(ns)
+	}
+	m.mu.Unlock()
+	select {
+	case <-r.done:
+		if r.err != nil {
+			return fmt.Errorf("marking the change of PodUnavailableBudget %s/%s: %w", ns, name, r.err)
 		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type markRound struct {
+	marks map[string]string
+	done  chan struct{}
+	err   error
+}
+
+// run writes the marks gathered for ns, then those gathered meanwhile,
+// until none wait.
+func (m *Marks) run(ns string) {
+	for {
+		m.mu.Lock()
+		r := m.next[ns]
+		delete(m.next, ns)
+		if r == nil {
+			delete(m.writing, ns)
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+		r.err = m.write(ns, r.marks)
+		outcome := "ok"
+		if r.err != nil {
+			outcome = "failed"
+		}
+		markWrites.WithLabelValues(outcome).Inc()
+		close(r.done)
+	}
+}
+
+// write adds marks to ns's, removing those the index says may go
+// (budget.Index.Prunable). The marks' budget is created when missing,
+// owned as the fence is (so helm uninstall removes both).
+func (m *Marks) write(ns string, marks map[string]string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout())
+	defer cancel()
+	k := m.Index.MarksKey(ns)
+	annotations := map[string]any{}
+	for _, old := range m.Index.Prunable(ns, rampartadmission.ClockOrReal(m.Clock).Now()) {
+		annotations[old] = nil // a merge patch's null removes it
+	}
+	for key, value := range marks {
+		annotations[key] = value
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
@@ -77,32 +143,30 @@ func (m *Marks) Record(ctx context.Context, ns, name, uid string, generation int
 	b := &v1alpha1.PodUnavailableBudget{}
 	b.Namespace, b.Name = k.Namespace, k.Name
 	// No resourceVersion: the API server applies the patch to the marks as
-	// they are, retrying its own conflicts, so that creations at once in
-	// one namespace do not fail each other.
+	// they are, retrying its own conflicts, so that replicas writing at
+	// once do not fail each other.
 	err = m.Client.Patch(ctx, b, client.RawPatch(types.MergePatchType, patch))
 	if apierrors.IsNotFound(err) {
-		if err = m.create(ctx, k, key, value); apierrors.IsAlreadyExists(err) {
+		if err = m.create(ctx, k, marks); apierrors.IsAlreadyExists(err) {
 			err = m.Client.Patch(ctx, b, client.RawPatch(types.MergePatchType, patch))
 		}
 	}
-	outcome := "ok"
 	if err != nil {
-		outcome = "failed"
-		err = fmt.Errorf("marking the change of PodUnavailableBudget %s/%s in %s: %w", ns, name, k, err)
+		return fmt.Errorf("writing %s: %w", k, err)
 	}
-	markWrites.WithLabelValues(outcome).Inc()
-	return err
+	return nil
 }
 
 // create makes the marks' budget k holding one mark. Like the fence it
 // covers no pod, and it is owned as the fence is.
-func (m *Marks) create(ctx context.Context, k budget.Key, key, value string) error {
+func (m *Marks) create(ctx context.Context, k budget.Key, marks map[string]string) error {
 	b := &v1alpha1.PodUnavailableBudget{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name,
 		Labels: map[string]string{budget.FenceLabel: "true", "app.kubernetes.io/managed-by": "rampart"},
-		Annotations: map[string]string{key: value, "rampart.io/description": "Not a budget: Rampart's manager marks here each creation and " +
+		Annotations: map[string]string{"rampart.io/description": "Not a budget: Rampart's manager marks here each creation and " +
 			"change of a PodUnavailableBudget in namespace " + k.Name[len(budget.MarksPrefix):] + " before the API server stores it, so that " +
 			"every replica knows it has seen it before it judges a disruption. It covers no pod; deleting it is safe."}},
 		Spec: fenceSpec()}
+	maps.Copy(b.Annotations, marks)
 	fence := &metav1.PartialObjectMetadata{}
 	fence.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("PodUnavailableBudget"))
 	if f := m.Index.Fence(); f.Name != "" && m.Client.Get(ctx, client.ObjectKey{Namespace: f.Namespace, Name: f.Name}, fence) == nil {
