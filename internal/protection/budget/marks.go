@@ -47,6 +47,27 @@ func MarksName(ns string) string { return MarksPrefix + ns }
 // annotation's key allows; the value holds it).
 const markAnnotationPrefix = "changes.rampart.io/"
 
+// MarksOverflow is the annotation a writer sets, with the time, when the
+// marks would grow past MaxMarks (an index far behind, or a storm of
+// creations): it removes them, and until MarkKeptFor has passed readers
+// list or fence instead (both sure without marks).
+const MarksOverflow = markAnnotationPrefix + "overflow"
+
+// MaxMarks is the most marks kept: about 80 bytes each, far from the 1.5
+// MiB that etcd stores of one object.
+const MaxMarks = 2000
+
+// Overflowed says whether marks with these annotations overflowed less
+// than MarkKeptFor before now (see MarksOverflow).
+func Overflowed(annotations map[string]string, now time.Time) bool {
+	v, ok := annotations[MarksOverflow]
+	if !ok {
+		return false
+	}
+	sec, err := strconv.ParseInt(v, 10, 64)
+	return err != nil || now.Sub(time.Unix(sec, 0)) < MarkKeptFor
+}
+
 // MarkKeptFor is how long a mark of a budget the writer's index has not
 // seen is kept: far longer than an API server takes to store a change it
 // has admitted (its requests time out after 60 s).
@@ -223,6 +244,16 @@ func (x *Index) CoveringMarked(ns string, l map[string]string, marks []Mark) (ke
 	}
 	slices.Sort(unsure)
 	return keys, unsure
+}
+
+// Marks are ns's marks as this index last filed them.
+func (x *Index) Marks(ns string) []Mark {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if seen := x.marks[ns]; seen != nil {
+		return slices.Clone(seen.marks)
+	}
+	return nil
 }
 
 // Prunable are the annotations of ns's marks (as this index last filed

@@ -131,6 +131,21 @@ func TestParseMarksReadsWhatMarkAnnotationWrites(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("ParseMarks = %+v, want %+v", got, want)
 	}
+	if ParseMarks(map[string]string{MarksOverflow: "1800000000"}) != nil {
+		t.Fatal("the overflow annotation parsed as a mark")
+	}
+	for _, c := range []struct {
+		v    string
+		now  time.Time
+		want bool
+	}{{"1800000000", at.Add(time.Minute), true}, {"1800000000", at.Add(MarkKeptFor + time.Second), false}, {"soon", at, true}} {
+		if got := Overflowed(map[string]string{MarksOverflow: c.v}, c.now); got != c.want {
+			t.Errorf("Overflowed(%q) at %v = %v, want %v", c.v, c.now, got, c.want)
+		}
+	}
+	if Overflowed(nil, at) {
+		t.Error("marks without the overflow annotation overflowed")
+	}
 	if len(k[len("changes.rampart.io/"):]) > 63 {
 		t.Fatalf("annotation key %q: its name is over 63 characters", k)
 	}

@@ -1,10 +1,12 @@
 package admit
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
+	"strconv"
 	"sync"
 	"time"
 
@@ -33,7 +35,12 @@ var markWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Writes of the change marks as budgets are created or their spec changed, by outcome (ok; failed: the change was refused, to be retried).",
 }, []string{"outcome"})
 
-func init() { metrics.Registry.MustRegister(indexReads, markWrites) }
+var markOverflows = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "rampart_budget_marks_overflows_total",
+	Help: "Times a namespace's change marks would have grown past budget.MaxMarks and were cleared: disruptions there list or fence for the next five minutes.",
+})
+
+func init() { metrics.Registry.MustRegister(indexReads, markWrites, markOverflows) }
 
 // Marks writes and reads the change marks (see budget.MarksName): the
 // objects webhook marks each budget creation and spec change before the
@@ -47,6 +54,8 @@ type Marks struct {
 	// (0: 2 s).
 	Timeout time.Duration
 	Clock   clock.PassiveClock
+	// Max is the most marks kept in a namespace (0: budget.MaxMarks).
+	Max int
 
 	mu      sync.Mutex
 	next    map[string]*markRound // by namespace, the marks waiting for a write
@@ -129,12 +138,26 @@ func (m *Marks) write(ns string, marks map[string]string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout())
 	defer cancel()
 	k := m.Index.MarksKey(ns)
+	now := rampartadmission.ClockOrReal(m.Clock).Now()
 	annotations := map[string]any{}
-	for _, old := range m.Index.Prunable(ns, rampartadmission.ClockOrReal(m.Clock).Now()) {
+	prunable := m.Index.Prunable(ns, now)
+	for _, old := range prunable {
 		annotations[old] = nil // a merge patch's null removes it
 	}
 	for key, value := range marks {
 		annotations[key] = value
+	}
+	if kept := len(m.Index.Marks(ns)) - len(prunable) + len(marks); kept > cmp.Or(m.Max, budget.MaxMarks) {
+		// Too many to keep: remove them all and say so; readers list or
+		// fence meanwhile (budget.MarksOverflow).
+		for _, old := range m.Index.Marks(ns) {
+			annotations[old.Annotation] = nil
+		}
+		for key := range marks {
+			annotations[key] = nil
+		}
+		annotations[budget.MarksOverflow] = strconv.FormatInt(now.Unix(), 10)
+		markOverflows.Inc()
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
@@ -198,6 +221,9 @@ func (m *Marks) covering(ctx context.Context, ns string, podLabels map[string]st
 	// A GET without resourceVersion is read from etcd, not from the API
 	// server's watch cache: the marks as they are now.
 	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, marks); err != nil {
+		return nil, nil, false
+	}
+	if budget.Overflowed(marks.Annotations, rampartadmission.ClockOrReal(m.Clock).Now()) {
 		return nil, nil, false
 	}
 	if err := m.Index.WaitMarks(ctx, ns, marks.ResourceVersion); err != nil {

@@ -135,6 +135,22 @@ func TestMarksFindWhatTheIndexHasNotFiled(t *testing.T) {
 	if n, w := len(budget.ParseMarks(marks.Annotations)), writes.Load()-before; n != 50 || w < 1 || w > 10 {
 		t.Fatalf("50 concurrent marks: %d kept in %d writes; want 50 in 1 to 10", n, w)
 	}
+
+	// Past the most kept (none of those 50 filed): cleared, and readers
+	// list or fence for a while.
+	m.Max = 50
+	if err := m.Record(ctx, "burst", "one-more", "u-51", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "rampart-system", Name: "rampart-changes.burst"}, &marks); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(budget.ParseMarks(marks.Annotations)); n != 0 || marks.Annotations[budget.MarksOverflow] == "" {
+		t.Fatalf("after overflowing: %d marks, overflow %q; want none and the time", n, marks.Annotations[budget.MarksOverflow])
+	}
+	if _, _, found := m.covering(ctx, "burst", web); found {
+		t.Fatal("marks that overflowed a moment ago were used")
+	}
 }
 
 // Against the real API server and Rampart's managers: the objects webhook
