@@ -37,7 +37,8 @@ import (
 // RAMPART_BENCH_BUDGETS picks the cases, e.g. "rampart=10,rampart=50000";
 // RAMPART_BENCH_FENCE_ABOVE sets the manager's --budget-fence-above (1:
 // every case through the fence); RAMPART_BENCH_BACKGROUND_WRITES=N writes
-// N times a second while it measures. ready-s is how long the last budget's
+// N times a second while it measures; RAMPART_BENCH_MANAGER_ARGS adds the
+// manager's flags (e.g. --budget-change-marks=false). ready-s is how long the last budget's
 // status took to allow the disruption after the creates ended.
 func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 	type benchCase struct {
@@ -60,6 +61,8 @@ func BenchmarkEvictionWithManyBudgets(b *testing.B) {
 	if v := os.Getenv("RAMPART_BENCH_FENCE_ABOVE"); v != "" {
 		args = []string{"--budget-fence-above=" + v}
 	}
+	// RAMPART_BENCH_MANAGER_ARGS adds flags of the manager (space-separated).
+	args = append(args, strings.Fields(os.Getenv("RAMPART_BENCH_MANAGER_ARGS"))...)
 	// RAMPART_BENCH_PROFILE=PREFIX takes a 20 s CPU profile of the manager
 	// during each case's evictions into PREFIX-CASE.pprof (give -benchtime
 	// enough evictions to last that long).
