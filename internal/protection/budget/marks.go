@@ -281,3 +281,16 @@ func (x *Index) Prunable(ns string, now time.Time) []string {
 	}
 	return out
 }
+
+// MarkedNamespaces are the namespaces whose marks the index has filed,
+// sorted.
+func (x *Index) MarkedNamespaces() []string {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	out := make([]string, 0, len(x.marks))
+	for ns := range x.marks {
+		out = append(out, ns)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -405,6 +405,20 @@ func (w wired) protections(ctx context.Context) (*registrar.Registrar, error) {
 	})); err != nil {
 		return nil, err
 	}
+	// The leader deletes the change marks of namespaces gone, every ten
+	// minutes (see budgetadmit.PruneMarks).
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		wait.UntilWithContext(ctx, func(ctx context.Context) {
+			if n, err := budgetadmit.PruneMarks(ctx, direct, views.Budgets.Index()); err != nil {
+				o.Log.Info("deleting the budgets' change marks of namespaces gone", "error", err.Error())
+			} else if n > 0 {
+				o.Log.Info("deleted the budgets' change marks of namespaces gone", "namespaces", n)
+			}
+		}, 10*time.Minute)
+		return nil
+	})); err != nil {
+		return nil, err
+	}
 	// A CRD added, changed or removed recompiles its custom resources'
 	// replicas at once (and the label webhook's condition reading them).
 	views.OnCRDChange(keeper.Poke)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -231,4 +232,30 @@ func (m *Marks) covering(ctx context.Context, ns string, podLabels map[string]st
 	}
 	keys, unsure = m.Index.CoveringMarked(ns, podLabels, budget.ParseMarks(marks.Annotations))
 	return keys, unsure, true
+}
+
+// PruneMarks deletes the change marks of the namespaces that no longer
+// exist (checked live), which would otherwise outlive them. Deleting marks
+// is safe at any time: disruptions there list or fence until the next
+// budget change writes them again, so a namespace created again meanwhile
+// loses nothing.
+func PruneMarks(ctx context.Context, c client.Client, x *budget.Index) (deleted int, err error) {
+	for _, ns := range x.MarkedNamespaces() {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+		if err := c.List(ctx, list, client.MatchingFields{"metadata.name": ns}); err != nil {
+			return deleted, fmt.Errorf("looking for namespace %s: %w", ns, err)
+		}
+		if len(list.Items) > 0 {
+			continue
+		}
+		k := x.MarksKey(ns)
+		b := &v1alpha1.PodUnavailableBudget{}
+		b.Namespace, b.Name = k.Namespace, k.Name
+		if err := c.Delete(ctx, b); err != nil && !apierrors.IsNotFound(err) {
+			return deleted, fmt.Errorf("deleting the change marks %s of a namespace gone: %w", k, err)
+		}
+		deleted++
+	}
+	return deleted, nil
 }

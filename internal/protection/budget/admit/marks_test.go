@@ -7,11 +7,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -229,5 +232,26 @@ func TestMarksOnTheAPIServer(t *testing.T) {
 	}
 	if got := marksOf().ResourceVersion; got != rv || b.Generation != 2 {
 		t.Fatalf("a change of labels alone wrote the marks (resourceVersion %s, was %s; generation %d)", got, rv, b.Generation)
+	}
+
+	// The leader deletes the marks of namespaces gone, and only those.
+	if n, err := PruneMarks(ctx, c, x); err != nil || n != 0 {
+		t.Fatalf("PruneMarks with the namespace there: %d deleted, %v", n, err)
+	}
+	if err := env.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := env.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("namespace %s never went", ns)
+	}
+	if n, err := PruneMarks(ctx, c, x); err != nil || n != 1 {
+		t.Fatalf("PruneMarks with the namespace gone: %d deleted, %v; want 1", n, err)
+	}
+	gone := &v1alpha1.PodUnavailableBudget{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: localcluster.ManagerNamespace, Name: budget.MarksName(ns)}, gone); !apierrors.IsNotFound(err) {
+		t.Fatalf("the marks of a namespace gone are still there: %v", err)
 	}
 }
